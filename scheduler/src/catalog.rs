@@ -1,0 +1,310 @@
+//! The GPU catalog: sizes and their list prices per region and priority.
+//!
+//! The built-in catalog (`catalog/azure.toml`) is our own data, derived from a public price catalog
+//! built from the Azure Retail Prices API, with that source's known defects corrected (see the
+//! file's header). Users load their own file to replace it or extend it (new regions, negotiated
+//! prices). A price the source does not know stays `None`: an unknown price is never invented.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{FieldErrors, Priority, VmSize};
+
+const BUILTIN: &str = include_str!("../catalog/azure.toml");
+
+/// Regular and spot list prices of one size in one region, USD per VM-hour.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceRow {
+    /// VM size name.
+    pub size: String,
+    /// Region name.
+    pub region: String,
+    /// Regular (pay-as-you-go) price; absent when unknown or not sold there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regular: Option<f64>,
+    /// Spot price; absent when unknown or not sold there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spot: Option<f64>,
+}
+
+impl PriceRow {
+    /// The price for one priority.
+    pub fn for_priority(&self, p: Priority) -> Option<f64> {
+        match p {
+            Priority::Regular => self.regular,
+            Priority::Spot => self.spot,
+        }
+    }
+}
+
+/// How a user's catalog file combines with the built-in one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MergeMode {
+    /// Sizes and prices in the file replace those with the same key; the rest stay.
+    #[default]
+    Extend,
+    /// The file is the whole catalog.
+    Replace,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CatalogFile {
+    #[serde(default)]
+    mode: MergeMode,
+    #[serde(default)]
+    sizes: Vec<VmSize>,
+    #[serde(default)]
+    prices: Vec<PriceRow>,
+}
+
+/// One row of the catalog as `spillway catalog` lists it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CatalogEntry {
+    /// VM size name.
+    pub size: String,
+    /// Region.
+    pub region: String,
+    /// Spot or regular.
+    pub priority: Priority,
+    /// USD per VM-hour, `None` when unknown.
+    pub price_per_hour: Option<f64>,
+    /// Whole GPUs per VM (0 for fractional sizes).
+    pub gpus: u32,
+    /// GPU model.
+    pub gpu_model: String,
+    /// Share of one GPU for fractional sizes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_fraction: Option<String>,
+    /// GPU memory in GiB.
+    pub gpu_memory_gib: u32,
+    /// vCPUs per VM.
+    pub vcpus: u32,
+    /// Memory per VM in GiB.
+    pub memory_gib: f64,
+    /// Quota family.
+    pub family: String,
+    /// InfiniBand fabric.
+    pub infiniband: bool,
+}
+
+/// Sizes and prices, indexed for lookups.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Catalog {
+    sizes: Vec<VmSize>,
+    prices: BTreeMap<(String, String), PriceRow>,
+}
+
+/// Errors loading a catalog file.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    /// The file could not be read.
+    #[error("cannot read catalog {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or has the wrong shape.
+    #[error("catalog {path}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The content is well-formed but inconsistent.
+    #[error("catalog {path} is inconsistent:\n{errors}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// Every problem.
+        errors: FieldErrors,
+    },
+}
+
+impl Catalog {
+    /// The built-in catalog (real list prices in US regions).
+    pub fn builtin() -> Catalog {
+        Catalog::parse(BUILTIN, "built-in catalog").expect("the built-in catalog is valid (tested)")
+    }
+
+    /// Parses a catalog file on its own (its `mode` is ignored).
+    pub fn parse(content: &str, origin: &str) -> Result<Catalog, CatalogError> {
+        let file = parse_file(content, origin)?;
+        let cat = Catalog::from_parts(file.sizes, file.prices);
+        cat.check(origin)?;
+        Ok(cat)
+    }
+
+    /// The built-in catalog combined with a user file according to the file's `mode`.
+    pub fn builtin_with(path: &Path) -> Result<Catalog, CatalogError> {
+        let origin = path.display().to_string();
+        let content =
+            std::fs::read_to_string(path).map_err(|source| CatalogError::Io { path: origin.clone(), source })?;
+        let file = parse_file(&content, &origin)?;
+        let cat = match file.mode {
+            MergeMode::Replace => Catalog::from_parts(file.sizes, file.prices),
+            MergeMode::Extend => {
+                let mut cat = Catalog::builtin();
+                cat.extend(file.sizes, file.prices);
+                cat
+            }
+        };
+        cat.check(&origin)?;
+        Ok(cat)
+    }
+
+    /// Loads the built-in catalog, or the user's when `path` is given.
+    pub fn load(path: Option<&Path>) -> Result<Catalog, CatalogError> {
+        match path {
+            Some(p) => Catalog::builtin_with(p),
+            None => Ok(Catalog::builtin()),
+        }
+    }
+
+    fn from_parts(sizes: Vec<VmSize>, prices: Vec<PriceRow>) -> Catalog {
+        let mut cat = Catalog { sizes: Vec::new(), prices: BTreeMap::new() };
+        cat.extend(sizes, prices);
+        cat
+    }
+
+    /// Adds or replaces sizes (by name) and prices (by size and region; a price row only
+    /// overrides the priorities it states).
+    pub fn extend(&mut self, sizes: Vec<VmSize>, prices: Vec<PriceRow>) {
+        for s in sizes {
+            match self.sizes.iter_mut().find(|x| x.name == s.name) {
+                Some(slot) => *slot = s,
+                None => self.sizes.push(s),
+            }
+        }
+        for p in prices {
+            let key = (p.size.clone(), p.region.clone());
+            match self.prices.get_mut(&key) {
+                Some(existing) => {
+                    if p.regular.is_some() {
+                        existing.regular = p.regular;
+                    }
+                    if p.spot.is_some() {
+                        existing.spot = p.spot;
+                    }
+                }
+                None => {
+                    self.prices.insert(key, p);
+                }
+            }
+        }
+    }
+
+    fn check(&self, origin: &str) -> Result<(), CatalogError> {
+        let mut errs = FieldErrors::default();
+        let mut seen = BTreeSet::new();
+        for (i, s) in self.sizes.iter().enumerate() {
+            let f = |x: &str| format!("sizes[{i}].{x}");
+            if !seen.insert(s.name.clone()) {
+                errs.push(f("name"), format!("{} is listed twice", s.name));
+            }
+            if s.family.trim().is_empty() {
+                errs.push(f("family"), "must not be empty");
+            }
+            if s.vcpus == 0 {
+                errs.push(f("vcpus"), "must be at least 1");
+            }
+            if s.gpus == 0 && s.gpu_fraction.is_none() {
+                errs.push(f("gpus"), "0 GPUs needs gpu_fraction (a fractional size)");
+            }
+            if s.gpus > 0 && s.gpu_fraction.is_some() {
+                errs.push(f("gpu_fraction"), "only for sizes with 0 whole GPUs");
+            }
+        }
+        for p in self.prices.values() {
+            let field = format!("prices[{} {}]", p.size, p.region);
+            if self.size(&p.size).is_none() {
+                errs.push(&field, format!("unknown size {}", p.size));
+            }
+            for (what, v) in [("regular", p.regular), ("spot", p.spot)] {
+                if let Some(v) = v
+                    && (!v.is_finite() || v <= 0.0)
+                {
+                    errs.push(format!("{field}.{what}"), "must be a positive price");
+                }
+            }
+        }
+        if errs.is_empty() { Ok(()) } else { Err(CatalogError::Invalid { path: origin.to_string(), errors: errs }) }
+    }
+
+    /// All sizes.
+    pub fn sizes(&self) -> &[VmSize] {
+        &self.sizes
+    }
+
+    /// A size by name (case-insensitive, as Azure treats them).
+    pub fn size(&self, name: &str) -> Option<&VmSize> {
+        self.sizes.iter().find(|s| s.name.eq_ignore_ascii_case(name))
+    }
+
+    /// The price row of a size in a region.
+    pub fn price(&self, size: &str, region: &str) -> Option<&PriceRow> {
+        let name = self.size(size).map(|s| s.name.clone()).unwrap_or_else(|| size.to_string());
+        self.prices.get(&(name, region.to_string()))
+    }
+
+    /// All price rows.
+    pub fn prices(&self) -> impl Iterator<Item = &PriceRow> {
+        self.prices.values()
+    }
+
+    /// Every region that has at least one price, sorted.
+    pub fn regions(&self) -> Vec<String> {
+        let set: BTreeSet<&String> = self.prices.keys().map(|(_, r)| r).collect();
+        set.into_iter().cloned().collect()
+    }
+
+    /// Every GPU model, sorted.
+    pub fn gpu_models(&self) -> Vec<String> {
+        let set: BTreeSet<&String> = self.sizes.iter().map(|s| &s.gpu_model).collect();
+        set.into_iter().cloned().collect()
+    }
+
+    /// Size × region × priority rows, filtered by GPU model (exact or family prefix) and region;
+    /// sorted by size order in the catalog, then region, then priority.
+    pub fn entries(&self, gpu: Option<&str>, region: Option<&str>) -> Vec<CatalogEntry> {
+        let mut out = Vec::new();
+        for s in &self.sizes {
+            if gpu.is_some_and(|g| !s.matches_gpu_model(g)) {
+                continue;
+            }
+            for p in self.prices.values().filter(|p| p.size == s.name) {
+                if region.is_some_and(|r| r != p.region) {
+                    continue;
+                }
+                for pr in [Priority::Regular, Priority::Spot] {
+                    out.push(CatalogEntry {
+                        size: s.name.clone(),
+                        region: p.region.clone(),
+                        priority: pr,
+                        price_per_hour: p.for_priority(pr),
+                        gpus: s.gpus,
+                        gpu_model: s.gpu_model.clone(),
+                        gpu_fraction: s.gpu_fraction.clone(),
+                        gpu_memory_gib: s.gpu_memory_gib,
+                        vcpus: s.vcpus,
+                        memory_gib: s.memory_gib,
+                        family: s.family.clone(),
+                        infiniband: s.infiniband,
+                    });
+                }
+            }
+        }
+        out
+    }
+}
+
+fn parse_file(content: &str, origin: &str) -> Result<CatalogFile, CatalogError> {
+    toml::from_str(content).map_err(|e| CatalogError::Parse { path: origin.to_string(), message: e.to_string() })
+}

@@ -1,0 +1,501 @@
+//! `JobSpec`: what a user submits, in TOML or JSON (one schema), and its validation.
+//!
+//! Parsing is strict (unknown fields are errors: a typo must not silently change a placement) and
+//! validation reports every problem at once, each naming its field.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use super::field_error::FieldErrors;
+use super::size::{Workload, gpu_model_matches};
+use crate::catalog::Catalog;
+
+/// What kind of work a job is; it sets the defaults for gang, spot and the sizes considered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobKind {
+    /// Model training: gang by default, training sizes (NC/ND).
+    Training,
+    /// Batch work (e.g. offline inference): splittable, spot allowed by default.
+    Batch,
+    /// An inference service: replicas that may spread over regions, never spot unless asked.
+    Inference,
+}
+
+impl JobKind {
+    /// The workload class whose sizes this kind uses when the spec names no models or sizes.
+    pub fn workload(self) -> Workload {
+        match self {
+            JobKind::Training => Workload::Training,
+            JobKind::Batch | JobKind::Inference => Workload::Inference,
+        }
+    }
+}
+
+/// Whether a job may run on spot VMs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SpotPolicy {
+    /// Regular VMs only.
+    Never,
+    /// Spot or regular, whichever is better.
+    Allowed,
+    /// Spot wins ties; regular only when spot cannot serve.
+    Preferred,
+}
+
+/// Replica counts of an inference service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Replicas {
+    /// Replicas that must run at all times when capacity exists anywhere.
+    pub min: u32,
+    /// Replicas wanted when capacity allows.
+    pub desired: u32,
+}
+
+/// The file formats a spec can come in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpecFormat {
+    /// TOML (`.toml`).
+    Toml,
+    /// JSON (`.json`).
+    Json,
+}
+
+impl SpecFormat {
+    /// Picks the format from a file name's extension; JSON when the content starts with `{`.
+    pub fn detect(path: &str, content: &str) -> SpecFormat {
+        if path.ends_with(".json") || (!path.ends_with(".toml") && content.trim_start().starts_with('{')) {
+            SpecFormat::Json
+        } else {
+            SpecFormat::Toml
+        }
+    }
+}
+
+/// A job as submitted. Optional fields left out take the defaults of the job's `kind`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobSpec {
+    /// A short name for people; need not be unique.
+    pub name: String,
+    /// The team the job belongs to (budgets and visibility are per tenant).
+    #[serde(default = "default_tenant")]
+    pub tenant: String,
+    /// Training, batch or inference.
+    pub kind: JobKind,
+    /// GPUs wanted (per replica for inference).
+    pub gpus: u32,
+    /// Acceptable GPU models (any of); a family prefix such as `A100` matches every A100 model.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_models: Vec<String>,
+    /// Explicit acceptable VM sizes; empty = any size with an acceptable GPU model.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sizes: Vec<String>,
+    /// Smallest acceptable GPUs per VM (e.g. 8 for an NVLink-bound model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_gpus_per_vm: Option<u32>,
+    /// All-or-nothing in one region on one size; defaults to true for training.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang: Option<bool>,
+    /// Regions allowed; absent = any region in the catalog.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regions: Option<Vec<String>>,
+    /// Regions never to use.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny_regions: Vec<String>,
+    /// Where the job's data lives; running elsewhere costs egress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_region: Option<String>,
+    /// Data moved when the job runs outside `data_region`, in GB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_gb: Option<f64>,
+    /// Spot policy; defaults to `allowed` for batch and `never` otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spot: Option<SpotPolicy>,
+    /// Cap on the job's total price per hour (all its VMs), USD.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_price_per_hour: Option<f64>,
+    /// Cap on the job's expected total cost, USD.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<f64>,
+    /// Estimated run time in hours (used for cost and deadlines).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_hours: Option<f64>,
+    /// When the job must be finished, RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
+    pub deadline: Option<OffsetDateTime>,
+    /// How often the job checkpoints; bounds the work lost on an eviction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_interval_minutes: Option<u32>,
+    /// Relative importance, 1 to 1000 (higher places first).
+    #[serde(default = "default_priority")]
+    pub priority: u32,
+    /// Inference only: replica counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<Replicas>,
+}
+
+fn default_tenant() -> String {
+    "default".to_string()
+}
+
+fn default_priority() -> u32 {
+    1
+}
+
+/// The field names a spec accepts, for reporting every unknown field at once.
+const SPEC_FIELDS: &[&str] = &[
+    "name",
+    "tenant",
+    "kind",
+    "gpus",
+    "gpu_models",
+    "sizes",
+    "min_gpus_per_vm",
+    "gang",
+    "regions",
+    "deny_regions",
+    "data_region",
+    "data_gb",
+    "spot",
+    "max_price_per_hour",
+    "budget",
+    "duration_hours",
+    "deadline",
+    "checkpoint_interval_minutes",
+    "priority",
+    "replicas",
+];
+const REPLICA_FIELDS: &[&str] = &["min", "desired"];
+
+/// Largest GPU count a single job may ask for; far above any real quota, it catches typos.
+pub const MAX_GPUS: u32 = 4096;
+
+impl JobSpec {
+    /// Parses a spec from TOML or JSON. Structural problems (unknown fields, wrong types, missing
+    /// required fields) come back as field errors; semantic checks are [`JobSpec::validate`]'s.
+    pub fn parse(content: &str, format: SpecFormat) -> Result<JobSpec, FieldErrors> {
+        let value = parse_value(content, format)?;
+        Self::from_value(value)
+    }
+
+    /// Parses and validates in one pass, so that unknown fields, type errors and semantic
+    /// problems are all reported together.
+    pub fn parse_checked(
+        content: &str,
+        format: SpecFormat,
+        catalog: &Catalog,
+        now: OffsetDateTime,
+    ) -> Result<JobSpec, FieldErrors> {
+        let value = parse_value(content, format)?;
+        Self::from_value_checked(value, catalog, now)
+    }
+
+    /// [`JobSpec::from_value`] followed by [`JobSpec::validate`], reporting every problem found
+    /// by either.
+    pub fn from_value_checked(
+        value: serde_json::Value,
+        catalog: &Catalog,
+        now: OffsetDateTime,
+    ) -> Result<JobSpec, FieldErrors> {
+        let (spec, mut errs) = Self::from_value_lenient(value);
+        if let Some(spec) = spec {
+            if let Err(more) = spec.validate(catalog, now) {
+                errs.0.extend(more.0);
+            }
+            return errs.into_result(spec);
+        }
+        Err(errs)
+    }
+
+    /// Builds a spec from an already-parsed JSON value (the HTTP API's path).
+    pub fn from_value(value: serde_json::Value) -> Result<JobSpec, FieldErrors> {
+        match Self::from_value_lenient(value) {
+            (Some(spec), errs) => errs.into_result(spec),
+            (None, errs) => Err(errs),
+        }
+    }
+
+    /// Reports unknown fields but still builds the spec without them, so that validation can
+    /// report the remaining problems in the same pass.
+    fn from_value_lenient(mut value: serde_json::Value) -> (Option<JobSpec>, FieldErrors) {
+        let mut errs = FieldErrors::default();
+        let Some(obj) = value.as_object_mut() else {
+            errs.push("", "a job spec must be an object (a table)");
+            return (None, errs);
+        };
+        let unknown: Vec<String> = obj.keys().filter(|k| !SPEC_FIELDS.contains(&k.as_str())).cloned().collect();
+        for key in unknown {
+            obj.remove(&key);
+            errs.push(key, "unknown field");
+        }
+        if let Some(rep) = obj.get_mut("replicas").and_then(|r| r.as_object_mut()) {
+            let unknown: Vec<String> = rep.keys().filter(|k| !REPLICA_FIELDS.contains(&k.as_str())).cloned().collect();
+            for key in unknown {
+                rep.remove(&key);
+                errs.push(format!("replicas.{key}"), "unknown field");
+            }
+        }
+        let mut missing = false;
+        for required in ["name", "kind", "gpus"] {
+            if !obj.contains_key(required) {
+                errs.push(required, "missing (required)");
+                missing = true;
+            }
+        }
+        if missing {
+            return (None, errs);
+        }
+        match serde_path_to_error::deserialize::<_, JobSpec>(value) {
+            Ok(spec) => (Some(spec), errs),
+            Err(e) => {
+                let path = e.path().to_string();
+                let field = if path == "." { String::new() } else { path };
+                errs.push(field, describe_serde_error(&e.into_inner().to_string()));
+                (None, errs)
+            }
+        }
+    }
+
+    /// Serialises to pretty JSON (the normalised form `spillway validate` prints).
+    pub fn to_json_pretty(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a JobSpec always serialises")
+    }
+
+    /// Serialises to TOML.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("a JobSpec always serialises to TOML")
+    }
+
+    /// Gang scheduling: explicit, else true for training only.
+    pub fn is_gang(&self) -> bool {
+        self.gang.unwrap_or(self.kind == JobKind::Training)
+    }
+
+    /// Spot policy: explicit, else `allowed` for batch and `never` for training and inference.
+    pub fn spot_policy(&self) -> SpotPolicy {
+        self.spot.unwrap_or(match self.kind {
+            JobKind::Batch => SpotPolicy::Allowed,
+            JobKind::Training | JobKind::Inference => SpotPolicy::Never,
+        })
+    }
+
+    /// Regions the job may run in, given the catalog's regions: the allow list (or all), minus
+    /// the deny list.
+    pub fn allowed_regions(&self, catalog: &Catalog) -> Vec<String> {
+        let all: Vec<String> = match &self.regions {
+            Some(list) => list.clone(),
+            None => catalog.regions(),
+        };
+        all.into_iter().filter(|r| !self.deny_regions.contains(r)).collect()
+    }
+
+    /// The catalog sizes this job accepts, before regions and prices: explicit sizes, else the
+    /// sizes with an acceptable GPU model, else the sizes of the kind's workload class; whole-GPU
+    /// sizes only, with at least `min_gpus_per_vm`.
+    pub fn acceptable_sizes<'c>(&self, catalog: &'c Catalog) -> Vec<&'c super::VmSize> {
+        catalog
+            .sizes()
+            .iter()
+            .filter(|s| s.gpus > 0)
+            .filter(|s| self.sizes.is_empty() || self.sizes.iter().any(|n| n.eq_ignore_ascii_case(&s.name)))
+            .filter(|s| self.gpu_models.is_empty() || self.gpu_models.iter().any(|m| s.matches_gpu_model(m)))
+            .filter(|s| {
+                !(self.sizes.is_empty() && self.gpu_models.is_empty()) || s.workloads.contains(&self.kind.workload())
+            })
+            .filter(|s| s.gpus >= self.min_gpus_per_vm.unwrap_or(1))
+            .collect()
+    }
+
+    /// Checks the spec against the catalog and the current time; returns every problem found.
+    pub fn validate(&self, catalog: &Catalog, now: OffsetDateTime) -> Result<(), FieldErrors> {
+        let mut errs = FieldErrors::default();
+        check_label(&mut errs, "name", &self.name);
+        check_label(&mut errs, "tenant", &self.tenant);
+        if self.gpus == 0 {
+            errs.push("gpus", "must be at least 1");
+        } else if self.gpus > MAX_GPUS {
+            errs.push("gpus", format!("must be at most {MAX_GPUS}"));
+        }
+        let models: BTreeSet<String> = catalog.sizes().iter().map(|s| s.gpu_model.clone()).collect();
+        for (i, m) in self.gpu_models.iter().enumerate() {
+            if !models.iter().any(|known| gpu_model_matches(known, m)) {
+                errs.push(
+                    format!("gpu_models[{i}]"),
+                    format!(
+                        "unknown GPU model {m:?}; known: {}",
+                        models.iter().cloned().collect::<Vec<_>>().join(", ")
+                    ),
+                );
+            }
+        }
+        for (i, name) in self.sizes.iter().enumerate() {
+            match catalog.size(name) {
+                None => errs.push(format!("sizes[{i}]"), format!("unknown VM size {name:?}")),
+                Some(s) if s.gpus == 0 => errs.push(
+                    format!("sizes[{i}]"),
+                    format!("{name} carries a fraction of a GPU; jobs are placed on whole GPUs"),
+                ),
+                Some(s) if !self.gpu_models.is_empty() && !self.gpu_models.iter().any(|m| s.matches_gpu_model(m)) => {
+                    errs.push(
+                        format!("sizes[{i}]"),
+                        format!("{name} has {} GPUs, which gpu_models does not accept", s.gpu_model),
+                    )
+                }
+                Some(_) => {}
+            }
+        }
+        if let Some(m) = self.min_gpus_per_vm {
+            if m == 0 {
+                errs.push("min_gpus_per_vm", "must be at least 1");
+            } else if m > 8 {
+                errs.push("min_gpus_per_vm", "must be at most 8 (no Azure size has more GPUs per VM)");
+            }
+        }
+        let known_regions = catalog.regions();
+        if let Some(regions) = &self.regions {
+            if regions.is_empty() {
+                errs.push("regions", "must list at least one region (leave it out to allow all)");
+            }
+            for (i, r) in regions.iter().enumerate() {
+                if !known_regions.contains(r) {
+                    errs.push(format!("regions[{i}]"), format!("unknown region {r:?}"));
+                }
+            }
+        }
+        for (i, r) in self.deny_regions.iter().enumerate() {
+            if !known_regions.contains(r) {
+                errs.push(format!("deny_regions[{i}]"), format!("unknown region {r:?}"));
+            }
+        }
+        if self.regions.as_ref().is_some_and(|r| !r.is_empty()) && self.allowed_regions(catalog).is_empty() {
+            errs.push("deny_regions", "denies every region that regions allows");
+        }
+        if let Some(r) = &self.data_region
+            && !known_regions.contains(r)
+        {
+            errs.push("data_region", format!("unknown region {r:?}"));
+        }
+        if let Some(gb) = self.data_gb {
+            if !gb.is_finite() || gb < 0.0 {
+                errs.push("data_gb", "must be zero or more");
+            }
+            if self.data_region.is_none() {
+                errs.push("data_gb", "needs data_region (where the data lives)");
+            }
+        }
+        positive(&mut errs, "max_price_per_hour", self.max_price_per_hour);
+        positive(&mut errs, "budget", self.budget);
+        positive(&mut errs, "duration_hours", self.duration_hours);
+        if self.duration_hours.is_some_and(|h| h > 24.0 * 366.0) {
+            errs.push("duration_hours", "must be at most a year (8784 hours)");
+        }
+        if let Some(deadline) = self.deadline {
+            if deadline <= now {
+                errs.push("deadline", "is in the past");
+            } else if let Some(h) = self.duration_hours {
+                let hours_left = (deadline - now).as_seconds_f64() / 3600.0;
+                if h.is_finite() && h > hours_left {
+                    errs.push(
+                        "deadline",
+                        format!("is {hours_left:.1} h away, less than duration_hours ({h} h): it cannot be met"),
+                    );
+                }
+            }
+        }
+        if self.checkpoint_interval_minutes == Some(0) {
+            errs.push("checkpoint_interval_minutes", "must be at least 1");
+        }
+        if self.priority == 0 || self.priority > 1000 {
+            errs.push("priority", "must be between 1 and 1000");
+        }
+        match (&self.replicas, self.kind) {
+            (Some(_), JobKind::Training | JobKind::Batch) => {
+                errs.push("replicas", "only inference jobs have replicas");
+            }
+            (Some(r), JobKind::Inference) => {
+                if r.min == 0 {
+                    errs.push("replicas.min", "must be at least 1");
+                }
+                if r.desired < r.min {
+                    errs.push("replicas.desired", "must be at least replicas.min");
+                }
+                if r.desired > 1000 {
+                    errs.push("replicas.desired", "must be at most 1000");
+                }
+            }
+            (None, _) => {}
+        }
+        if self.kind == JobKind::Inference && self.gang == Some(true) {
+            errs.push("gang", "inference replicas are placed independently; leave gang out");
+        }
+        // Only when the filters themselves are valid is "nothing matches" a meaningful message.
+        if errs.is_empty() {
+            let sizes = self.acceptable_sizes(catalog);
+            let regions = self.allowed_regions(catalog);
+            if sizes.is_empty() {
+                let what = if !self.sizes.is_empty() {
+                    "sizes"
+                } else if !self.gpu_models.is_empty() {
+                    "gpu_models"
+                } else {
+                    "kind"
+                };
+                errs.push(
+                    what,
+                    format!(
+                        "no catalog size matches (GPU models, sizes, min_gpus_per_vm {})",
+                        self.min_gpus_per_vm.unwrap_or(1)
+                    ),
+                );
+            } else if !sizes.iter().any(|s| regions.iter().any(|r| catalog.price(&s.name, r).is_some())) {
+                errs.push("regions", "none of the acceptable sizes has a known price in the allowed regions");
+            }
+        }
+        errs.into_result(())
+    }
+}
+
+fn parse_value(content: &str, format: SpecFormat) -> Result<serde_json::Value, FieldErrors> {
+    let fail = |msg: String| {
+        let mut errs = FieldErrors::default();
+        errs.push("", msg);
+        errs
+    };
+    match format {
+        SpecFormat::Json => serde_json::from_str(content).map_err(|e| fail(format!("not valid JSON: {e}"))),
+        SpecFormat::Toml => {
+            let table: toml::Table =
+                toml::from_str(content).map_err(|e| fail(format!("not valid TOML: {}", e.message().trim())))?;
+            serde_json::to_value(table).map_err(|e| fail(format!("unsupported TOML value: {e}")))
+        }
+    }
+}
+
+fn check_label(errs: &mut FieldErrors, field: &str, value: &str) {
+    if value.trim().is_empty() {
+        errs.push(field, "must not be empty");
+    } else if value.len() > 63 {
+        errs.push(field, "must be at most 63 characters");
+    } else if !value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) {
+        errs.push(field, "may contain only letters, digits, '-', '_' and '.'");
+    }
+}
+
+fn positive(errs: &mut FieldErrors, field: &str, value: Option<f64>) {
+    if let Some(v) = value
+        && (!v.is_finite() || v <= 0.0)
+    {
+        errs.push(field, "must be a positive number");
+    }
+}
+
+/// serde's messages speak Rust ("u32"); users speak numbers.
+fn describe_serde_error(msg: &str) -> String {
+    let msg = msg.split(" at line ").next().unwrap_or(msg);
+    msg.replace("u32", "a whole number from 0 to 4294967295").replace("f64", "a number")
+}

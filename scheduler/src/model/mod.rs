@@ -1,0 +1,19 @@
+//! The domain model: what users ask for (`JobSpec`), what the cloud offers (`VmSize`, `Offer`,
+//! `Quota`), and what the scheduler keeps track of (`Job`, `Attempt`).
+//!
+//! These types are plain data with serde derives; the invariants they carry are checked by
+//! `JobSpec::validate` and by the catalog loader, never assumed.
+
+mod field_error;
+mod job;
+mod job_spec;
+mod offer;
+mod quota;
+mod size;
+
+pub use field_error::{FieldError, FieldErrors};
+pub use job::{Attempt, AttemptState, Job, JobState, fleet_name};
+pub use job_spec::{JobKind, JobSpec, Replicas, SpecFormat, SpotPolicy};
+pub use offer::{Offer, Priority};
+pub use quota::{Quota, QuotaPool, normalize_family};
+pub use size::{VmSize, Workload};

@@ -1,0 +1,60 @@
+//! A VM size as the catalog knows it: the facts placement needs (GPUs, vCPUs, quota family).
+
+use serde::{Deserialize, Serialize};
+
+/// What a size is suited for; training defaults to sizes marked `training`, inference to `inference`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Workload {
+    /// Model training (NC and ND series).
+    Training,
+    /// Serving and batch inference (NV and NC series).
+    Inference,
+}
+
+/// One Azure VM size, e.g. `Standard_NC24ads_A100_v4`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmSize {
+    /// Azure's name, `Standard_…`.
+    pub name: String,
+    /// Quota family as the Compute usages API names it (`standardNCADSA100v4Family`).
+    pub family: String,
+    /// vCPUs per VM: the unit every quota pool counts in.
+    pub vcpus: u32,
+    /// Memory per VM in GiB.
+    pub memory_gib: f64,
+    /// GPU model, e.g. `A100-80GB`.
+    pub gpu_model: String,
+    /// Whole GPUs per VM; 0 for a fractional size.
+    pub gpus: u32,
+    /// Share of one GPU for fractional sizes (`"1/3"`), absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_fraction: Option<String>,
+    /// GPU memory per GPU (or per partition, for fractional sizes) in GiB.
+    pub gpu_memory_gib: u32,
+    /// Whether the size has an InfiniBand fabric for multi-node training.
+    pub infiniband: bool,
+    /// Workload classes the size suits.
+    pub workloads: Vec<Workload>,
+}
+
+impl VmSize {
+    /// True for sizes that carry only part of one GPU.
+    pub fn is_fractional(&self) -> bool {
+        self.gpu_fraction.is_some()
+    }
+
+    /// True when `wanted` names this size's GPU model, exactly (`A100-80GB`) or as a family
+    /// prefix (`A100` matches `A100-80GB` and `A100-40GB`); case-insensitive.
+    pub fn matches_gpu_model(&self, wanted: &str) -> bool {
+        gpu_model_matches(&self.gpu_model, wanted)
+    }
+}
+
+/// See [`VmSize::matches_gpu_model`].
+pub fn gpu_model_matches(model: &str, wanted: &str) -> bool {
+    let model = model.to_ascii_lowercase();
+    let wanted = wanted.to_ascii_lowercase();
+    model == wanted || model.strip_prefix(&wanted).is_some_and(|rest| rest.starts_with('-'))
+}

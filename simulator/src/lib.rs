@@ -1,0 +1,1 @@
+//! The simulated cloud, virtual time, workloads, scenarios, baselines and reports.

@@ -1,0 +1,1 @@
+//! Placement optimisation: pure functions, no I/O, no async.

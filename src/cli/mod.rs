@@ -1,0 +1,5 @@
+//! One module per command; each returns the process exit code.
+
+pub mod catalog;
+pub mod table;
+pub mod validate;

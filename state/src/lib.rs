@@ -1,0 +1,1 @@
+//! The durable store on sled: the only code that touches the database.
