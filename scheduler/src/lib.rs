@@ -5,6 +5,7 @@
 //! so the simulator can drive the very same code in virtual time.
 
 pub mod catalog;
+pub mod clock;
 pub mod model;
 
 pub use catalog::Catalog;
