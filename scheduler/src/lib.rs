@@ -6,6 +6,7 @@
 
 pub mod catalog;
 pub mod clock;
+pub mod cloud;
 pub mod model;
 
 pub use catalog::Catalog;

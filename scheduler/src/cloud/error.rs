@@ -1,0 +1,164 @@
+//! Classified cloud errors: what went wrong, in the terms the scheduler reacts to.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Priority, QuotaPool};
+
+/// A failure at the cloud boundary, already classified. The control loop decides what to block
+/// and for how long from the variant alone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
+#[serde(tag = "class", rename_all = "snake_case")]
+pub enum CloudError {
+    /// A quota pool is exhausted. `limit`, `usage` and `required` are vCPUs, when Azure said them.
+    #[error("no quota: {region} {pool} (limit {limit:?}, usage {usage:?}, required {required:?})")]
+    Quota {
+        /// Region.
+        region: String,
+        /// The exhausted pool.
+        pool: QuotaPool,
+        /// vCPU limit.
+        limit: Option<u64>,
+        /// vCPUs in use.
+        usage: Option<u64>,
+        /// vCPUs the request needed on top.
+        required: Option<u64>,
+    },
+    /// No capacity for the size (in the zone, when known).
+    #[error("no capacity: {region} {size:?} {priority:?} zone {zone:?}")]
+    Capacity {
+        /// Region.
+        region: String,
+        /// Size, when known.
+        size: Option<String>,
+        /// Priority, when known.
+        priority: Option<Priority>,
+        /// Zone, when the failure was zonal.
+        zone: Option<String>,
+    },
+    /// The size is not offered there (or not to this subscription, or not as spot).
+    #[error("size unavailable: {size} in {region} ({priority:?})")]
+    SizeUnavailable {
+        /// Region.
+        region: String,
+        /// Size.
+        size: String,
+        /// Priority, when the refusal was for one tier only.
+        priority: Option<Priority>,
+    },
+    /// The spot price is above the cap we gave.
+    #[error("spot price above cap: {size:?} in {region}")]
+    PriceAboveCap {
+        /// Region.
+        region: String,
+        /// Size, when known.
+        size: Option<String>,
+    },
+    /// Throttled; retry after the given time.
+    #[error("throttled (retry after {retry_after_ms:?} ms)")]
+    Throttled {
+        /// What `Retry-After` said, in milliseconds.
+        retry_after_ms: Option<u64>,
+    },
+    /// A failure that may go away on its own (5xx, timeouts, connection resets).
+    #[error("transient: {message}")]
+    Transient {
+        /// What happened.
+        message: String,
+    },
+    /// A failure that will not go away by retrying (bad request, spot not supported, auth).
+    #[error("permanent: {code}: {message}")]
+    Permanent {
+        /// Azure's error code, or our own.
+        code: String,
+        /// What happened.
+        message: String,
+    },
+    /// The object does not exist.
+    #[error("not found: {what}")]
+    NotFound {
+        /// What was looked for.
+        what: String,
+    },
+}
+
+/// The coarse classes used for metrics, circuit breakers and block durations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureClass {
+    /// Quota exhausted.
+    Quota,
+    /// No capacity.
+    Capacity,
+    /// Size not available.
+    SizeUnavailable,
+    /// Spot price above cap.
+    PriceAboveCap,
+    /// Throttled.
+    Throttled,
+    /// Transient.
+    Transient,
+    /// Permanent.
+    Permanent,
+    /// Not found.
+    NotFound,
+}
+
+impl FailureClass {
+    /// The lower-case name used in metrics and events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureClass::Quota => "quota",
+            FailureClass::Capacity => "capacity",
+            FailureClass::SizeUnavailable => "size_unavailable",
+            FailureClass::PriceAboveCap => "price_above_cap",
+            FailureClass::Throttled => "throttled",
+            FailureClass::Transient => "transient",
+            FailureClass::Permanent => "permanent",
+            FailureClass::NotFound => "not_found",
+        }
+    }
+}
+
+impl CloudError {
+    /// The error's class.
+    pub fn class(&self) -> FailureClass {
+        match self {
+            CloudError::Quota { .. } => FailureClass::Quota,
+            CloudError::Capacity { .. } => FailureClass::Capacity,
+            CloudError::SizeUnavailable { .. } => FailureClass::SizeUnavailable,
+            CloudError::PriceAboveCap { .. } => FailureClass::PriceAboveCap,
+            CloudError::Throttled { .. } => FailureClass::Throttled,
+            CloudError::Transient { .. } => FailureClass::Transient,
+            CloudError::Permanent { .. } => FailureClass::Permanent,
+            CloudError::NotFound { .. } => FailureClass::NotFound,
+        }
+    }
+
+    /// True when retrying the same call later may succeed without changing anything.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, CloudError::Throttled { .. } | CloudError::Transient { .. })
+    }
+
+    /// How long to block the offer that failed, per the reference values in NOTES.md (from an AKS
+    /// node provisioner in production): allocation failures 1 h; `SkuNotAvailable` 1 h for spot and
+    /// 23 h for regular; family quota 10 min (1 h when the limit is 0); spot quota 1 h. `None` for
+    /// failures that say nothing about the offer (throttling, transient, not found).
+    pub fn block_for(&self) -> Option<Duration> {
+        const MIN: u64 = 60;
+        const HOUR: u64 = 3600;
+        let secs = match self {
+            CloudError::Quota { pool: QuotaPool::LowPriorityCores, .. } => HOUR,
+            CloudError::Quota { limit: Some(0), .. } => HOUR,
+            CloudError::Quota { .. } => 10 * MIN,
+            CloudError::Capacity { .. } => HOUR,
+            CloudError::SizeUnavailable { priority: Some(Priority::Spot), .. } => HOUR,
+            CloudError::SizeUnavailable { .. } => 23 * HOUR,
+            CloudError::PriceAboveCap { .. } => 10 * MIN,
+            CloudError::Permanent { .. } => 23 * HOUR,
+            CloudError::Throttled { .. } | CloudError::Transient { .. } | CloudError::NotFound { .. } => return None,
+        };
+        Some(Duration::from_secs(secs))
+    }
+}

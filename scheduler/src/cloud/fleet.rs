@@ -1,0 +1,186 @@
+//! Fleets as the scheduler sees them: what it asks for, what exists, and operations in flight.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::error::CloudError;
+use crate::model::Priority;
+
+/// Tag carrying the job id on every fleet spillway creates.
+pub const TAG_JOB: &str = "spillway-job";
+/// Tag carrying the attempt number on every fleet spillway creates.
+pub const TAG_ATTEMPT: &str = "spillway-attempt";
+
+/// A request for one fleet: one job attempt in one region, one priority.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetRequest {
+    /// Deterministic name (`model::fleet_name`), so a retry finds the fleet instead of a twin.
+    pub name: String,
+    /// Region.
+    pub region: String,
+    /// Spot or regular.
+    pub priority: Priority,
+    /// Sizes ranked: the chosen one first, then compatible alternatives meeting the same demand.
+    pub sizes: Vec<String>,
+    /// VMs wanted.
+    pub vms: u32,
+    /// VMs below which the fleet is useless (= `vms` for a gang).
+    pub min_vms: u32,
+    /// Spot only: the most we pay per VM-hour.
+    pub max_price_per_vm: Option<f64>,
+    /// Zones to use; empty = let the cloud choose.
+    pub zones: Vec<String>,
+    /// Tags, including [`TAG_JOB`] and [`TAG_ATTEMPT`].
+    pub tags: BTreeMap<String, String>,
+}
+
+/// Azure's `provisioningState`, open: values we do not know are kept, and treated as not final.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ProvisioningState {
+    /// Being created.
+    Creating,
+    /// Being updated.
+    Updating,
+    /// Done.
+    Succeeded,
+    /// Failed.
+    Failed,
+    /// Cancelled.
+    Canceled,
+    /// Being deleted.
+    Deleting,
+    /// Being migrated.
+    Migrating,
+    /// A value this build does not know.
+    Other(String),
+}
+
+impl ProvisioningState {
+    /// Parses Azure's spelling; unknown values are kept as `Other`.
+    pub fn parse(s: &str) -> ProvisioningState {
+        match s {
+            "Creating" => ProvisioningState::Creating,
+            "Updating" => ProvisioningState::Updating,
+            "Succeeded" => ProvisioningState::Succeeded,
+            "Failed" => ProvisioningState::Failed,
+            "Canceled" | "Cancelled" => ProvisioningState::Canceled,
+            "Deleting" => ProvisioningState::Deleting,
+            "Migrating" => ProvisioningState::Migrating,
+            other => ProvisioningState::Other(other.to_string()),
+        }
+    }
+
+    /// Azure's spelling.
+    pub fn as_str(&self) -> &str {
+        match self {
+            ProvisioningState::Creating => "Creating",
+            ProvisioningState::Updating => "Updating",
+            ProvisioningState::Succeeded => "Succeeded",
+            ProvisioningState::Failed => "Failed",
+            ProvisioningState::Canceled => "Canceled",
+            ProvisioningState::Deleting => "Deleting",
+            ProvisioningState::Migrating => "Migrating",
+            ProvisioningState::Other(s) => s,
+        }
+    }
+
+    /// True for `Succeeded`, `Failed` and `Canceled`; unknown values are not final.
+    pub fn is_final(&self) -> bool {
+        matches!(self, ProvisioningState::Succeeded | ProvisioningState::Failed | ProvisioningState::Canceled)
+    }
+}
+
+impl fmt::Display for ProvisioningState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for ProvisioningState {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for ProvisioningState {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(ProvisioningState::parse(&String::deserialize(d)?))
+    }
+}
+
+/// A fleet that exists in the cloud.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Fleet {
+    /// Name.
+    pub name: String,
+    /// Region.
+    pub region: String,
+    /// Spot or regular (the profile with non-zero capacity).
+    pub priority: Priority,
+    /// Sizes, ranked.
+    pub sizes: Vec<String>,
+    /// VMs asked for.
+    pub capacity_vms: u32,
+    /// Minimum VMs.
+    pub min_capacity_vms: u32,
+    /// Where its last operation is.
+    pub provisioning_state: ProvisioningState,
+    /// Tags.
+    pub tags: BTreeMap<String, String>,
+    /// VMs running now, when the cloud can tell (it falls on spot evictions).
+    pub running_vms: Option<u32>,
+}
+
+/// A create operation in flight: enough to poll it later, even from another process after a
+/// restart (it is stored with the attempt).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetOperation {
+    /// The fleet being created.
+    pub fleet_name: String,
+    /// Where to poll (`Azure-AsyncOperation` or `Location`); `None` when the cloud finished at once.
+    pub status_url: Option<String>,
+    /// How long the cloud asked us to wait before polling, in milliseconds.
+    pub retry_after_ms: u64,
+}
+
+/// Where a create operation is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OperationStatus {
+    /// Still running; poll again after the given time.
+    InProgress {
+        /// Milliseconds to wait.
+        retry_after_ms: u64,
+    },
+    /// The fleet exists.
+    Succeeded,
+    /// The operation failed for the given (classified) reason.
+    Failed(CloudError),
+}
+
+/// One scale set of a fleet.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScaleSet {
+    /// Name.
+    pub name: String,
+    /// Resource id.
+    pub id: String,
+    /// Where its last operation is.
+    pub operation_status: ProvisioningState,
+    /// The classified error when `operation_status` is `Failed`.
+    pub error: Option<CloudError>,
+}
+
+/// A size that cannot be used in a region, or in some of its zones.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SizeRestriction {
+    /// Region.
+    pub region: String,
+    /// Size.
+    pub size: String,
+    /// Zones affected; empty = the whole region.
+    pub zones: Vec<String>,
+    /// Azure's reason code (`NotAvailableForSubscription`, `QuotaId`, or a newer one).
+    pub reason: String,
+}
