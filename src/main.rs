@@ -51,9 +51,74 @@ enum Command {
         #[arg(long, value_enum, default_value_t)]
         output: Output,
     },
+    /// Solve a placement problem (JSON, see README) and print the plan with the reasons jobs wait.
+    Plan {
+        /// The problem file; without it, asks the running server what its solver would do now.
+        #[arg(long)]
+        problem: Option<PathBuf>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+        /// Solver method.
+        #[arg(long = "solver", value_enum, default_value_t)]
+        method: cli::plan::SolverArg,
+        /// Stop optimising after this many milliseconds and fall back to the greedy plan.
+        #[arg(long)]
+        time_limit_ms: Option<u64>,
+        /// Server to ask when no --problem is given.
+        #[command(flatten)]
+        server: cli::client::ServerArgs,
+    },
+    /// Run a simulator experiment file (its `[experiment] kind`: spot-deadline, what-if); with no
+    /// file, the bundled `default` what-if scenario.
+    Simulate {
+        /// The experiment file (TOML); trace paths in it are relative to its directory.
+        file: Option<PathBuf>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+        /// What-if: also write a self-contained HTML report (charts per policy) to this file.
+        #[arg(long)]
+        report: Option<PathBuf>,
+        /// What-if: replace the scenario's seed.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// What-if: write 0 as `wall_ms`, so the same scenario and seed give byte-identical output.
+        #[arg(long)]
+        no_timing: bool,
+    },
+    /// Back up (export), restore (import) and verify (check) the durable state in `--data-dir`.
+    State {
+        #[command(subcommand)]
+        action: cli::state::StateCommand,
+    },
+    /// Run the HTTP API and the control loop (simulated cloud by default, `--cloud azure` for Azure).
+    Serve(cli::serve::ServeArgs),
+    /// Submit a job spec (TOML or JSON) to the server.
+    Submit(cli::submit::SubmitArgs),
+    /// List jobs on the server.
+    Jobs(cli::jobs::JobsArgs),
+    /// Everything about one job: state, placement, attempts, events, cost, why it waits.
+    Status(cli::status::StatusArgs),
+    /// Cancel a job.
+    Cancel(cli::cancel::JobIdArgs),
+    /// Mark a running job's work as done.
+    Complete(cli::cancel::JobIdArgs),
+    /// Quota pools per region, blocked offers, unhealthy regions.
+    Capacity(cli::capacity::CapacityArgs),
+    /// Create, list and revoke API tokens (admin).
+    Token(cli::token::TokenArgs),
+    /// Serve a simulated cloud with Azure Resource Manager's API on loopback (for testing Azure clients).
+    EmulateArm(cli::emulate_arm::EmulateArmArgs),
 }
 
 fn main() -> ExitCode {
+    // A CLI piped into `head` must stop quietly when the pipe closes, not panic in `println!`.
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    #[cfg(unix)]
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let args = Args::parse();
     let catalog = match scheduler::Catalog::load(args.catalog.as_deref()) {
         Ok(c) => c,
@@ -67,5 +132,22 @@ fn main() -> ExitCode {
             cli::catalog::run(&catalog, gpu.as_deref(), region.as_deref(), output)
         }
         Command::Validate { file, output } => cli::validate::run(&catalog, &file, output),
+        Command::Plan { problem: Some(problem), output, method, time_limit_ms, .. } => {
+            cli::plan::run(&problem, output, method, time_limit_ms)
+        }
+        Command::Plan { problem: None, output, server, .. } => cli::capacity::run_remote_plan(&server, output),
+        Command::State { action } => cli::state::run(action),
+        Command::Serve(a) => cli::serve::run(&catalog, a),
+        Command::Submit(a) => cli::submit::run(a),
+        Command::Jobs(a) => cli::jobs::run(a),
+        Command::Status(a) => cli::status::run(a),
+        Command::Cancel(a) => cli::cancel::cancel(a),
+        Command::Complete(a) => cli::cancel::complete(a),
+        Command::Capacity(a) => cli::capacity::run(a),
+        Command::Token(a) => cli::token::run(a),
+        Command::EmulateArm(a) => cli::emulate_arm::run(&catalog, a),
+        Command::Simulate { file, output, report, seed, no_timing } => {
+            cli::simulate::run_with(file.as_deref(), output, &cli::simulate::WhatIfArgs { report, seed, no_timing })
+        }
     }
 }

@@ -4,9 +4,13 @@
 //! Everything here sees the cloud only through the `Cloud` trait and time only through a `Clock`,
 //! so the simulator can drive the very same code in virtual time.
 
+pub mod api;
 pub mod catalog;
 pub mod clock;
 pub mod cloud;
+pub mod control;
+pub mod jobs;
 pub mod model;
+pub mod records;
 
 pub use catalog::Catalog;

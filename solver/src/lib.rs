@@ -1,1 +1,216 @@
-//! Placement optimisation: pure functions, no I/O, no async.
+//! Placement optimisation for spillway: pure functions, no I/O, no async.
+//!
+//! Given pending jobs, the offers of the cloud (region × size × priority, with prices, capacity and
+//! spot eviction rates) and the free quota, [`solve`] decides where each job runs. The objective is
+//! lexicographic: first the placed weight Σ priority × placed GPUs, then the expected cost (run cost,
+//! expected spot eviction cost, see [`EVICTION_OVERHEAD_HOURS`], and egress). Every job left waiting
+//! gets the reasons that bind.
+//!
+//! Methods ([`Method`]):
+//! - `Best` in the default build: the LP relaxation over job classes (identical jobs grouped, dominated
+//!   offers pruned), solved with clarabel, then rounding, repair and greedy fill; the LP optima give a
+//!   proven bound and so the reported `gap`. With `--features highs`: an exact MILP through HiGHS.
+//! - `Greedy`: priority order, cheapest feasible offer first; also the fallback when the time limit
+//!   hits.
+//!
+//! ```
+//! let problem = solver::Problem::from_json_str(r#"{
+//!   "offers": [{"region": "eastus", "size": "Standard_NC24ads_A100_v4", "priority": "regular",
+//!               "gpu_model": "A100-80GB", "gpus_per_vm": 1, "vcpus_per_vm": 24,
+//!               "family": "standardNCADSA100v4Family", "price_per_hour": 3.673}],
+//!   "quotas": [{"region": "eastus", "pool": "standardNCADSA100v4Family", "vcpus": 96}],
+//!   "jobs": [{"id": "ft-1", "gpus": 4, "gpu_models": ["A100-80GB"], "duration_hours": 5.0}]
+//! }"#).unwrap();
+//! let plan = solver::solve(&problem, &solver::SolveOptions::default());
+//! assert_eq!(plan.placements[0].vms, 4);
+//! assert!(plan.optimal);
+//! ```
+
+mod check;
+mod explain;
+pub mod generate;
+mod lp;
+#[cfg(feature = "highs")]
+mod milp;
+mod model;
+mod plan;
+mod problem;
+
+use std::time::Instant;
+
+pub use check::check;
+pub use model::{DEFAULT_EGRESS_USD_PER_GB, EVICTION_OVERHEAD_HOURS};
+pub use plan::{Method, Placement, Plan, SolveOptions, Unplaced};
+pub use problem::{
+    Egress, FieldIssue, JobDemand, Offer, Priority, Problem, ProblemError, QuotaLimit, SpotPolicy, normalize_pool,
+};
+
+use model::{Instance, Sol, better, priority_order};
+
+/// Solves a validated problem (see [`Problem::validate`]; an unvalidated one may give a meaningless
+/// but still well-formed plan). `Method::Best` uses HiGHS when built with `--features highs`, the
+/// LP-rounding method otherwise.
+pub fn solve(problem: &Problem, options: &SolveOptions) -> Plan {
+    match options.method {
+        Method::Greedy => solve_greedy(problem),
+        #[cfg(feature = "highs")]
+        Method::Best => milp::solve(problem, options),
+        #[cfg(not(feature = "highs"))]
+        Method::Best => solve_lp_round(problem, options),
+    }
+}
+
+/// The default build's `Best`: LP relaxation, rounding, repair and greedy fill, with the LP bound for
+/// `gap`. Available in every build so that it can be compared with HiGHS.
+pub fn solve_lp_round(problem: &Problem, options: &SolveOptions) -> Plan {
+    let start = Instant::now();
+    let deadline = options.time_limit_ms.map(|ms| start + std::time::Duration::from_millis(ms));
+    let inst = Instance::new(problem);
+    let mut greedy = greedy(&inst);
+    let trivial = trivial_bounds(&inst);
+    match lp::solve_lp(&inst, deadline) {
+        Ok(lp) => {
+            let mut rounded = lp::round(&inst, &lp);
+            rounded.improve(&inst);
+            // When rounding falls short of the LP's weight, the phase-2 solution aimed at a weight no
+            // plan reaches; aim again at the weight reached, so that cost is optimised for it.
+            let reached = rounded.weight(&inst);
+            if reached < lp.weight_bound - 0.5
+                && let Ok((_, values)) = lp::min_cost_at(&inst, reached, deadline)
+            {
+                let mut again = lp::round(&inst, &lp::LpResult { values, ..lp });
+                again.improve(&inst);
+                rounded = pick(&inst, rounded, again);
+            }
+            greedy.improve(&inst);
+            let sol = pick(&inst, rounded, greedy);
+            let bounds = [trivial, Bound { weight: lp.weight_bound, cost: lp.cost_bound }];
+            finish(&inst, &sol, "lp-round", &bounds, start)
+        }
+        Err(why) => finish(&inst, &greedy, &format!("greedy ({why})"), &[trivial], start),
+    }
+}
+
+fn solve_greedy(problem: &Problem) -> Plan {
+    let start = Instant::now();
+    let inst = Instance::new(problem);
+    let sol = greedy(&inst);
+    finish(&inst, &sol, "greedy", &[trivial_bounds(&inst)], start)
+}
+
+/// Priority order, best-ranked (cheapest) feasible candidate first.
+fn greedy(inst: &Instance) -> Sol {
+    let mut sol = Sol::new(inst);
+    for j in priority_order(inst) {
+        sol.place(inst, j, inst.cands_of(j));
+    }
+    sol
+}
+
+/// The better of two plans, lexicographically; the first on a tie.
+fn pick(inst: &Instance, a: Sol, b: Sol) -> Sol {
+    if better((b.weight(inst), b.cost()), (a.weight(inst), a.cost())) { b } else { a }
+}
+
+/// A proven bound: no plan has more than `weight`; plans with exactly `weight` cost at least `cost`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Bound {
+    pub weight: f64,
+    pub cost: Option<f64>,
+}
+
+/// Bounds that need no optimiser: every job with a feasible candidate placed in full, each on its
+/// cheapest candidate (per GPU for non-gang jobs). A plan reaching that weight places every such job in
+/// full, so it pays at least the sum of their cheapest costs.
+fn trivial_bounds(inst: &Instance) -> Bound {
+    let mut weight = 0.0;
+    let mut cost = 0.0;
+    for class in &inst.classes {
+        let job = inst.job(class.rep);
+        let n = class.jobs.len() as f64;
+        let cheapest = if job.gang {
+            class.cands.iter().map(|c| c.cost).fold(f64::INFINITY, f64::min)
+        } else {
+            class.cands.iter().map(|c| c.cost_per_gpu() * f64::from(job.gpus)).fold(f64::INFINITY, f64::min)
+        };
+        if cheapest.is_finite() {
+            weight += n * f64::from(job.priority) * f64::from(job.gpus);
+            cost += n * cheapest;
+        }
+    }
+    Bound { weight, cost: Some(cost) }
+}
+
+/// Rounds money to micro-dollars so that the JSON does not show float noise.
+fn money(x: f64) -> f64 {
+    (x * 1e6).round() / 1e6
+}
+
+/// Assembles the plan: placements merged per (job, offer) in job then offer order, the reasons of
+/// every job not fully placed, and the gap against the tightest applicable bounds.
+fn finish(inst: &Instance, sol: &Sol, solver: &str, bounds: &[Bound], start: Instant) -> Plan {
+    let p = inst.p;
+    let mut assigns = sol.assigns.clone();
+    assigns.sort_by_key(|a| (a.job, a.offer));
+    let mut placements: Vec<Placement> = Vec::new();
+    let mut last: Option<(usize, usize)> = None;
+    for a in assigns {
+        let offer = &p.offers[a.offer];
+        if last == Some((a.job, a.offer))
+            && let Some(prev) = placements.last_mut()
+        {
+            prev.vms += a.vms;
+            prev.gpus += a.gpus;
+            prev.price_per_hour = money(f64::from(prev.vms) * offer.price_per_hour);
+            prev.expected_cost = money(prev.expected_cost + a.cost);
+            continue;
+        }
+        last = Some((a.job, a.offer));
+        placements.push(Placement {
+            job: p.jobs[a.job].id.clone(),
+            region: offer.region.clone(),
+            size: offer.size.clone(),
+            priority: offer.priority,
+            vms: a.vms,
+            gpus: a.gpus,
+            price_per_hour: money(f64::from(a.vms) * offer.price_per_hour),
+            expected_cost: money(a.cost),
+        });
+    }
+    // Jobs of one class that are wholly unplaced have the same reasons: explain each class once.
+    let mut by_class: Vec<Option<Vec<String>>> = vec![None; inst.classes.len()];
+    let unplaced = (0..p.jobs.len())
+        .filter(|&j| sol.job_gpus[j] < p.jobs[j].gpus)
+        .map(|j| {
+            let reasons = if sol.job_gpus[j] == 0 {
+                by_class[inst.job_class[j]].get_or_insert_with(|| explain::reasons(inst, sol, j)).clone()
+            } else {
+                explain::reasons(inst, sol, j)
+            };
+            Unplaced { job: p.jobs[j].id.clone(), reasons }
+        })
+        .collect();
+    let weight = sol.weight(inst);
+    let cost = sol.cost();
+    let weight_bound = bounds.iter().map(|b| b.weight).fold(f64::INFINITY, f64::min).max(weight);
+    let gap = if weight < weight_bound - 0.5 {
+        (weight_bound - weight) / weight_bound
+    } else {
+        let cost_bound = bounds.iter().filter(|b| weight >= b.weight - 0.5).filter_map(|b| b.cost).fold(0.0, f64::max);
+        if cost <= 0.0 { 0.0 } else { ((cost - cost_bound) / cost).max(0.0) }
+    };
+    let gap = (gap * 1e9).round() / 1e9;
+    Plan {
+        placements,
+        unplaced,
+        placed_weight: weight,
+        expected_cost: money(cost),
+        solver: solver.to_string(),
+        optimal: gap <= OPTIMAL_GAP,
+        gap,
+        solve_ms: (start.elapsed().as_secs_f64() * 1e6).round() / 1e3,
+    }
+}
+
+/// Relative gap under which a plan is reported optimal: the tolerance of the LP bounds.
+pub const OPTIMAL_GAP: f64 = 1e-6;

@@ -12,7 +12,7 @@ use crate::model::{Priority, QuotaPool};
 #[serde(tag = "class", rename_all = "snake_case")]
 pub enum CloudError {
     /// A quota pool is exhausted. `limit`, `usage` and `required` are vCPUs, when Azure said them.
-    #[error("no quota: {region} {pool} (limit {limit:?}, usage {usage:?}, required {required:?})")]
+    #[error("no quota: {region} {pool}{}", quota_numbers(*limit, *usage, *required))]
     Quota {
         /// Region.
         region: String,
@@ -26,7 +26,7 @@ pub enum CloudError {
         required: Option<u64>,
     },
     /// No capacity for the size (in the zone, when known).
-    #[error("no capacity: {region} {size:?} {priority:?} zone {zone:?}")]
+    #[error("no capacity: {region}{}{}{}", opt(size), opt(&priority.map(|p| p.to_string())), zone.as_ref().map(|z| format!(" zone {z}")).unwrap_or_default())]
     Capacity {
         /// Region.
         region: String,
@@ -38,7 +38,7 @@ pub enum CloudError {
         zone: Option<String>,
     },
     /// The size is not offered there (or not to this subscription, or not as spot).
-    #[error("size unavailable: {size} in {region} ({priority:?})")]
+    #[error("size unavailable: {size} in {region}{}", opt(&priority.map(|p| p.to_string())))]
     SizeUnavailable {
         /// Region.
         region: String,
@@ -48,7 +48,7 @@ pub enum CloudError {
         priority: Option<Priority>,
     },
     /// The spot price is above the cap we gave.
-    #[error("spot price above cap: {size:?} in {region}")]
+    #[error("spot price above the cap: {region}{}", opt(size))]
     PriceAboveCap {
         /// Region.
         region: String,
@@ -56,7 +56,7 @@ pub enum CloudError {
         size: Option<String>,
     },
     /// Throttled; retry after the given time.
-    #[error("throttled (retry after {retry_after_ms:?} ms)")]
+    #[error("throttled{}", retry_after_ms.map(|ms| format!(" (retry after {ms} ms)")).unwrap_or_default())]
     Throttled {
         /// What `Retry-After` said, in milliseconds.
         retry_after_ms: Option<u64>,
@@ -81,6 +81,18 @@ pub enum CloudError {
         /// What was looked for.
         what: String,
     },
+}
+
+fn opt(s: &Option<String>) -> String {
+    s.as_ref().map(|s| format!(" {s}")).unwrap_or_default()
+}
+
+fn quota_numbers(limit: Option<u64>, usage: Option<u64>, required: Option<u64>) -> String {
+    match (limit, usage, required) {
+        (Some(l), Some(u), Some(r)) => format!(" (limit {l} vCPUs, {u} used, {r} more needed)"),
+        (Some(l), Some(u), None) => format!(" (limit {l} vCPUs, {u} used)"),
+        _ => String::new(),
+    }
 }
 
 /// The coarse classes used for metrics, circuit breakers and block durations.
@@ -134,6 +146,12 @@ impl CloudError {
             CloudError::Permanent { .. } => FailureClass::Permanent,
             CloudError::NotFound { .. } => FailureClass::NotFound,
         }
+    }
+
+    /// True when the failure says something about the region's health (its circuit breaker
+    /// counts it): no capacity, or the service failing. Quota and price are our own limits.
+    pub fn counts_against_region(&self) -> bool {
+        matches!(self, CloudError::Capacity { .. } | CloudError::Transient { .. })
     }
 
     /// True when retrying the same call later may succeed without changing anything.

@@ -8,6 +8,7 @@
 //! never blocks a round on a long-running operation: it starts the operation, stores the handle
 //! with the attempt, and polls it in later rounds, which works the same in real and virtual time.
 
+pub mod azure;
 mod error;
 mod fleet;
 

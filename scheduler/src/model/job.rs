@@ -85,13 +85,97 @@ pub struct Job {
     pub submitted_at_ms: i64,
     /// Last state change, Unix milliseconds.
     pub updated_at_ms: i64,
+    /// When it first ran, Unix milliseconds (wait time = this minus `submitted_at_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_running_at_ms: Option<i64>,
+    /// When it reached a final state, Unix milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at_ms: Option<i64>,
     /// Number of attempts made so far (the next attempt's number is this plus one).
     pub attempts: u32,
     /// USD accrued over all attempts.
     pub cost_usd: f64,
+    /// Hours of work done (at full size), counting only work kept by checkpoints.
+    #[serde(default)]
+    pub progress_hours: f64,
+    /// GPU-hours of work lost to evictions and failures since the last checkpoint.
+    #[serde(default)]
+    pub lost_work_gpu_hours: f64,
+    /// Times the job moved to a new placement after a failure or eviction.
+    #[serde(default)]
+    pub failovers: u32,
+    /// Spot evictions suffered.
+    #[serde(default)]
+    pub evictions: u32,
     /// While pending: why it is not placed (empty otherwise).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending_reasons: Vec<String>,
+    /// The last provisioning failure, for people asking "why did it move?".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure: Option<String>,
+    /// Why it ended, when it ended other than by completing (cancelled by whom, budget, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_reason: Option<String>,
+    /// Set when an attempt failed or degraded: the next placement is a failover.
+    #[serde(default)]
+    pub awaiting_failover: bool,
+}
+
+impl Job {
+    /// A freshly accepted job.
+    pub fn new(id: String, spec: JobSpec, now_ms: i64) -> Job {
+        Job {
+            id,
+            spec,
+            state: JobState::Pending,
+            submitted_at_ms: now_ms,
+            updated_at_ms: now_ms,
+            first_running_at_ms: None,
+            finished_at_ms: None,
+            attempts: 0,
+            cost_usd: 0.0,
+            progress_hours: 0.0,
+            lost_work_gpu_hours: 0.0,
+            failovers: 0,
+            evictions: 0,
+            pending_reasons: Vec::new(),
+            last_failure: None,
+            end_reason: None,
+            awaiting_failover: false,
+        }
+    }
+
+    /// Moves to `state` at `now_ms`, stamping the lifecycle times.
+    pub fn set_state(&mut self, state: JobState, now_ms: i64) {
+        if self.state == state {
+            return;
+        }
+        self.state = state;
+        self.updated_at_ms = now_ms;
+        if state == JobState::Running && self.first_running_at_ms.is_none() {
+            self.first_running_at_ms = Some(now_ms);
+        }
+        if state.is_final() {
+            self.finished_at_ms = Some(now_ms);
+            self.pending_reasons.clear();
+        }
+        if state != JobState::Pending {
+            self.pending_reasons.clear();
+        }
+    }
+
+    /// GPUs the job wants in all: `gpus`, times desired replicas for inference.
+    pub fn wanted_gpus(&self) -> u32 {
+        match self.spec.replicas {
+            Some(r) => self.spec.gpus.saturating_mul(r.desired),
+            None => self.spec.gpus,
+        }
+    }
+
+    /// Hours of work left (at full size); `None` when the spec gives no duration.
+    pub fn remaining_hours(&self) -> Option<f64> {
+        self.spec.duration_hours.map(|d| (d - self.progress_hours).max(0.0))
+    }
 }
 
 /// Where an attempt is.
@@ -121,24 +205,65 @@ pub struct Attempt {
     pub fleet_name: String,
     /// Region.
     pub region: String,
-    /// VM size.
+    /// VM size (the first ranked; the cloud may use an alternative of the same shape).
     pub size: String,
+    /// Alternatives of the same shape, ranked after `size`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alternatives: Vec<String>,
     /// Spot or regular.
     pub priority: Priority,
     /// VMs asked for.
     pub vms: u32,
+    /// GPUs this attempt carries.
+    pub gpus: u32,
+    /// vCPUs this attempt draws from quota.
+    pub vcpus: u64,
+    /// Quota family of the size.
+    pub family: String,
     /// Price per VM-hour when placed.
     pub price_per_hour: f64,
+    /// Spot only: the most to pay per VM-hour (the job's price cap, spread over this placement's
+    /// VMs as the solver planned it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_price_per_vm: Option<f64>,
     /// Where the attempt is.
     pub state: AttemptState,
     /// When the intent was written, Unix milliseconds.
     pub started_at_ms: i64,
+    /// When the fleet reached its minimum capacity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_since_ms: Option<i64>,
     /// When it ended, Unix milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at_ms: Option<i64>,
+    /// The create operation in flight, kept so a restarted scheduler can poll it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation: Option<crate::cloud::FleetOperation>,
+    /// VMs running at the last look.
+    #[serde(default)]
+    pub running_vms: u32,
+    /// Since when the fleet has been below its minimum, if it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub below_min_since_ms: Option<i64>,
+    /// USD accrued by this attempt.
+    #[serde(default)]
+    pub cost_usd: f64,
+    /// Up to when cost and progress have been accounted, Unix milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accounted_until_ms: Option<i64>,
     /// Why it failed, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
+    /// The failure's class, when it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_class: Option<crate::cloud::FailureClass>,
+}
+
+impl Attempt {
+    /// True while the attempt holds (or may hold) cloud resources.
+    pub fn is_active(&self) -> bool {
+        matches!(self.state, AttemptState::Provisioning | AttemptState::Running)
+    }
 }
 
 /// The fleet name for a job's attempt: deterministic, so that after a crash the scheduler finds

@@ -4,6 +4,7 @@
 //! These types are plain data with serde derives; the invariants they carry are checked by
 //! `JobSpec::validate` and by the catalog loader, never assumed.
 
+mod blocked_offer;
 mod field_error;
 mod job;
 mod job_spec;
@@ -11,6 +12,7 @@ mod offer;
 mod quota;
 mod size;
 
+pub use blocked_offer::BlockedOffer;
 pub use field_error::{FieldError, FieldErrors};
 pub use job::{Attempt, AttemptState, Job, JobState, fleet_name};
 pub use job_spec::{JobKind, JobSpec, Replicas, SpecFormat, SpotPolicy};

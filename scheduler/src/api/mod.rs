@@ -1,0 +1,257 @@
+//! The HTTP API (axum, JSON): jobs, capacity, the plan preview, live events, metrics, tokens.
+//!
+//! ```text
+//! POST   /v1/jobs                 submit (201 once durable; Idempotency-Key → same job, 200)
+//! GET    /v1/jobs[?state=&tenant=&limit=]
+//! GET    /v1/jobs/{id}            job, placement, attempts, events, cost, pending reasons
+//! DELETE /v1/jobs/{id}            cancel
+//! POST   /v1/jobs/{id}/complete   mark a running job's work done
+//! GET    /v1/capacity             quota pools, blocked offers, unhealthy regions
+//! GET    /v1/plan                 what the solver would do now
+//! GET    /v1/events[?from=&job=&kinds=]   server-sent events, resumable (Last-Event-ID)
+//! POST   /v1/tokens, GET /v1/tokens, DELETE /v1/tokens/{id}   (admin)
+//! GET    /metrics                 Prometheus (OpenMetrics text)
+//! GET    /openapi.json            this list, generated from the handlers
+//! GET    /healthz, /readyz        no token needed
+//! ```
+//!
+//! Every other route needs `Authorization: Bearer <token>` ([`auth`]). Errors are always
+//! `{"error", "problems": [{"field", "problem"}]}` ([`error`]); store failures are 503.
+//! Requests are rate-limited per token ([`ratelimit`]) and counted by route and status
+//! ([`metrics`]).
+//!
+//! Wiring it up:
+//! ```no_run
+//! # async fn run(jobs: scheduler::jobs::JobService, controller: std::sync::Arc<scheduler::control::Controller>,
+//! #              registry: prometheus_client::registry::Registry) -> Result<(), Box<dyn std::error::Error>> {
+//! use scheduler::api::{ApiConfig, ApiState, auth::TokenStore, router};
+//! let tokens = TokenStore::open(jobs.store().clone())?;
+//! let (_stop, shutdown) = tokio::sync::watch::channel(false);
+//! let state = ApiState::new(jobs, controller, tokens, registry, ApiConfig::default(), shutdown);
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:7878").await?;
+//! axum::serve(listener, router(state)).await?;
+//! # Ok(()) }
+//! ```
+
+pub mod auth;
+pub mod error;
+mod events;
+pub mod handlers;
+pub mod metrics;
+pub mod ratelimit;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use prometheus_client::registry::Registry;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::control::Controller;
+use crate::jobs::JobService;
+
+pub use auth::{Caller, Role, TokenStore};
+pub use error::{ApiError, ErrorBody, Problem};
+pub use metrics::HttpMetrics;
+pub use ratelimit::{RateLimitConfig, RateLimiter};
+
+/// Settings of the API.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApiConfig {
+    /// Largest request body accepted, bytes (a job spec is a few hundred).
+    pub max_body_bytes: usize,
+    /// Per-token rate limit.
+    pub rate_limit: RateLimitConfig,
+    /// How often an event stream looks for new events.
+    #[serde(with = "millis")]
+    pub event_poll: Duration,
+}
+
+mod millis {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_millis() as u64)
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Ok(Duration::from_millis(u64::deserialize(d)?))
+    }
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            max_body_bytes: 64 * 1024,
+            rate_limit: RateLimitConfig::default(),
+            event_poll: Duration::from_millis(200),
+        }
+    }
+}
+
+struct Inner {
+    jobs: JobService,
+    controller: Arc<Controller>,
+    tokens: TokenStore,
+    limiter: RateLimiter,
+    registry: Registry,
+    http: HttpMetrics,
+    config: ApiConfig,
+    shutdown: watch::Receiver<bool>,
+}
+
+/// Everything the handlers share. Cheap to clone.
+#[derive(Clone)]
+pub struct ApiState {
+    inner: Arc<Inner>,
+}
+
+impl ApiState {
+    /// The API over a job service and a controller. `registry` should already hold the
+    /// controller's metrics ([`crate::control::ControlMetrics::register`]); the HTTP metrics are
+    /// added to it here. Event streams end when `shutdown` turns true, so a graceful shutdown
+    /// does not wait for them forever.
+    pub fn new(
+        jobs: JobService,
+        controller: Arc<Controller>,
+        tokens: TokenStore,
+        mut registry: Registry,
+        config: ApiConfig,
+        shutdown: watch::Receiver<bool>,
+    ) -> ApiState {
+        let http = HttpMetrics::register(&mut registry);
+        let limiter = RateLimiter::new(config.rate_limit);
+        ApiState { inner: Arc::new(Inner { jobs, controller, tokens, limiter, registry, http, config, shutdown }) }
+    }
+
+    /// The job service.
+    pub fn jobs(&self) -> &JobService {
+        &self.inner.jobs
+    }
+
+    /// The control loop.
+    pub fn controller(&self) -> &Arc<Controller> {
+        &self.inner.controller
+    }
+
+    /// The tokens.
+    pub fn tokens(&self) -> &TokenStore {
+        &self.inner.tokens
+    }
+
+    /// The rate limiter.
+    pub fn limiter(&self) -> &RateLimiter {
+        &self.inner.limiter
+    }
+
+    /// The metrics registry served at `/metrics`.
+    pub fn registry(&self) -> &Registry {
+        &self.inner.registry
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &ApiConfig {
+        &self.inner.config
+    }
+
+    fn shutdown(&self) -> watch::Receiver<bool> {
+        self.inner.shutdown.clone()
+    }
+
+    fn jobs_clock_ms(&self) -> i64 {
+        self.inner.controller.clock().now_ms()
+    }
+}
+
+/// Authenticates the bearer token, applies the rate limit and hands the [`Caller`] to the handler.
+async fn authenticate(State(state): State<ApiState>, mut req: Request, next: Next) -> Response {
+    let presented = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, t)| t.trim().to_string());
+    let Some(presented) = presented else {
+        return challenge(ApiError::unauthorized(
+            "missing bearer token: send `Authorization: Bearer <token>` (the admin token is in <data-dir>/admin.token)",
+        ));
+    };
+    let Some(caller) = state.tokens().verify(&presented) else {
+        return challenge(ApiError::unauthorized("unknown or revoked token"));
+    };
+    if let Err(wait) = state.limiter().check(&caller.token_id, Instant::now()) {
+        return ApiError::rate_limited(wait).into_response();
+    }
+    req.extensions_mut().insert(caller);
+    next.run(req).await
+}
+
+fn challenge(e: ApiError) -> Response {
+    let mut resp = e.into_response();
+    resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    resp
+}
+
+/// Routes that need a token.
+fn protected_routes() -> OpenApiRouter<ApiState> {
+    use handlers::*;
+    OpenApiRouter::new()
+        .routes(routes!(submit_job, list_jobs))
+        .routes(routes!(get_job, cancel_job))
+        .routes(routes!(complete_job))
+        .routes(routes!(capacity))
+        .routes(routes!(plan))
+        .routes(routes!(events))
+        .routes(routes!(create_token, list_tokens))
+        .routes(routes!(revoke_token))
+        .routes(routes!(metrics))
+        .routes(routes!(openapi_json))
+}
+
+/// Health checks: no token.
+fn public_routes() -> OpenApiRouter<ApiState> {
+    use handlers::*;
+    OpenApiRouter::new().routes(routes!(healthz)).routes(routes!(readyz))
+}
+
+fn document(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
+    doc.info.title = "spillway".into();
+    doc.info.version = env!("CARGO_PKG_VERSION").into();
+    doc.info.description = Some(
+        "Capacity-aware multi-region GPU job scheduler for Azure. Every route but /healthz and /readyz needs \
+         `Authorization: Bearer <token>`. Errors are {\"error\", \"problems\": [{\"field\", \"problem\"}]}."
+            .into(),
+    );
+    let components = doc.components.get_or_insert_with(Default::default);
+    components
+        .add_security_scheme("bearer", SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()));
+    doc.security = Some(vec![utoipa::openapi::security::SecurityRequirement::new("bearer", Vec::<String>::new())]);
+    doc
+}
+
+/// The OpenAPI document of every route, generated from the handlers' annotations (the same
+/// routers that serve the requests, so it cannot drift).
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let (_, doc) = protected_routes().merge(public_routes()).split_for_parts();
+    document(doc)
+}
+
+/// The whole API as an axum router.
+pub fn router(state: ApiState) -> axum::Router {
+    let protected = protected_routes().route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
+    let (router, _) = protected.merge(public_routes()).split_for_parts();
+    let http = state.inner.http.clone();
+    router
+        .fallback(handlers::not_found)
+        .method_not_allowed_fallback(handlers::method_not_allowed)
+        .layer(middleware::from_fn_with_state(http, metrics::track))
+        .with_state(state)
+}

@@ -1,0 +1,98 @@
+//! The control loop's metrics, registered in a Prometheus registry that the HTTP API serves.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+/// Label: a failure class.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClassLabel {
+    /// `quota`, `capacity`, …
+    pub class: String,
+}
+
+/// Label: a job state.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabel {
+    /// `pending`, `running`, …
+    pub state: String,
+}
+
+/// Labels: an offer.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OfferLabel {
+    /// Region.
+    pub region: String,
+    /// VM size.
+    pub size: String,
+    /// `spot` or `regular`.
+    pub priority: String,
+}
+
+/// Everything the control loop counts. Handles are cheap clones of shared atomics.
+#[derive(Clone, Debug)]
+pub struct ControlMetrics {
+    /// Reconcile rounds run.
+    pub rounds: Counter,
+    /// Solver wall time per round, seconds.
+    pub solve_seconds: Histogram,
+    /// Fleets asked for.
+    pub placements: Counter,
+    /// Jobs moved to a new placement after a failure or eviction.
+    pub failovers: Counter,
+    /// Spot evictions seen.
+    pub evictions: Counter,
+    /// Provisioning failures by class.
+    pub provisioning_failures: Family<ClassLabel, Counter>,
+    /// Time from intent to running, seconds.
+    pub provisioning_seconds: Histogram,
+    /// Offers blocked now.
+    pub blocked_offers: Gauge,
+    /// Jobs by state.
+    pub jobs: Family<StateLabel, Gauge>,
+    /// GPUs running by offer.
+    pub gpus_in_use: Family<OfferLabel, Gauge>,
+    /// USD per hour being spent now.
+    pub cost_rate: Gauge<f64, AtomicU64>,
+}
+
+impl ControlMetrics {
+    /// Creates the metrics and registers them under `spillway_`.
+    pub fn register(registry: &mut Registry) -> ControlMetrics {
+        let m = ControlMetrics::unregistered();
+        let r = registry.sub_registry_with_prefix("spillway");
+        r.register("reconcile_rounds", "Reconcile rounds run", m.rounds.clone());
+        r.register("solve_seconds", "Solver wall time per round", m.solve_seconds.clone());
+        r.register("placements", "Fleets asked for", m.placements.clone());
+        r.register("failovers", "Jobs moved after a failure or eviction", m.failovers.clone());
+        r.register("evictions", "Spot evictions seen", m.evictions.clone());
+        r.register("provisioning_failures", "Provisioning failures by class", m.provisioning_failures.clone());
+        r.register("provisioning_seconds", "Time from intent to running", m.provisioning_seconds.clone());
+        r.register("blocked_offers", "Offers blocked now", m.blocked_offers.clone());
+        r.register("jobs", "Jobs by state", m.jobs.clone());
+        r.register("gpus_in_use", "GPUs running by region, size and priority", m.gpus_in_use.clone());
+        r.register("cost_rate_usd_per_hour", "USD per hour being spent now", m.cost_rate.clone());
+        m
+    }
+
+    /// Metrics not attached to any registry (the simulator's).
+    pub fn unregistered() -> ControlMetrics {
+        ControlMetrics {
+            rounds: Counter::default(),
+            solve_seconds: Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]),
+            placements: Counter::default(),
+            failovers: Counter::default(),
+            evictions: Counter::default(),
+            provisioning_failures: Family::default(),
+            provisioning_seconds: Histogram::new([1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0]),
+            blocked_offers: Gauge::default(),
+            jobs: Family::default(),
+            gpus_in_use: Family::default(),
+            cost_rate: Gauge::default(),
+        }
+    }
+}

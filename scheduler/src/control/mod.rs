@@ -1,0 +1,174 @@
+//! The control loop: reconcile rounds that read desired state (jobs in the store) and actual state
+//! (fleets in the cloud) and converge them: place pending work, follow fleets to a final state,
+//! fail over when capacity or quota runs out, migrate away from evictions, clean up finished work.
+//!
+//! Invariants (kube-rs style reconcile):
+//! - A round is idempotent: run twice with nothing changed, the second does nothing.
+//! - Intent before action: an attempt (with its deterministic fleet name) is on disk before the
+//!   fleet is asked for, so a crash between the two is healed by looking the fleet up by name;
+//!   a new attempt number is only taken once the previous attempt has failed or ended, so there
+//!   is never more than one fleet per attempt.
+//! - Only `Cloud` and `Clock` are seen: the simulator runs this same code in virtual time.
+
+mod breaker;
+mod demand;
+mod driver;
+mod metrics;
+mod round;
+mod world;
+
+pub use breaker::{BreakerConfig, BreakerState, RegionBreakers};
+pub use demand::{DemandPart, MIN_REPLICA_BOOST, RESTART_MARGIN_HOURS, deadline_forces_regular, demands};
+pub use driver::{DriverConfig, run_forever};
+pub use metrics::{ClassLabel, ControlMetrics, OfferLabel, StateLabel};
+pub use round::RoundReport;
+pub use world::{PoolView, WorldView, our_usage};
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use state::Store;
+
+use crate::catalog::Catalog;
+use crate::clock::Clock;
+use crate::cloud::Cloud;
+use crate::model::BlockedOffer;
+
+/// Settings of the control loop.
+#[derive(Debug, Clone)]
+pub struct ControlConfig {
+    /// How often quota and restrictions are read from the cloud.
+    pub quota_refresh_ms: i64,
+    /// How long a fleet may stay below its minimum before its job migrates (0 VMs: at once).
+    pub below_min_grace_ms: i64,
+    /// Delete tagged fleets that no attempt knows (found at start-up).
+    pub delete_orphans: bool,
+    /// Mark a job succeeded once its `duration_hours` of work are done (simulated clouds, where no
+    /// user is there to say so).
+    pub auto_complete: bool,
+    /// Solver time limit per round.
+    pub solve_time_limit_ms: u64,
+    /// Re-plans within one round after synchronous failures, at most.
+    pub max_replans_per_round: usize,
+    /// Flush the store after writing an intent (off only for throwaway simulator stores).
+    pub durable: bool,
+    /// Region circuit breakers.
+    pub breaker: BreakerConfig,
+    /// Factor applied to the price of offers in a shunned region so they rank last.
+    pub shunned_price_factor: f64,
+}
+
+impl Default for ControlConfig {
+    fn default() -> Self {
+        ControlConfig {
+            quota_refresh_ms: 3 * 60_000,
+            below_min_grace_ms: 2 * 60_000,
+            delete_orphans: true,
+            auto_complete: false,
+            solve_time_limit_ms: 2_000,
+            max_replans_per_round: 4,
+            durable: true,
+            breaker: BreakerConfig::default(),
+            shunned_price_factor: 1_000.0,
+        }
+    }
+}
+
+/// What `GET /v1/capacity` and `spillway capacity` show.
+#[derive(Debug, Clone, Serialize)]
+pub struct CapacityView {
+    /// Quota pools per region: limit, used, in flight, free.
+    pub pools: Vec<PoolView>,
+    /// Blocked offers with reason and expiry.
+    pub blocked_offers: Vec<BlockedOffer>,
+    /// Regions whose circuit breaker is not closed.
+    pub regions: Vec<RegionHealth>,
+}
+
+/// A region's breaker, for people.
+#[derive(Debug, Clone, Serialize)]
+pub struct RegionHealth {
+    /// Region.
+    pub region: String,
+    /// Breaker state.
+    pub breaker: BreakerState,
+}
+
+/// Mutable state of the loop between rounds (everything else lives in the store or the cloud).
+#[derive(Debug, Default)]
+pub(crate) struct LoopState {
+    pub(crate) world: WorldView,
+    pub(crate) breakers: RegionBreakers,
+    pub(crate) adopted: bool,
+    pub(crate) loaded_blocks: bool,
+}
+
+/// The control loop over one store and one cloud.
+pub struct Controller {
+    pub(crate) store: Store,
+    pub(crate) cloud: Arc<dyn Cloud>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) catalog: Arc<Catalog>,
+    pub(crate) config: ControlConfig,
+    pub(crate) metrics: ControlMetrics,
+    pub(crate) state: tokio::sync::Mutex<LoopState>,
+}
+
+impl Controller {
+    /// A controller; call [`Controller::reconcile`] to run a round, or [`run_forever`].
+    pub fn new(
+        store: Store,
+        cloud: Arc<dyn Cloud>,
+        clock: Arc<dyn Clock>,
+        catalog: Arc<Catalog>,
+        config: ControlConfig,
+        metrics: ControlMetrics,
+    ) -> Controller {
+        let breakers = RegionBreakers::new(config.breaker);
+        Controller {
+            store,
+            cloud,
+            clock,
+            catalog,
+            config,
+            metrics,
+            state: tokio::sync::Mutex::new(LoopState { breakers, ..Default::default() }),
+        }
+    }
+
+    /// The metrics this controller updates.
+    pub fn metrics(&self) -> &ControlMetrics {
+        &self.metrics
+    }
+
+    /// The cloud it drives.
+    pub fn cloud(&self) -> &Arc<dyn Cloud> {
+        &self.cloud
+    }
+
+    /// The clock it reads.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Quota, blocked offers and region health as of the last round.
+    pub async fn capacity(&self) -> Result<CapacityView, state::StoreError> {
+        let now = self.clock.now_ms();
+        let attempts = self.active_attempts()?;
+        let ours = our_usage(attempts.iter());
+        let st = self.state.lock().await;
+        let mut blocked: Vec<BlockedOffer> = st.world.blocked.iter().filter(|b| b.is_active(now)).cloned().collect();
+        blocked.sort_by_key(|b| (b.until_ms, b.key()));
+        Ok(CapacityView {
+            pools: st.world.pools(&ours),
+            blocked_offers: blocked,
+            regions: st
+                .breakers
+                .snapshot(now)
+                .into_iter()
+                .filter(|(_, s)| *s != BreakerState::Closed)
+                .map(|(region, breaker)| RegionHealth { region, breaker })
+                .collect(),
+        })
+    }
+}

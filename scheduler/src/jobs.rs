@@ -1,0 +1,344 @@
+//! Accepting and changing jobs on behalf of users: submit, cancel, complete, read.
+//!
+//! Both the HTTP API and the simulator go through this service, so a job is accepted the same
+//! way everywhere: validated against the catalog, written with its first event in one
+//! transaction, and acknowledged only after the store has flushed it to disk.
+
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+use state::{Event, EventDraft, Record, Store, StoreError, TableDef, Tx, TxAbort};
+
+use crate::catalog::Catalog;
+use crate::clock::Clock;
+use crate::model::{Attempt, FieldErrors, Job, JobSpec, JobState};
+use crate::records::{IdempotencyRecord, Tenant};
+
+/// Why a job operation was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    /// The spec (or a parameter) is invalid; every problem is listed with its field.
+    #[error("invalid job spec:\n{0}")]
+    Invalid(FieldErrors),
+    /// No such job (or not visible to the caller).
+    #[error("no job {0}")]
+    NotFound(String),
+    /// The request conflicts with the job's state or an earlier request.
+    #[error("{0}")]
+    Conflict(String),
+    /// The store failed; nothing was acknowledged.
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// The outcome of a submission.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Submitted {
+    /// The job (new, or the one an earlier submission with the same idempotency key created).
+    pub job: Job,
+    /// False when an idempotent retry returned an existing job.
+    pub created: bool,
+}
+
+/// An event about one job, indexed by job so `GET /v1/jobs/{id}` need not scan the whole log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobEvent {
+    /// The job.
+    pub job_id: String,
+    /// The event's sequence number in the global log.
+    pub seq: u64,
+    /// When, Unix milliseconds.
+    pub at_ms: i64,
+    /// What kind of event (`submitted`, `placed`, `running`, `provisioning_failed`, …).
+    pub kind: String,
+    /// What happened, for people.
+    pub message: String,
+}
+
+impl Record for JobEvent {
+    const TABLE: TableDef =
+        TableDef { name: "job_events", indexes: &[state::IndexDef { name: "job", pointer: "/job_id" }] };
+    fn key(&self) -> String {
+        format!("{}/{:012}", self.job_id, self.seq)
+    }
+}
+
+/// Everything about one job, for `GET /v1/jobs/{id}` and `spillway status`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobDetail {
+    /// The job.
+    pub job: Job,
+    /// Its attempts, oldest first.
+    pub attempts: Vec<Attempt>,
+    /// Its events, oldest first.
+    pub events: Vec<JobEvent>,
+}
+
+/// Appends an event to the global log and to the job's own index, inside a transaction.
+pub fn record_event(
+    tx: &mut Tx,
+    job: &Job,
+    at_ms: i64,
+    kind: &str,
+    message: impl Into<String>,
+    data: serde_json::Value,
+) -> Result<u64, TxAbort> {
+    let message = message.into();
+    let seq = tx.append_event(EventDraft {
+        at_ms,
+        kind: kind.to_string(),
+        job_id: Some(job.id.clone()),
+        tenant: Some(job.spec.tenant.clone()),
+        message: message.clone(),
+        data,
+    })?;
+    tx.put(&JobEvent { job_id: job.id.clone(), seq, at_ms, kind: kind.to_string(), message })?;
+    Ok(seq)
+}
+
+/// Submission and lifecycle changes requested by users.
+#[derive(Clone)]
+pub struct JobService {
+    store: Store,
+    catalog: Arc<Catalog>,
+    clock: Arc<dyn Clock>,
+    wake: Arc<tokio::sync::Notify>,
+    id_salt: u64,
+    id_counter: Arc<AtomicU64>,
+    durable: bool,
+}
+
+impl JobService {
+    /// A service over `store`, validating against `catalog`, reading time from `clock`.
+    pub fn new(store: Store, catalog: Arc<Catalog>, clock: Arc<dyn Clock>) -> JobService {
+        let salt = std::collections::hash_map::RandomState::new().build_hasher().finish();
+        JobService {
+            store,
+            catalog,
+            clock,
+            wake: Arc::new(tokio::sync::Notify::new()),
+            id_salt: salt,
+            id_counter: Arc::new(AtomicU64::new(0)),
+            durable: true,
+        }
+    }
+
+    /// Skips the flush before acknowledging: for the simulator's throwaway stores only.
+    pub fn without_flush(mut self) -> JobService {
+        self.durable = false;
+        self
+    }
+
+    /// Notified on every submission, cancellation and completion; the control loop waits on it.
+    pub fn wake_handle(&self) -> Arc<tokio::sync::Notify> {
+        self.wake.clone()
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The catalog specs are validated against.
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        &self.catalog
+    }
+
+    fn next_id(&self, now_ms: i64) -> String {
+        let n = self.id_counter.fetch_add(1, Ordering::Relaxed);
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        h.write_u64(self.id_salt);
+        h.write_u64(n);
+        format!("j-{:011x}{:06x}", now_ms.max(0), h.finish() & 0xff_ffff)
+    }
+
+    fn flush(&self) -> Result<(), StoreError> {
+        if self.durable { self.store.flush() } else { Ok(()) }
+    }
+
+    /// Validates and accepts a spec given as JSON (the API's path). `tenant`, when given, is the
+    /// only tenant the caller may submit for: a spec naming another is refused, one naming none
+    /// gets it. Returns once the job is on disk.
+    pub fn submit_value(
+        &self,
+        mut value: serde_json::Value,
+        tenant: Option<&str>,
+        idempotency_key: Option<&str>,
+    ) -> Result<Submitted, JobError> {
+        if let (Some(t), Some(obj)) = (tenant, value.as_object_mut()) {
+            match obj.get("tenant").and_then(|v| v.as_str()) {
+                Some(given) if given != t => {
+                    let mut e = FieldErrors::default();
+                    e.push("tenant", format!("this token may only submit for tenant {t:?}"));
+                    return Err(JobError::Invalid(e));
+                }
+                _ => {
+                    obj.insert("tenant".into(), serde_json::Value::String(t.to_string()));
+                }
+            }
+        }
+        let now = self.clock.now_ms();
+        let now_dt = time::OffsetDateTime::from_unix_timestamp_nanos(now as i128 * 1_000_000)
+            .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+        let spec = JobSpec::from_value_checked(value, &self.catalog, now_dt).map_err(JobError::Invalid)?;
+        self.accept(spec, idempotency_key, None)
+    }
+
+    /// Validates and accepts a parsed spec.
+    pub fn submit(&self, spec: JobSpec, idempotency_key: Option<&str>) -> Result<Submitted, JobError> {
+        let now = self.clock.now_ms();
+        let now_dt = time::OffsetDateTime::from_unix_timestamp_nanos(now as i128 * 1_000_000)
+            .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+        spec.validate(&self.catalog, now_dt).map_err(JobError::Invalid)?;
+        self.accept(spec, idempotency_key, None)
+    }
+
+    /// Accepts a spec under a given id (the simulator's path: ids must be deterministic there).
+    pub fn submit_with_id(&self, id: &str, spec: JobSpec) -> Result<Submitted, JobError> {
+        self.accept(spec, None, Some(id.to_string()))
+    }
+
+    fn accept(&self, spec: JobSpec, idempotency_key: Option<&str>, id: Option<String>) -> Result<Submitted, JobError> {
+        let now = self.clock.now_ms();
+        let id = id.unwrap_or_else(|| self.next_id(now));
+        let scope_key = idempotency_key.map(|k| format!("{}/{}", spec.tenant, k));
+        let job = Job::new(id, spec, now);
+        let outcome = self.store.transaction(|tx| {
+            if let Some(scope_key) = &scope_key {
+                if let Some(prev) = tx.get::<IdempotencyRecord>(scope_key)? {
+                    if prev.spec != job.spec {
+                        return Ok(Err(format!(
+                            "Idempotency-Key already used for a different spec (job {}); use a new key",
+                            prev.job_id
+                        )));
+                    }
+                    if let Some(existing) = tx.get::<Job>(&prev.job_id)? {
+                        return Ok(Ok(Submitted { job: existing, created: false }));
+                    }
+                }
+                tx.put(&IdempotencyRecord {
+                    scope_key: scope_key.clone(),
+                    job_id: job.id.clone(),
+                    spec: job.spec.clone(),
+                })?;
+            }
+            if tx.get::<Job>(&job.id)?.is_some() {
+                return Ok(Err(format!("a job with id {} exists already", job.id)));
+            }
+            tx.put(&job)?;
+            record_event(
+                tx,
+                &job,
+                now,
+                "submitted",
+                format!("{} GPUs, {:?}", job.wanted_gpus(), job.spec.kind),
+                serde_json::Value::Null,
+            )?;
+            Ok(Ok(Submitted { job: job.clone(), created: true }))
+        })?;
+        let submitted = outcome.map_err(JobError::Conflict)?;
+        if submitted.created {
+            self.flush()?;
+            self.wake.notify_one();
+        }
+        Ok(submitted)
+    }
+
+    /// One job.
+    pub fn get(&self, id: &str) -> Result<Option<Job>, JobError> {
+        Ok(self.store.get::<Job>(id)?)
+    }
+
+    /// Jobs, filtered by state and tenant, oldest first.
+    pub fn list(&self, state: Option<JobState>, tenant: Option<&str>) -> Result<Vec<Job>, JobError> {
+        let mut jobs = match (state, tenant) {
+            (Some(s), _) => self.store.by_index::<Job>("state", s.as_str())?,
+            (None, Some(t)) => self.store.by_index::<Job>("tenant", t)?,
+            (None, None) => self.store.scan::<Job>()?,
+        };
+        if let Some(t) = tenant {
+            jobs.retain(|j| j.spec.tenant == t);
+        }
+        jobs.sort_by(|a, b| (a.submitted_at_ms, &a.id).cmp(&(b.submitted_at_ms, &b.id)));
+        Ok(jobs)
+    }
+
+    /// A job with its attempts and events.
+    pub fn detail(&self, id: &str) -> Result<Option<JobDetail>, JobError> {
+        let Some(job) = self.get(id)? else { return Ok(None) };
+        let mut attempts = self.store.by_index::<Attempt>("job", id)?;
+        attempts.sort_by_key(|a| a.number);
+        let mut events = self.store.by_index::<JobEvent>("job", id)?;
+        events.sort_by_key(|e| e.seq);
+        Ok(Some(JobDetail { job, attempts, events }))
+    }
+
+    /// Cancels a job that has not ended; the control loop deletes its fleets and settles its cost.
+    pub fn cancel(&self, id: &str, by: &str) -> Result<Job, JobError> {
+        self.finish(id, JobState::Cancelled, format!("cancelled by {by}"), |_| Ok(()))
+    }
+
+    /// Marks a running job's work as done; the control loop deletes its fleets and settles its cost.
+    pub fn complete(&self, id: &str) -> Result<Job, JobError> {
+        self.finish(id, JobState::Succeeded, "completed".to_string(), |job| match job.state {
+            JobState::Running | JobState::Migrating => Ok(()),
+            s => Err(format!("job {} is {s}; only a running job can complete (cancel it instead)", job.id)),
+        })
+    }
+
+    fn finish(
+        &self,
+        id: &str,
+        to: JobState,
+        why: String,
+        allowed: impl Fn(&Job) -> Result<(), String>,
+    ) -> Result<Job, JobError> {
+        let now = self.clock.now_ms();
+        let outcome = self.store.transaction(|tx| {
+            let Some(mut job) = tx.get::<Job>(id)? else { return Ok(Err(None)) };
+            if job.state.is_final() {
+                return Ok(Err(Some(format!("job {id} has already ended ({})", job.state))));
+            }
+            if let Err(e) = allowed(&job) {
+                return Ok(Err(Some(e)));
+            }
+            job.set_state(to, now);
+            job.end_reason = Some(why.clone());
+            tx.put(&job)?;
+            record_event(tx, &job, now, to.as_str(), why.clone(), serde_json::Value::Null)?;
+            Ok(Ok(job))
+        })?;
+        match outcome {
+            Ok(job) => {
+                self.flush()?;
+                self.wake.notify_one();
+                Ok(job)
+            }
+            Err(None) => Err(JobError::NotFound(id.to_string())),
+            Err(Some(msg)) => Err(JobError::Conflict(msg)),
+        }
+    }
+
+    /// Sets (or clears) a tenant's budget in USD.
+    pub fn set_tenant_budget(&self, tenant: &str, budget_usd: Option<f64>) -> Result<Tenant, JobError> {
+        let t = self.store.transaction(|tx| {
+            let mut t = tx.get::<Tenant>(tenant)?.unwrap_or(Tenant {
+                name: tenant.to_string(),
+                budget_usd: None,
+                spent_usd: 0.0,
+            });
+            t.budget_usd = budget_usd;
+            tx.put(&t)?;
+            Ok(t)
+        })?;
+        self.flush()?;
+        Ok(t)
+    }
+
+    /// Events from the global log, starting at `from_seq`.
+    pub fn events_from(&self, from_seq: u64, limit: usize) -> Result<Vec<Event>, JobError> {
+        Ok(self.store.events_from(from_seq, limit)?)
+    }
+}

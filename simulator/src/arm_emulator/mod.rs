@@ -1,0 +1,376 @@
+//! The ARM emulator: serves a [`SimCloud`] over HTTP on loopback with Azure Resource Manager's
+//! paths, bodies, status codes and headers, so that `AzureCloud` is tested end to end without an
+//! Azure account.
+//!
+//! | route | answers |
+//! | --- | --- |
+//! | `PUT …/resourceGroups/{rg}/providers/Microsoft.AzureFleet/fleets/{name}` | 201 (200 when it exists) + `Azure-AsyncOperation` + `Retry-After`, body `provisioningState: Creating`; synchronous refusals (quota, size) 409, bad requests 400 |
+//! | `GET …/fleets/{name}` | 200 the PUT body's resource with `provisioningState` kept current; 404 |
+//! | `DELETE …/fleets/{name}` | 202 + `Location` + `Retry-After`; 204 when absent |
+//! | `GET …/resourceGroups/{rg}/providers/Microsoft.AzureFleet/fleets`, `GET /subscriptions/{sub}/providers/Microsoft.AzureFleet/fleets` | pages of `page_size` with `nextLink` |
+//! | `GET …/fleets/{name}/virtualMachineScaleSets` | pages; `error` on failed scale sets |
+//! | `GET /subscriptions/{sub}/providers/Microsoft.AzureFleet/locations/{region}/operationStatuses/{op}` | `{status: InProgress\|Succeeded\|Failed\|Canceled, error}` |
+//! | `GET /subscriptions/{sub}/providers/Microsoft.AzureFleet/locations/{region}/operationResults/{op}` | delete results: 204 |
+//! | `GET /subscriptions/{sub}/providers/Microsoft.Compute/locations/{region}/usages` | quota pages |
+//! | `GET /subscriptions/{sub}/providers/Microsoft.Compute/skus?$filter=location eq '{region}'` | SKU pages with restrictions |
+//! | `GET /_emulator/stats` | request counts per route and status, and a log of recent requests (no token needed) |
+//!
+//! Every ARM route needs `Authorization: Bearer <token>` (401 `AuthenticationFailed` otherwise),
+//! the configured subscription (404 `SubscriptionNotFound`), and a supported `api-version` (400
+//! `MissingApiVersionParameter` / `InvalidApiVersionParameter`). Faults are injected with a seeded
+//! generator at the configured rates, after authentication: latency, 429 `TooManyRequests` with
+//! `Retry-After`, 500 `InternalServerError`, and creations whose operation ends `Failed` with
+//! `InternalOperationError`.
+//!
+//! Limits: a fleet has one priority (the profile with non-zero capacity) and one region
+//! (`additionalLocationsProfile` is refused with 400); fleet names are unique per subscription;
+//! a repeated PUT is idempotent and does not change an existing fleet.
+
+mod errors;
+mod routes;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::sim_cloud::SimCloud;
+
+pub use errors::{ArmErrorContext, arm_error};
+
+/// Api-version of the Compute Fleet routes.
+pub const FLEET_API_VERSION: &str = "2024-11-01";
+
+/// How the emulator serves and which faults it injects.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EmulatorConfig {
+    /// Address to bind; port 0 picks a free one. Loopback by default.
+    pub bind: SocketAddr,
+    /// The bearer token every request must carry.
+    pub token: String,
+    /// The only subscription that exists.
+    pub subscription: String,
+    /// Resource group shown for fleets created on the `SimCloud` directly (not over HTTP).
+    pub resource_group: String,
+    /// Api-versions accepted on `Microsoft.AzureFleet` routes.
+    pub fleet_api_versions: Vec<String>,
+    /// Api-versions accepted on Compute usages.
+    pub usage_api_versions: Vec<String>,
+    /// Api-versions accepted on Compute SKUs.
+    pub sku_api_versions: Vec<String>,
+    /// Items per page on every list (small values exercise `nextLink`).
+    pub page_size: usize,
+    /// `Retry-After` (seconds) on accepted PUTs, DELETEs and operations still in progress.
+    pub retry_after_seconds: u64,
+    /// Injected faults.
+    pub faults: FaultConfig,
+}
+
+/// Fault injection, decided by a generator seeded with `seed`: the same requests in the same
+/// order meet the same faults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FaultConfig {
+    /// Share of requests answered 429 `TooManyRequests` (0–1).
+    pub throttle_rate: f64,
+    /// `Retry-After` of injected 429s, in seconds.
+    pub throttle_retry_after_seconds: u64,
+    /// Share of requests answered 500 `InternalServerError` (0–1).
+    pub error_rate: f64,
+    /// Share of new fleets whose creation ends `Failed` with `InternalOperationError` (0–1).
+    pub lro_failure_rate: f64,
+    /// Added latency per request, uniformly in this range of milliseconds (inclusive).
+    pub latency_ms: (u64, u64),
+    /// Seed of the fault generator.
+    pub seed: u64,
+}
+
+impl Default for FaultConfig {
+    fn default() -> Self {
+        FaultConfig {
+            throttle_rate: 0.0,
+            throttle_retry_after_seconds: 1,
+            error_rate: 0.0,
+            lro_failure_rate: 0.0,
+            latency_ms: (0, 0),
+            seed: 1,
+        }
+    }
+}
+
+impl EmulatorConfig {
+    /// Loopback on a free port, the given token, subscription `00000000-0000-0000-0000-000000000000`,
+    /// Azure's api-versions, pages of 100, `Retry-After: 1`, no faults.
+    pub fn new(token: impl Into<String>) -> EmulatorConfig {
+        EmulatorConfig {
+            bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            token: token.into(),
+            subscription: "00000000-0000-0000-0000-000000000000".into(),
+            resource_group: "spillway".into(),
+            fleet_api_versions: vec![FLEET_API_VERSION.into()],
+            usage_api_versions: ["2024-11-01", "2024-07-01", "2024-03-01", "2023-09-01", "2023-03-01"]
+                .map(String::from)
+                .to_vec(),
+            sku_api_versions: vec!["2021-07-01".into()],
+            page_size: 100,
+            retry_after_seconds: 1,
+            faults: FaultConfig::default(),
+        }
+    }
+
+    /// Checks rates and ranges; the message names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, v) in [
+            ("throttle_rate", self.faults.throttle_rate),
+            ("error_rate", self.faults.error_rate),
+            ("lro_failure_rate", self.faults.lro_failure_rate),
+        ] {
+            if !(0.0..=1.0).contains(&v) {
+                return Err(format!("faults.{name} must be between 0 and 1, not {v}"));
+            }
+        }
+        if self.faults.latency_ms.0 > self.faults.latency_ms.1 {
+            return Err(format!(
+                "faults.latency_ms: the range {}..{} is empty",
+                self.faults.latency_ms.0, self.faults.latency_ms.1
+            ));
+        }
+        if self.page_size == 0 {
+            return Err("page_size must be at least 1".into());
+        }
+        if self.token.is_empty() {
+            return Err("token must not be empty".into());
+        }
+        Ok(())
+    }
+}
+
+/// Requests counted per route and status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteCount {
+    /// HTTP method.
+    pub method: String,
+    /// Route template, e.g. `/subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.AzureFleet/fleets/{name}`.
+    pub route: String,
+    /// Response status.
+    pub status: u16,
+    /// How many.
+    pub count: u64,
+}
+
+/// One request as the emulator answered it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    /// Milliseconds since the emulator started (monotonic).
+    pub at_ms: u64,
+    /// HTTP method.
+    pub method: String,
+    /// Path as requested.
+    pub path: String,
+    /// Response status.
+    pub status: u16,
+    /// Injected fault, if any: `throttled`, `error`, `lro_failure`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault: Option<String>,
+}
+
+/// What the emulator has served, for reports and for measuring `Retry-After` honouring.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct EmulatorStats {
+    /// Every request.
+    pub total: u64,
+    /// Counts per (method, route, status), sorted.
+    pub routes: Vec<RouteCount>,
+    /// Injected faults by kind.
+    pub faults: BTreeMap<String, u64>,
+    /// The most recent requests, oldest first (at most [`REQUEST_LOG_LIMIT`]).
+    pub log: Vec<RequestRecord>,
+}
+
+impl EmulatorStats {
+    /// Requests with this method whose route contains `route_part` and whose status is `status`
+    /// (any status when `None`).
+    pub fn count(&self, method: &str, route_part: &str, status: Option<u16>) -> u64 {
+        self.routes
+            .iter()
+            .filter(|r| r.method == method && r.route.contains(route_part) && status.is_none_or(|s| s == r.status))
+            .map(|r| r.count)
+            .sum()
+    }
+}
+
+/// How many requests the log keeps.
+pub const REQUEST_LOG_LIMIT: usize = 10_000;
+
+#[derive(Default)]
+struct StatsInner {
+    total: u64,
+    routes: BTreeMap<(String, String, u16), u64>,
+    faults: BTreeMap<String, u64>,
+    log: std::collections::VecDeque<RequestRecord>,
+}
+
+/// A fleet created over HTTP: its resource group and the body it was created with.
+#[derive(Debug, Clone)]
+struct StoredFleet {
+    resource_group: String,
+    body: scheduler::cloud::azure::models::Fleet,
+}
+
+pub(crate) struct AppState {
+    cloud: Arc<SimCloud>,
+    cfg: EmulatorConfig,
+    base_url: String,
+    started: Instant,
+    fleets: Mutex<BTreeMap<String, StoredFleet>>,
+    deletes: Mutex<BTreeMap<String, String>>,
+    next_delete: AtomicU64,
+    rng: Mutex<StdRng>,
+    stats: Mutex<StatsInner>,
+    writes_left: AtomicU64,
+    reads_left: AtomicU64,
+    deletes_left: AtomicU64,
+}
+
+impl AppState {
+    fn stats(&self) -> EmulatorStats {
+        let s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        EmulatorStats {
+            total: s.total,
+            routes: s
+                .routes
+                .iter()
+                .map(|((method, route, status), count)| RouteCount {
+                    method: method.clone(),
+                    route: route.clone(),
+                    status: *status,
+                    count: *count,
+                })
+                .collect(),
+            faults: s.faults.clone(),
+            log: s.log.iter().cloned().collect(),
+        }
+    }
+
+    fn record(&self, method: &str, route: &str, path: &str, status: u16, fault: Option<&str>) {
+        let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        s.total += 1;
+        *s.routes.entry((method.to_string(), route.to_string(), status)).or_default() += 1;
+        if let Some(f) = fault {
+            *s.faults.entry(f.to_string()).or_default() += 1;
+        }
+        if s.log.len() == REQUEST_LOG_LIMIT {
+            s.log.pop_front();
+        }
+        let at_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        s.log.push_back(RequestRecord {
+            at_ms,
+            method: method.to_string(),
+            path: path.to_string(),
+            status,
+            fault: fault.map(String::from),
+        });
+    }
+}
+
+/// A running emulator. Dropping it stops the server too; [`EmulatorHandle::shutdown`] also waits
+/// for it to finish.
+pub struct EmulatorHandle {
+    addr: SocketAddr,
+    state: Arc<AppState>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl EmulatorHandle {
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`: the management endpoint to give `AzureCloud`.
+    pub fn base_url(&self) -> String {
+        self.state.base_url.clone()
+    }
+
+    /// The subscription it serves.
+    pub fn subscription(&self) -> &str {
+        &self.state.cfg.subscription
+    }
+
+    /// The cloud behind it (for control hooks and counters).
+    pub fn cloud(&self) -> &Arc<SimCloud> {
+        &self.state.cloud
+    }
+
+    /// Requests served so far.
+    pub fn stats(&self) -> EmulatorStats {
+        self.state.stats()
+    }
+
+    /// Stops accepting requests and waits for the server to finish.
+    pub async fn shutdown(mut self) -> std::io::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.task.take() {
+            Some(task) => task.await.map_err(std::io::Error::other)?,
+            None => Ok(()),
+        }
+    }
+
+    /// Serves until Ctrl-C, then shuts down.
+    pub async fn run_until_ctrl_c(self) -> std::io::Result<()> {
+        tokio::signal::ctrl_c().await?;
+        self.shutdown().await
+    }
+}
+
+impl Drop for EmulatorHandle {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// Binds and starts serving `cloud`; returns once the socket is bound.
+pub async fn serve(config: EmulatorConfig, cloud: Arc<SimCloud>) -> std::io::Result<EmulatorHandle> {
+    config.validate().map_err(|m| std::io::Error::new(std::io::ErrorKind::InvalidInput, m))?;
+    let listener = tokio::net::TcpListener::bind(config.bind).await?;
+    let addr = listener.local_addr()?;
+    let state = Arc::new(AppState {
+        cloud,
+        base_url: format!("http://{addr}"),
+        started: Instant::now(),
+        fleets: Mutex::new(BTreeMap::new()),
+        deletes: Mutex::new(BTreeMap::new()),
+        next_delete: AtomicU64::new(1),
+        rng: Mutex::new(StdRng::seed_from_u64(config.faults.seed)),
+        stats: Mutex::new(StatsInner::default()),
+        writes_left: AtomicU64::new(1199),
+        reads_left: AtomicU64::new(11999),
+        deletes_left: AtomicU64::new(14999),
+        cfg: config,
+    });
+    let app = routes::router(state.clone());
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = stop_rx.await;
+            })
+            .await
+    });
+    Ok(EmulatorHandle { addr, state, stop: Some(stop_tx), task: Some(task) })
+}
+
+fn take_budget(counter: &AtomicU64) -> u64 {
+    counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(1))).unwrap_or(0)
+}

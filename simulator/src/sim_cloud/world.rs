@@ -1,0 +1,877 @@
+//! The simulated cloud's state and its event processing. Everything here is synchronous and
+//! driven by explicit times, so the same calls at the same (virtual) times give the same results.
+//!
+//! Events (a creation resolving, a spot eviction, a `maintain` refill, reclaimed capacity coming
+//! back) are not run by background tasks: every call first processes, in time order, each event
+//! due up to "now". The event search is a linear scan over fleets, which is ample for the few
+//! hundred fleets a scenario holds.
+
+use std::collections::BTreeMap;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use scheduler::Catalog;
+use scheduler::cloud::{CloudError, FailureClass, FleetRequest, ProvisioningState};
+use scheduler::model::{Priority, QuotaPool, VmSize};
+use serde::{Deserialize, Serialize};
+
+use super::config::SimCloudConfig;
+
+/// (region, size as the catalog spells it, priority).
+pub(crate) type OfferKey = (String, String, Priority);
+
+const HOUR_MS: f64 = 3_600_000.0;
+
+/// Totals kept for reports: how the cloud answered.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SimCounters {
+    /// Every `begin_create` call, repeats included.
+    pub creates_attempted: u64,
+    /// Calls that named a fleet that already existed (idempotent PUTs).
+    pub creates_repeated: u64,
+    /// Creations refused at once (quota, size, bad request).
+    pub creates_refused: u64,
+    /// Creations that ended with VMs running.
+    pub creates_succeeded: u64,
+    /// Creations accepted and then failed (capacity, price, injected failures).
+    pub creates_failed: u64,
+    /// Refusals and failures, by class.
+    pub failures_by_class: BTreeMap<FailureClass, u64>,
+    /// Fleets deleted (deleting an absent fleet does not count).
+    pub deletes: u64,
+    /// VMs lost to spot evictions and to `evict` calls.
+    pub evictions: u64,
+    /// VMs lost when an outage began.
+    pub vms_lost_to_outages: u64,
+    /// VMs that `maintain` fleets got back after losing them.
+    pub vms_refilled: u64,
+}
+
+/// One fleet as the simulated cloud holds it, for reports and tests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetSnapshot {
+    /// Name.
+    pub name: String,
+    /// Region.
+    pub region: String,
+    /// Priority.
+    pub priority: Priority,
+    /// Sizes as requested, ranked.
+    pub sizes: Vec<String>,
+    /// The size its VMs run on, once allocated.
+    pub size: Option<String>,
+    /// VMs asked for.
+    pub capacity_vms: u32,
+    /// Minimum VMs.
+    pub min_capacity_vms: u32,
+    /// VMs running now.
+    pub running_vms: u32,
+    /// `Creating`, `Succeeded` or `Failed`.
+    pub state: ProvisioningState,
+    /// Why it failed.
+    pub error: Option<CloudError>,
+    /// When it was accepted (clock ms).
+    pub created_ms: i64,
+    /// When its creation resolved (or will).
+    pub ready_ms: i64,
+    /// VMs it lost to evictions so far.
+    pub evictions: u32,
+    /// Whether it replaces lost VMs by itself.
+    pub maintain: bool,
+    /// Tags.
+    pub tags: BTreeMap<String, String>,
+}
+
+/// Where a create operation is, with Azure's final states.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OperationState {
+    /// Still provisioning.
+    InProgress,
+    /// VMs running.
+    Succeeded,
+    /// Failed with this (classified) cause.
+    Failed(CloudError),
+    /// The fleet was deleted before its creation resolved.
+    Canceled,
+}
+
+/// A create operation as the simulated cloud tracks it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OperationView {
+    /// Operation id.
+    pub id: String,
+    /// The fleet it creates.
+    pub fleet: String,
+    /// The fleet's region.
+    pub region: String,
+    /// Where it is.
+    pub state: OperationState,
+    /// When it started (clock ms).
+    pub started_ms: i64,
+    /// When it resolves (or resolved).
+    pub ends_ms: i64,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct OpRecord {
+    pub fleet: String,
+    pub region: String,
+    pub generation: u64,
+    pub started_ms: i64,
+    pub ends_ms: i64,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct SimFleet {
+    pub req: FleetRequest,
+    /// Requested sizes this region can run for this subscription, catalog-spelled, ranked.
+    pub usable: Vec<String>,
+    pub maintain: bool,
+    pub generation: u64,
+    pub op_id: String,
+    pub state: ProvisioningState,
+    pub created_ms: i64,
+    pub ready_ms: i64,
+    /// The size whose quota is held while creating.
+    pub reserved: Option<String>,
+    /// The size its VMs run on.
+    pub size: Option<String>,
+    pub running: u32,
+    /// Sizes tried at allocation, with the error of each that failed.
+    pub tried: Vec<(String, Option<CloudError>)>,
+    pub error: Option<CloudError>,
+    pub fail_with: Option<CloudError>,
+    pub next_eviction_ms: Option<i64>,
+    pub refill_at_ms: Option<i64>,
+    pub evictions: u32,
+    rng: StdRng,
+}
+
+/// An outage scope: a region, optionally narrowed to one size and/or one priority.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Outage {
+    pub region: String,
+    pub size: Option<String>,
+    pub priority: Option<Priority>,
+}
+
+impl Outage {
+    fn covers(&self, key: &OfferKey) -> bool {
+        self.region == key.0
+            && self.size.as_deref().is_none_or(|s| s.eq_ignore_ascii_case(&key.1))
+            && self.priority.is_none_or(|p| p == key.2)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum EventKind {
+    Complete,
+    Reclaim,
+    Refill,
+    Evict,
+}
+
+pub(crate) struct World {
+    pub cfg: SimCloudConfig,
+    pub catalog: Catalog,
+    pub now_ms: i64,
+    pub fleets: BTreeMap<String, SimFleet>,
+    pub ops: BTreeMap<String, OpRecord>,
+    next_generation: u64,
+    capacity_total: BTreeMap<OfferKey, u32>,
+    /// Capacity of evicted VMs held back by the cloud until the given time.
+    reclaimed: Vec<(OfferKey, i64)>,
+    outages: Vec<Outage>,
+    eviction_rates: BTreeMap<OfferKey, f64>,
+    quota_limits: BTreeMap<(String, String), u64>,
+    pub counters: SimCounters,
+}
+
+/// Azure's naming rule for fleets: 1–80 of letters, digits, `-`, `.`, `_`; starts with a letter or
+/// digit; does not end with `-` or `.`.
+pub(crate) fn check_fleet_name(name: &str) -> Result<(), CloudError> {
+    let ok = !name.is_empty()
+        && name.len() <= 80
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && !name.ends_with(['-', '.']);
+    if ok {
+        Ok(())
+    } else {
+        Err(CloudError::Permanent {
+            code: "InvalidResourceName".into(),
+            message: format!(
+                "The resource name '{name}' is invalid: use 1 to 80 letters, digits, '-', '.' or '_', starting \
+                 with a letter or digit and not ending with '-' or '.'."
+            ),
+        })
+    }
+}
+
+fn fnv1a(s: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in s.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+fn pool_key(pool: &QuotaPool) -> String {
+    pool.key()
+}
+
+impl World {
+    pub fn new(cfg: SimCloudConfig, catalog: Catalog, now_ms: i64) -> World {
+        World {
+            cfg,
+            catalog,
+            now_ms,
+            fleets: BTreeMap::new(),
+            ops: BTreeMap::new(),
+            next_generation: 1,
+            capacity_total: BTreeMap::new(),
+            reclaimed: Vec::new(),
+            outages: Vec::new(),
+            eviction_rates: BTreeMap::new(),
+            quota_limits: BTreeMap::new(),
+            counters: SimCounters::default(),
+        }
+    }
+
+    fn provisioning_ms(&self) -> i64 {
+        i64::try_from(self.cfg.provisioning_seconds.saturating_mul(1000)).unwrap_or(i64::MAX)
+    }
+
+    fn size(&self, name: &str) -> Option<&VmSize> {
+        self.catalog.size(name)
+    }
+
+    fn vcpus(&self, size: &str) -> u64 {
+        self.size(size).map(|s| u64::from(s.vcpus)).unwrap_or(0)
+    }
+
+    /// The catalog's spelling of a size offered in a region, or `None` when it is not sold there.
+    pub fn offered_size(&self, region: &str, size: &str) -> Option<String> {
+        let s = self.size(size)?;
+        (self.cfg.offers_size(&s.name) && self.catalog.price(&s.name, region).is_some()).then(|| s.name.clone())
+    }
+
+    fn restricted(&self, region: &str, size: &str, zones: &[String]) -> bool {
+        self.cfg.restrictions.iter().any(|r| {
+            r.region == region
+                && r.size.eq_ignore_ascii_case(size)
+                && (r.zones.is_empty() || (!zones.is_empty() && zones.iter().all(|z| r.zones.contains(z))))
+        })
+    }
+
+    // ---- quota ----
+
+    pub fn quota_limit(&self, region: &str, pool: &QuotaPool) -> u64 {
+        self.quota_limits
+            .get(&(region.to_string(), pool_key(pool)))
+            .copied()
+            .unwrap_or_else(|| self.cfg.quota_limit(region, pool))
+    }
+
+    pub fn set_quota_limit(&mut self, region: &str, pool: &QuotaPool, limit: u64) {
+        self.quota_limits.insert((region.to_string(), pool_key(pool)), limit);
+        self.arm_refills_all();
+    }
+
+    /// vCPUs a fleet holds against each pool: running VMs, plus the whole request while creating.
+    fn fleet_holds(&self, f: &SimFleet) -> Option<(String, u64)> {
+        if let Some(s) = &f.reserved {
+            return Some((s.clone(), u64::from(f.req.vms) * self.vcpus(s)));
+        }
+        f.size.as_ref().map(|s| (s.clone(), u64::from(f.running) * self.vcpus(s)))
+    }
+
+    pub fn quota_usage(&self, region: &str, pool: &QuotaPool) -> u64 {
+        let key = pool_key(pool);
+        let mut total = 0;
+        for f in self.fleets.values().filter(|f| f.req.region == region) {
+            let Some((size, vcpus)) = self.fleet_holds(f) else { continue };
+            let counts = match (f.req.priority, pool) {
+                (Priority::Spot, QuotaPool::LowPriorityCores) => true,
+                (Priority::Regular, QuotaPool::Cores) => true,
+                (Priority::Regular, QuotaPool::Family(_)) => {
+                    self.size(&size).is_some_and(|s| scheduler::model::normalize_family(&s.family) == key)
+                }
+                _ => false,
+            };
+            if counts {
+                total += vcpus;
+            }
+        }
+        total
+    }
+
+    /// The pools a VM of `size` at `priority` draws from, family first (Azure checks it first).
+    fn pools(&self, size: &str, priority: Priority) -> Vec<QuotaPool> {
+        match priority {
+            Priority::Spot => vec![QuotaPool::LowPriorityCores],
+            Priority::Regular => {
+                let family = self.size(size).map(|s| s.family.clone()).unwrap_or_default();
+                vec![QuotaPool::Family(family), QuotaPool::Cores]
+            }
+        }
+    }
+
+    /// How many VMs of `size` the quota still allows.
+    fn quota_fit(&self, region: &str, size: &str, priority: Priority) -> u64 {
+        let vcpus = self.vcpus(size).max(1);
+        self.pools(size, priority)
+            .iter()
+            .map(|p| self.quota_limit(region, p).saturating_sub(self.quota_usage(region, p)) / vcpus)
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// The quota error for `vms` VMs of `size`: the first pool that cannot hold them.
+    fn quota_error(&self, region: &str, size: &str, priority: Priority, vms: u32) -> CloudError {
+        let required = u64::from(vms) * self.vcpus(size);
+        let pools = self.pools(size, priority);
+        let pool = pools
+            .iter()
+            .find(|p| self.quota_usage(region, p) + required > self.quota_limit(region, p))
+            .unwrap_or(&pools[0])
+            .clone();
+        CloudError::Quota {
+            region: region.to_string(),
+            limit: Some(self.quota_limit(region, &pool)),
+            usage: Some(self.quota_usage(region, &pool)),
+            required: Some(required),
+            pool,
+        }
+    }
+
+    /// Every pool of a region: `cores`, `lowPriorityCores`, then each family of the offered sizes.
+    pub fn quota_pools(&self, region: &str) -> Vec<QuotaPool> {
+        let mut pools = vec![QuotaPool::Cores, QuotaPool::LowPriorityCores];
+        let mut seen = std::collections::BTreeSet::new();
+        for s in self.catalog.sizes() {
+            if self.offered_size(region, &s.name).is_some()
+                && seen.insert(scheduler::model::normalize_family(&s.family))
+            {
+                pools.push(QuotaPool::Family(s.family.clone()));
+            }
+        }
+        pools
+    }
+
+    // ---- capacity ----
+
+    pub fn capacity_total(&self, key: &OfferKey) -> u32 {
+        self.capacity_total.get(key).copied().unwrap_or_else(|| self.cfg.capacity_vms(&key.0, &key.1, key.2))
+    }
+
+    fn capacity_used(&self, key: &OfferKey) -> u32 {
+        self.fleets
+            .values()
+            .filter(|f| f.req.region == key.0 && f.req.priority == key.2 && f.size.as_deref() == Some(key.1.as_str()))
+            .map(|f| f.running)
+            .sum()
+    }
+
+    fn in_outage(&self, key: &OfferKey) -> bool {
+        self.outages.iter().any(|o| o.covers(key))
+    }
+
+    /// VMs the offer can supply right now.
+    pub fn capacity_free(&self, key: &OfferKey) -> u32 {
+        if self.in_outage(key) {
+            return 0;
+        }
+        let held = self.reclaimed.iter().filter(|(k, until)| k == key && *until > self.now_ms).count();
+        let held = u32::try_from(held).unwrap_or(u32::MAX);
+        self.capacity_total(key).saturating_sub(self.capacity_used(key)).saturating_sub(held)
+    }
+
+    pub fn eviction_rate(&self, key: &OfferKey) -> f64 {
+        self.eviction_rates.get(key).copied().unwrap_or_else(|| self.cfg.eviction_rate(&key.0, &key.1, key.2))
+    }
+
+    pub fn set_eviction_rate(&mut self, key: OfferKey, rate: f64) {
+        self.eviction_rates.insert(key.clone(), rate.max(0.0));
+        let names: Vec<String> = self
+            .fleets
+            .values()
+            .filter(|f| f.req.region == key.0 && f.req.priority == key.2 && f.size.as_deref() == Some(key.1.as_str()))
+            .map(|f| f.req.name.clone())
+            .collect();
+        for n in names {
+            self.draw_eviction(&n);
+        }
+    }
+
+    /// Sets an offer's total capacity. Spot VMs above the new total are taken back at once
+    /// (fleets in reverse name order); regular VMs are never taken back.
+    pub fn set_capacity(&mut self, key: OfferKey, vms: u32) {
+        self.capacity_total.insert(key.clone(), vms);
+        if key.2 == Priority::Spot {
+            let mut excess = self.capacity_used(&key).saturating_sub(vms);
+            let names: Vec<String> = self
+                .fleets
+                .values()
+                .rev()
+                .filter(|f| {
+                    f.req.region == key.0 && f.req.priority == key.2 && f.size.as_deref() == Some(key.1.as_str())
+                })
+                .map(|f| f.req.name.clone())
+                .collect();
+            for n in names {
+                if excess == 0 {
+                    break;
+                }
+                let f = self.fleets.get_mut(&n).expect("listed above");
+                let k = excess.min(f.running);
+                f.running -= k;
+                f.evictions += k;
+                self.counters.evictions += u64::from(k);
+                excess -= k;
+                self.draw_eviction(&n);
+            }
+        }
+        self.arm_refills_all();
+    }
+
+    /// Starts or ends an outage. Starting one loses every VM in scope at once.
+    pub fn set_outage(&mut self, outage: Outage, on: bool) {
+        if on {
+            if !self.outages.contains(&outage) {
+                self.outages.push(outage.clone());
+            }
+            let names: Vec<String> = self.fleets.keys().cloned().collect();
+            for n in names {
+                let f = &self.fleets[&n];
+                let Some(size) = f.size.clone() else { continue };
+                if f.running == 0 || !outage.covers(&(f.req.region.clone(), size, f.req.priority)) {
+                    continue;
+                }
+                let f = self.fleets.get_mut(&n).expect("listed above");
+                self.counters.vms_lost_to_outages += u64::from(f.running);
+                f.running = 0;
+                f.next_eviction_ms = None;
+            }
+        } else {
+            self.outages.retain(|o| o != &outage);
+        }
+        self.arm_refills_all();
+    }
+
+    /// Evicts up to `n` VMs of a fleet now; their capacity is held back like a spot eviction's.
+    pub fn evict(&mut self, name: &str, n: u32) -> Result<u32, CloudError> {
+        let now = self.now_ms;
+        let reclaim = self.reclaim_until(now);
+        let f = self.fleets.get_mut(name).ok_or_else(|| CloudError::NotFound { what: format!("fleet {name}") })?;
+        let Some(size) = f.size.clone() else { return Ok(0) };
+        let k = n.min(f.running);
+        f.running -= k;
+        f.evictions += k;
+        let key = (f.req.region.clone(), size, f.req.priority);
+        self.reclaimed.extend(std::iter::repeat_n((key, reclaim), k as usize));
+        self.counters.evictions += u64::from(k);
+        self.draw_eviction(name);
+        self.arm_refill(name);
+        Ok(k)
+    }
+
+    fn reclaim_until(&self, now: i64) -> i64 {
+        now.saturating_add(i64::try_from(self.cfg.eviction_reclaim_seconds.saturating_mul(1000)).unwrap_or(i64::MAX))
+    }
+
+    // ---- fleets ----
+
+    /// Validates and accepts a create request; quota is checked and held at once.
+    /// Returns the operation id and whether a new fleet was made.
+    pub fn begin_create(
+        &mut self,
+        req: &FleetRequest,
+        maintain: bool,
+        fail_with: Option<CloudError>,
+    ) -> Result<(String, bool), CloudError> {
+        self.counters.creates_attempted += 1;
+        if let Some(f) = self.fleets.get(&req.name) {
+            self.counters.creates_repeated += 1;
+            return Ok((f.op_id.clone(), false));
+        }
+        match self.accept(req, maintain, fail_with) {
+            Ok(op) => Ok((op, true)),
+            Err(e) => {
+                self.counters.creates_refused += 1;
+                *self.counters.failures_by_class.entry(e.class()).or_default() += 1;
+                Err(e)
+            }
+        }
+    }
+
+    fn accept(
+        &mut self,
+        req: &FleetRequest,
+        maintain: bool,
+        fail_with: Option<CloudError>,
+    ) -> Result<String, CloudError> {
+        check_fleet_name(&req.name)?;
+        let bad = |message: String| CloudError::Permanent { code: "InvalidParameter".into(), message };
+        if !self.cfg.regions.iter().any(|r| r == &req.region) {
+            return Err(CloudError::Permanent {
+                code: "LocationNotAvailableForResourceType".into(),
+                message: format!(
+                    "The provided location '{}' is not available for resource type 'Microsoft.AzureFleet/fleets'. \
+                     List of available regions for the resource type is '{}'.",
+                    req.region,
+                    self.cfg.regions.join(",")
+                ),
+            });
+        }
+        if req.sizes.is_empty() {
+            return Err(bad("vmSizesProfile must name at least one VM size.".into()));
+        }
+        if req.min_vms > req.vms {
+            return Err(bad(format!("minCapacity ({}) cannot be greater than capacity ({}).", req.min_vms, req.vms)));
+        }
+        let mut usable: Vec<String> = Vec::new();
+        for s in &req.sizes {
+            if let Some(name) = self.offered_size(&req.region, s)
+                && !self.restricted(&req.region, &name, &req.zones)
+                && !usable.contains(&name)
+            {
+                usable.push(name);
+            }
+        }
+        if usable.is_empty() {
+            let first = self.size(&req.sizes[0]).map(|s| s.name.clone()).unwrap_or_else(|| req.sizes[0].clone());
+            return Err(CloudError::SizeUnavailable { region: req.region.clone(), size: first, priority: None });
+        }
+        let vms = u64::from(req.vms);
+        let reserved = usable
+            .iter()
+            .find(|s| self.quota_fit(&req.region, s, req.priority) >= vms)
+            .cloned()
+            .ok_or_else(|| self.quota_error(&req.region, &usable[0], req.priority, req.vms))?;
+
+        let generation = self.next_generation;
+        self.next_generation += 1;
+        let op_id = format!("op-{generation:08}");
+        let now = self.now_ms;
+        let ready = now.saturating_add(self.provisioning_ms());
+        let seed = self.cfg.seed ^ fnv1a(&req.name) ^ generation.rotate_left(32);
+        let mut stored = req.clone();
+        stored.sizes = req.sizes.iter().map(|s| self.size(s).map(|x| x.name.clone()).unwrap_or(s.clone())).collect();
+        self.fleets.insert(
+            req.name.clone(),
+            SimFleet {
+                req: stored,
+                usable,
+                maintain,
+                generation,
+                op_id: op_id.clone(),
+                state: ProvisioningState::Creating,
+                created_ms: now,
+                ready_ms: ready,
+                reserved: Some(reserved),
+                size: None,
+                running: 0,
+                tried: Vec::new(),
+                error: None,
+                fail_with,
+                next_eviction_ms: None,
+                refill_at_ms: None,
+                evictions: 0,
+                rng: StdRng::seed_from_u64(seed),
+            },
+        );
+        self.ops.insert(
+            op_id.clone(),
+            OpRecord {
+                fleet: req.name.clone(),
+                region: req.region.clone(),
+                generation,
+                started_ms: now,
+                ends_ms: ready,
+            },
+        );
+        Ok(op_id)
+    }
+
+    /// Makes a creation in flight end with `error` instead of allocating.
+    pub fn inject_failure(&mut self, name: &str, error: CloudError) -> bool {
+        match self.fleets.get_mut(name) {
+            Some(f) if f.state == ProvisioningState::Creating => {
+                f.fail_with = Some(error);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Deletes a fleet, releasing its VMs and quota. False when it did not exist.
+    pub fn delete(&mut self, name: &str) -> bool {
+        if self.fleets.remove(name).is_none() {
+            return false;
+        }
+        self.counters.deletes += 1;
+        self.arm_refills_all();
+        true
+    }
+
+    pub fn operation(&self, op_id: &str) -> Option<OperationView> {
+        let op = self.ops.get(op_id)?;
+        let state = match self.fleets.get(&op.fleet) {
+            Some(f) if f.generation == op.generation => match &f.state {
+                ProvisioningState::Succeeded => OperationState::Succeeded,
+                ProvisioningState::Failed => OperationState::Failed(
+                    f.error.clone().unwrap_or(CloudError::Transient { message: "failed".into() }),
+                ),
+                _ => OperationState::InProgress,
+            },
+            _ => OperationState::Canceled,
+        };
+        Some(OperationView {
+            id: op_id.to_string(),
+            fleet: op.fleet.clone(),
+            region: op.region.clone(),
+            state,
+            started_ms: op.started_ms,
+            ends_ms: op.ends_ms,
+        })
+    }
+
+    pub fn snapshot(&self, f: &SimFleet) -> FleetSnapshot {
+        FleetSnapshot {
+            name: f.req.name.clone(),
+            region: f.req.region.clone(),
+            priority: f.req.priority,
+            sizes: f.req.sizes.clone(),
+            size: f.size.clone(),
+            capacity_vms: f.req.vms,
+            min_capacity_vms: f.req.min_vms,
+            running_vms: f.running,
+            state: f.state.clone(),
+            error: f.error.clone(),
+            created_ms: f.created_ms,
+            ready_ms: f.ready_ms,
+            evictions: f.evictions,
+            maintain: f.maintain,
+            tags: f.req.tags.clone(),
+        }
+    }
+
+    // ---- time ----
+
+    /// Processes every event due up to `now`, in time order.
+    pub fn advance(&mut self, now: i64) {
+        while let Some((t, kind, name)) = self.next_event(now) {
+            self.now_ms = self.now_ms.max(t);
+            match kind {
+                EventKind::Complete => self.complete(&name),
+                EventKind::Reclaim => {
+                    let t = self.now_ms;
+                    self.reclaimed.retain(|(_, until)| *until > t);
+                    self.arm_refills_all();
+                }
+                EventKind::Refill => self.refill(&name),
+                EventKind::Evict => self.evict_one(&name),
+            }
+        }
+        self.now_ms = self.now_ms.max(now);
+    }
+
+    fn next_event(&self, now: i64) -> Option<(i64, EventKind, String)> {
+        let mut best: Option<(i64, EventKind, String)> = None;
+        let mut offer = |t: i64, kind: EventKind, name: &str| {
+            if t > now {
+                return;
+            }
+            let better = match &best {
+                None => true,
+                Some((bt, bk, bn)) => (t, kind, name) < (*bt, *bk, bn.as_str()),
+            };
+            if better {
+                best = Some((t, kind, name.to_string()));
+            }
+        };
+        for f in self.fleets.values() {
+            if f.state == ProvisioningState::Creating {
+                offer(f.ready_ms, EventKind::Complete, &f.req.name);
+            }
+            if let Some(t) = f.refill_at_ms {
+                offer(t, EventKind::Refill, &f.req.name);
+            }
+            if let Some(t) = f.next_eviction_ms {
+                offer(t, EventKind::Evict, &f.req.name);
+            }
+        }
+        // Only returns that happen after "now" as last processed are events; older ones were
+        // already counted as free by `capacity_free`.
+        if let Some(t) = self.reclaimed.iter().map(|(_, t)| *t).filter(|t| *t > self.now_ms).min() {
+            offer(t, EventKind::Reclaim, "");
+        }
+        best
+    }
+
+    fn complete(&mut self, name: &str) {
+        let Some(f) = self.fleets.get_mut(name) else { return };
+        f.reserved = None;
+        let injected = f.fail_with.take();
+        let (region, priority, vms, min_vms) = (f.req.region.clone(), f.req.priority, f.req.vms, f.req.min_vms);
+        let cap = f.req.max_price_per_vm.filter(|p| *p >= 0.0);
+        let usable = f.usable.clone();
+        let mut tried: Vec<(String, Option<CloudError>)> = Vec::new();
+        let mut chosen: Option<(String, u32)> = None;
+        if let Some(err) = injected {
+            tried.push((usable[0].clone(), Some(err)));
+        } else {
+            for size in &usable {
+                if priority == Priority::Spot
+                    && let Some(cap) = cap
+                    && let Some(price) = self.catalog.price(size, &region).and_then(|p| p.spot)
+                    && price > cap
+                {
+                    tried.push((
+                        size.clone(),
+                        Some(CloudError::PriceAboveCap { region: region.clone(), size: Some(size.clone()) }),
+                    ));
+                    continue;
+                }
+                let key = (region.clone(), size.clone(), priority);
+                let free = self.capacity_free(&key);
+                let fit = u32::try_from(self.quota_fit(&region, size, priority)).unwrap_or(u32::MAX);
+                let n = vms.min(free).min(fit);
+                if n >= min_vms {
+                    tried.push((size.clone(), None));
+                    chosen = Some((size.clone(), n));
+                    break;
+                }
+                let err = if free < min_vms {
+                    let zone =
+                        self.fleets[name].req.zones.first().cloned().filter(|_| self.fleets[name].req.zones.len() == 1);
+                    CloudError::Capacity {
+                        region: region.clone(),
+                        size: Some(size.clone()),
+                        priority: Some(priority),
+                        zone,
+                    }
+                } else {
+                    self.quota_error(&region, size, priority, vms)
+                };
+                tried.push((size.clone(), Some(err)));
+            }
+        }
+        let f = self.fleets.get_mut(name).expect("present above");
+        f.tried = tried;
+        match chosen {
+            Some((size, n)) => {
+                f.state = ProvisioningState::Succeeded;
+                f.size = Some(size);
+                f.running = n;
+                self.counters.creates_succeeded += 1;
+                self.draw_eviction(name);
+                self.arm_refill(name);
+            }
+            None => {
+                let err = f.tried.iter().find_map(|(_, e)| e.clone()).expect("a failed allocation records an error");
+                f.state = ProvisioningState::Failed;
+                *self.counters.failures_by_class.entry(err.class()).or_default() += 1;
+                f.error = Some(err);
+                self.counters.creates_failed += 1;
+                // The held quota is released: others may now fit.
+                self.arm_refills_all();
+            }
+        }
+    }
+
+    fn evict_one(&mut self, name: &str) {
+        let reclaim = self.reclaim_until(self.now_ms);
+        let Some(f) = self.fleets.get_mut(name) else { return };
+        f.next_eviction_ms = None;
+        if f.running > 0
+            && let Some(size) = f.size.clone()
+        {
+            f.running -= 1;
+            f.evictions += 1;
+            self.counters.evictions += 1;
+            self.reclaimed.push(((f.req.region.clone(), size, f.req.priority), reclaim));
+        }
+        self.draw_eviction(name);
+        self.arm_refill(name);
+    }
+
+    /// Draws the fleet's next spot eviction: exponential with rate running × rate per VM-hour,
+    /// from the fleet's own seeded generator (so other fleets do not change its draws).
+    fn draw_eviction(&mut self, name: &str) {
+        let now = self.now_ms;
+        let Some(f) = self.fleets.get(name) else { return };
+        let rate = match &f.size {
+            Some(size) if f.req.priority == Priority::Spot && f.running > 0 => {
+                self.eviction_rate(&(f.req.region.clone(), size.clone(), f.req.priority)) * f64::from(f.running)
+            }
+            _ => 0.0,
+        };
+        let f = self.fleets.get_mut(name).expect("present above");
+        if rate <= 0.0 || !rate.is_finite() {
+            f.next_eviction_ms = None;
+            return;
+        }
+        let u: f64 = 1.0 - f.rng.random::<f64>(); // in (0, 1]
+        let wait_ms = (-u.ln() / rate * HOUR_MS).clamp(1.0, 1e15) as i64;
+        f.next_eviction_ms = Some(now.saturating_add(wait_ms));
+    }
+
+    fn short(f: &SimFleet) -> bool {
+        f.maintain && f.state == ProvisioningState::Succeeded && f.size.is_some() && f.running < f.req.vms
+    }
+
+    fn arm_refill(&mut self, name: &str) {
+        let at = self.now_ms.saturating_add(self.provisioning_ms());
+        if let Some(f) = self.fleets.get_mut(name)
+            && World::short(f)
+            && f.refill_at_ms.is_none()
+        {
+            f.refill_at_ms = Some(at);
+        }
+    }
+
+    /// After capacity or quota was freed: every fleet short of VMs tries again one provisioning
+    /// delay later.
+    fn arm_refills_all(&mut self) {
+        let names: Vec<String> = self.fleets.values().filter(|f| World::short(f)).map(|f| f.req.name.clone()).collect();
+        for n in names {
+            self.arm_refill(&n);
+        }
+    }
+
+    fn refill(&mut self, name: &str) {
+        let Some(f) = self.fleets.get_mut(name) else { return };
+        f.refill_at_ms = None;
+        if !World::short(f) {
+            return;
+        }
+        let size = f.size.clone().expect("short() checks it");
+        let (region, priority, missing) = (f.req.region.clone(), f.req.priority, f.req.vms - f.running);
+        let free = self.capacity_free(&(region.clone(), size.clone(), priority));
+        let fit = u32::try_from(self.quota_fit(&region, &size, priority)).unwrap_or(u32::MAX);
+        let k = missing.min(free).min(fit);
+        if k > 0 {
+            let f = self.fleets.get_mut(name).expect("present above");
+            f.running += k;
+            self.counters.vms_refilled += u64::from(k);
+            self.draw_eviction(name);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fleet_names_follow_azure_rules() {
+        assert!(check_fleet_name("spw-job1-a1").is_ok());
+        assert!(check_fleet_name("a.b_c-d").is_ok());
+        for bad in ["", "_x", "-x", "x-", "x.", "has space", &"x".repeat(81)] {
+            assert!(check_fleet_name(bad).is_err(), "{bad:?} should be refused");
+        }
+    }
+}

@@ -1,0 +1,437 @@
+//! The baselines: per-job brokers that drive the same `SimCloud` through the `Cloud` trait, with
+//! the control loop's accounting (cost = VMs running at the last look × price × time; a gang job
+//! progresses only while all its VMs run; a loss rolls work back to the last checkpoint; the job
+//! succeeds once `duration_hours` of work are done, seen at a round).
+//!
+//! - `greedy-failover`: how a per-job broker behaves. Each job alone ranks every offer it accepts
+//!   (allowed regions × acceptable sizes × spot when its policy allows it) by the job's price per
+//!   hour, cheapest first, and asks for them in turn: no quota check, no capacity estimate, no
+//!   memory of other jobs' failures. A refusal moves it to the next offer at once (within the
+//!   round); a creation that fails later moves it on at the next round; after the last offer it
+//!   starts again from the cheapest. A lost fleet (eviction, outage) is deleted and the job moves
+//!   on to the next offer.
+//! - `single-region`: each job uses its first allowed region only (the tenant's home region with
+//!   the trace mapping). It waits there for capacity: each round it reads the region's free
+//!   capacity and quota and asks only for an offer that shows room for the whole job (cheapest
+//!   first); jobs go in arrival order, later jobs fill what earlier ones cannot use.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use scheduler::Catalog;
+use scheduler::clock::{Clock, ManualClock};
+use scheduler::cloud::{Cloud, CloudError, FleetOperation, FleetRequest, OperationStatus, TAG_ATTEMPT, TAG_JOB};
+use scheduler::model::{JobSpec, Priority, QuotaPool, SpotPolicy, fleet_name, normalize_family};
+
+use super::WhatIfError;
+use super::engine::{Driver, RoundState};
+use super::report::{AttemptSpan, Failover, JobOutcome, Outcome};
+use super::scenario::Policy;
+use super::workload::TraceJob;
+
+/// An offer a job can use, with what it costs the job.
+#[derive(Debug, Clone, PartialEq)]
+struct Candidate {
+    region: String,
+    size: String,
+    priority: Priority,
+    vms: u32,
+    gpus_per_vm: u32,
+    vcpus_per_vm: u64,
+    family: String,
+    price_per_vm: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Phase {
+    Waiting,
+    Provisioning { op: FleetOperation, cand: usize },
+    Running { cand: usize, since_ms: i64 },
+    Done,
+}
+
+#[derive(Debug)]
+struct BJob {
+    id: String,
+    spec: JobSpec,
+    candidates: Vec<Candidate>,
+    cursor: usize,
+    phase: Phase,
+    attempts: u32,
+    fleet: String,
+    submitted_ms: i64,
+    first_running_ms: Option<i64>,
+    finished_ms: Option<i64>,
+    cost_usd: f64,
+    progress_hours: f64,
+    lost: f64,
+    failovers: u32,
+    awaiting_failover: bool,
+    running_vms: u32,
+    accounted_ms: i64,
+    spans: Vec<AttemptSpan>,
+}
+
+/// A baseline broker (`greedy-failover` or `single-region`).
+pub(crate) struct Broker {
+    policy: Policy,
+    cloud: Arc<dyn Cloud>,
+    clock: Arc<ManualClock>,
+    catalog: Catalog,
+    jobs: Vec<BJob>,
+    open: Vec<usize>,
+    failovers: Vec<Failover>,
+    start_ms: i64,
+}
+
+impl Broker {
+    pub(crate) fn new(policy: Policy, cloud: Arc<dyn Cloud>, clock: Arc<ManualClock>, catalog: Catalog) -> Broker {
+        let start_ms = clock.now_ms();
+        Broker { policy, cloud, clock, catalog, jobs: Vec::new(), open: Vec::new(), failovers: Vec::new(), start_ms }
+    }
+
+    /// Offers a job accepts, cheapest for the whole job first (ties: region, size, priority).
+    fn candidates(&self, spec: &JobSpec) -> Vec<Candidate> {
+        let mut regions = spec.allowed_regions(&self.catalog);
+        if self.policy == Policy::SingleRegion {
+            regions.truncate(1);
+        }
+        let priorities: &[Priority] = match spec.spot_policy() {
+            SpotPolicy::Never => &[Priority::Regular],
+            SpotPolicy::Allowed | SpotPolicy::Preferred => &[Priority::Spot, Priority::Regular],
+        };
+        let mut out = Vec::new();
+        for size in spec.acceptable_sizes(&self.catalog) {
+            for region in &regions {
+                let Some(row) = self.catalog.price(&size.name, region) else { continue };
+                for &p in priorities {
+                    let Some(price) = row.for_priority(p) else { continue };
+                    let vms = spec.gpus.div_ceil(size.gpus);
+                    out.push(Candidate {
+                        region: region.clone(),
+                        size: size.name.clone(),
+                        priority: p,
+                        vms,
+                        gpus_per_vm: size.gpus,
+                        vcpus_per_vm: size.vcpus as u64,
+                        family: size.family.clone(),
+                        price_per_vm: price,
+                    });
+                }
+            }
+        }
+        out.sort_by(|a, b| {
+            (a.price_per_vm * a.vms as f64).total_cmp(&(b.price_per_vm * b.vms as f64)).then_with(|| {
+                (&a.region, &a.size, a.priority == Priority::Regular).cmp(&(
+                    &b.region,
+                    &b.size,
+                    b.priority == Priority::Regular,
+                ))
+            })
+        });
+        out
+    }
+
+    fn request(j: &BJob, c: &Candidate) -> FleetRequest {
+        FleetRequest {
+            name: j.fleet.clone(),
+            region: c.region.clone(),
+            priority: c.priority,
+            sizes: vec![c.size.clone()],
+            vms: c.vms,
+            min_vms: c.vms,
+            max_price_per_vm: None,
+            zones: Vec::new(),
+            tags: [(TAG_JOB.to_string(), j.id.clone()), (TAG_ATTEMPT.to_string(), j.attempts.to_string())]
+                .into_iter()
+                .collect(),
+        }
+    }
+
+    /// Accrues cost and progress up to now at the last seen VM count (the control loop's rule).
+    fn account(j: &mut BJob, now: i64) {
+        let Phase::Running { cand, .. } = j.phase else { return };
+        let c = &j.candidates[cand];
+        let hours = (now - j.accounted_ms).max(0) as f64 / 3_600_000.0;
+        j.cost_usd += j.running_vms as f64 * c.price_per_vm * hours;
+        if j.running_vms >= c.vms {
+            j.progress_hours += hours;
+            if let Some(d) = j.spec.duration_hours {
+                j.progress_hours = j.progress_hours.min(d);
+            }
+        }
+        j.accounted_ms = now;
+    }
+
+    fn roll_back(j: &mut BJob) {
+        let kept = match j.spec.checkpoint_interval_minutes {
+            Some(m) if m > 0 => {
+                let i = m as f64 / 60.0;
+                (j.progress_hours / i).floor() * i
+            }
+            _ => 0.0,
+        };
+        j.lost += (j.progress_hours - kept).max(0.0) * j.spec.gpus as f64;
+        j.progress_hours = kept;
+    }
+
+    /// Starts the job's next attempt on candidate `k`; Ok(true) when the cloud accepted it.
+    async fn try_create(&mut self, idx: usize, k: usize, now: i64) -> bool {
+        let j = &mut self.jobs[idx];
+        j.attempts += 1;
+        j.fleet = fleet_name(&j.id, j.attempts);
+        let req = Broker::request(j, &j.candidates[k]);
+        match self.cloud.begin_create_fleet(&req).await {
+            Ok(op) => {
+                let j = &mut self.jobs[idx];
+                if j.awaiting_failover {
+                    j.failovers += 1;
+                    j.awaiting_failover = false;
+                    let from = j.spans.last().map(|s| s.region.clone()).unwrap_or_default();
+                    self.failovers.push(Failover {
+                        at_hours: (now - self.start_ms) as f64 / 3_600_000.0,
+                        job: j.id.clone(),
+                        from,
+                        to: req.region.clone(),
+                    });
+                }
+                j.spans.push(AttemptSpan {
+                    region: req.region.clone(),
+                    size: req.sizes[0].clone(),
+                    priority: req.priority,
+                    started_ms: now,
+                    running_ms: None,
+                    ended_ms: None,
+                });
+                j.phase = Phase::Provisioning { op, cand: k };
+                true
+            }
+            Err(e) => {
+                if !matches!(e, CloudError::Throttled { .. } | CloudError::Transient { .. }) {
+                    self.jobs[idx].awaiting_failover = true;
+                }
+                false
+            }
+        }
+    }
+
+    /// Greedy: from the cursor, ask for offers in turn until one is accepted or all were tried.
+    async fn place_greedy(&mut self, idx: usize, now: i64) {
+        let n = self.jobs[idx].candidates.len();
+        for _ in 0..n {
+            let k = self.jobs[idx].cursor % n;
+            self.jobs[idx].cursor = (k + 1) % n;
+            if self.try_create(idx, k, now).await {
+                return;
+            }
+        }
+    }
+
+    /// Single region: the cheapest offer of the home region that shows room for the whole job.
+    async fn place_single(
+        &mut self,
+        idx: usize,
+        now: i64,
+        free: &mut BTreeMap<(String, String, Priority), u32>,
+        quota: &mut BTreeMap<(String, String), u64>,
+    ) {
+        let n = self.jobs[idx].candidates.len();
+        for k in 0..n {
+            let c = self.jobs[idx].candidates[k].clone();
+            let cap = free.get(&(c.region.clone(), c.size.clone(), c.priority)).copied().unwrap_or(0);
+            let need = c.vms as u64 * c.vcpus_per_vm;
+            let pools: Vec<String> = match c.priority {
+                Priority::Spot => vec![QuotaPool::LowPriorityCores.key()],
+                Priority::Regular => vec![QuotaPool::Cores.key(), normalize_family(&c.family)],
+            };
+            let fits = pools.iter().all(|p| quota.get(&(c.region.clone(), p.clone())).is_none_or(|&q| q >= need));
+            if cap < c.vms || !fits {
+                continue;
+            }
+            if self.try_create(idx, k, now).await {
+                *free.entry((c.region.clone(), c.size.clone(), c.priority)).or_default() -= c.vms;
+                for p in pools {
+                    if let Some(q) = quota.get_mut(&(c.region.clone(), p)) {
+                        *q = q.saturating_sub(need);
+                    }
+                }
+            }
+            return;
+        }
+    }
+
+    /// Free capacity and free quota per pool, as the cloud shows them now.
+    async fn world(&self) -> (BTreeMap<(String, String, Priority), u32>, BTreeMap<(String, String), u64>) {
+        let mut free = BTreeMap::new();
+        let mut quota = BTreeMap::new();
+        if let Ok(offers) = self.cloud.offers().await {
+            for o in offers {
+                free.insert((o.region.clone(), o.size.clone(), o.priority), o.capacity_vms.unwrap_or(u32::MAX));
+            }
+        }
+        let regions: std::collections::BTreeSet<String> = free.keys().map(|k| k.0.clone()).collect();
+        for r in regions {
+            if let Ok(q) = self.cloud.quota(&r).await {
+                for x in q {
+                    let key = match &x.pool {
+                        QuotaPool::Family(f) => normalize_family(f),
+                        p => p.key(),
+                    };
+                    quota.insert((r.clone(), key), x.limit.saturating_sub(x.usage));
+                }
+            }
+        }
+        (free, quota)
+    }
+}
+
+impl Driver for Broker {
+    async fn submit(&mut self, job: &TraceJob) -> Result<(), WhatIfError> {
+        let now = self.clock.now_ms();
+        let candidates = self.candidates(&job.spec);
+        self.open.push(self.jobs.len());
+        self.jobs.push(BJob {
+            id: job.id.clone(),
+            spec: job.spec.clone(),
+            candidates,
+            cursor: 0,
+            phase: Phase::Waiting,
+            attempts: 0,
+            fleet: String::new(),
+            submitted_ms: now,
+            first_running_ms: None,
+            finished_ms: None,
+            cost_usd: 0.0,
+            progress_hours: 0.0,
+            lost: 0.0,
+            failovers: 0,
+            awaiting_failover: false,
+            running_vms: 0,
+            accounted_ms: now,
+            spans: Vec::new(),
+        });
+        Ok(())
+    }
+
+    async fn round(&mut self) -> Result<RoundState, WhatIfError> {
+        let now = self.clock.now_ms();
+        let open = self.open.clone();
+        // Follow creations and running fleets.
+        for &idx in &open {
+            match self.jobs[idx].phase.clone() {
+                Phase::Provisioning { op, cand } => match self.cloud.poll_operation(&op).await {
+                    Ok(OperationStatus::InProgress { .. }) | Err(_) => {}
+                    Ok(OperationStatus::Succeeded) => {
+                        let running = match self.cloud.get_fleet(&self.jobs[idx].fleet).await {
+                            Ok(f) => f.running_vms.unwrap_or(0),
+                            Err(_) => 0,
+                        };
+                        let j = &mut self.jobs[idx];
+                        j.phase = Phase::Running { cand, since_ms: now };
+                        j.running_vms = running;
+                        j.accounted_ms = now;
+                        j.first_running_ms.get_or_insert(now);
+                        if let Some(sp) = j.spans.last_mut() {
+                            sp.running_ms = Some(now);
+                        }
+                    }
+                    Ok(OperationStatus::Failed(_)) => {
+                        let _ = self.cloud.delete_fleet(&self.jobs[idx].fleet).await;
+                        let j = &mut self.jobs[idx];
+                        j.phase = Phase::Waiting;
+                        j.awaiting_failover = true;
+                        if let Some(sp) = j.spans.last_mut() {
+                            sp.ended_ms = Some(now);
+                        }
+                    }
+                },
+                Phase::Running { cand, .. } => {
+                    let observed = match self.cloud.get_fleet(&self.jobs[idx].fleet).await {
+                        Ok(f) => f.running_vms.unwrap_or(0),
+                        Err(_) => 0,
+                    };
+                    let j = &mut self.jobs[idx];
+                    Broker::account(j, now);
+                    let vms = j.candidates[cand].vms;
+                    if j.spec.duration_hours.is_some_and(|d| j.progress_hours >= d) {
+                        j.phase = Phase::Done;
+                        j.finished_ms = Some(now);
+                        if let Some(sp) = j.spans.last_mut() {
+                            sp.ended_ms = Some(now);
+                        }
+                        let _ = self.cloud.delete_fleet(&j.fleet).await;
+                    } else if observed < vms {
+                        // A lost VM stops a gang: restart elsewhere from the last checkpoint.
+                        Broker::roll_back(j);
+                        j.running_vms = 0;
+                        j.phase = Phase::Waiting;
+                        j.awaiting_failover = true;
+                        if let Some(sp) = j.spans.last_mut() {
+                            sp.ended_ms = Some(now);
+                        }
+                        let _ = self.cloud.delete_fleet(&j.fleet).await;
+                    } else {
+                        j.running_vms = observed;
+                    }
+                }
+                Phase::Waiting | Phase::Done => {}
+            }
+        }
+        // Place waiting jobs, in arrival order.
+        let (mut free, mut quota) =
+            if self.policy == Policy::SingleRegion { self.world().await } else { Default::default() };
+        for &idx in &open {
+            if self.jobs[idx].phase != Phase::Waiting || self.jobs[idx].candidates.is_empty() {
+                continue;
+            }
+            match self.policy {
+                Policy::SingleRegion => self.place_single(idx, now, &mut free, &mut quota).await,
+                _ => self.place_greedy(idx, now).await,
+            }
+        }
+        self.open.retain(|&i| self.jobs[i].phase != Phase::Done);
+        let mut st = RoundState::default();
+        for &idx in &self.open {
+            let j = &self.jobs[idx];
+            if let Phase::Running { cand, .. } = j.phase {
+                let c = &j.candidates[cand];
+                let gpus = j.running_vms as f64 * c.gpus_per_vm as f64;
+                st.cost_rate += j.running_vms as f64 * c.price_per_vm;
+                st.gpu_rate += gpus;
+                *st.gpus_by_region.entry(c.region.clone()).or_default() += gpus;
+            }
+        }
+        Ok(st)
+    }
+
+    fn queue(&self) -> Result<u64, WhatIfError> {
+        Ok(self.open.iter().filter(|&&i| !matches!(self.jobs[i].phase, Phase::Running { .. })).count() as u64)
+    }
+
+    fn idle(&self) -> bool {
+        self.open.is_empty()
+    }
+
+    fn finish(&mut self, _end_ms: i64) -> Result<(Vec<JobOutcome>, Vec<Failover>), WhatIfError> {
+        let mut out: Vec<JobOutcome> = self
+            .jobs
+            .iter()
+            .map(|j| JobOutcome {
+                id: j.id.clone(),
+                outcome: if j.phase == Phase::Done { Outcome::Completed } else { Outcome::Pending },
+                gpus: j.spec.gpus,
+                submitted_ms: j.submitted_ms,
+                first_running_ms: j.first_running_ms,
+                finished_ms: j.finished_ms,
+                deadline_ms: j.spec.deadline.map(|d| (d.unix_timestamp_nanos() / 1_000_000) as i64),
+                cost_usd: j.cost_usd,
+                work_gpu_hours: j.progress_hours * j.spec.gpus as f64,
+                lost_work_gpu_hours: j.lost,
+                failovers: j.failovers,
+                attempts: j.spans.clone(),
+            })
+            .collect();
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok((out, std::mem::take(&mut self.failovers)))
+    }
+}

@@ -1,0 +1,654 @@
+//! The engine: discrete events in virtual time. Events are job arrivals, scheduled cloud changes
+//! (outages, capacity, eviction rates, quota) and trace-driven changes; a reconcile round runs at
+//! every multiple of `interval_seconds` from the start while anything is open. When nothing is
+//! open (no job waiting or running), the clock jumps to the round before the next event.
+//!
+//! Each policy runs alone, from the same scenario, against a fresh `SimCloud`, clock and store:
+//! - `spillway` and `regular-only`: the production `Controller` (`auto_complete: true`,
+//!   `durable: false`), driven through the `Cloud` and `Clock` traits, with jobs submitted through
+//!   `JobService::submit_with_id`. `regular-only` submits every job with `spot = "never"`.
+//!   Finished jobs (final, no fleet left) are archived out of the throwaway store after each round:
+//!   their outcome is recorded and their records deleted, as a retention policy would, so a round
+//!   costs what the open work costs and not what the history does.
+//! - `greedy-failover` and `single-region`: the brokers of [`super::baselines`].
+//!
+//! Cost over time is integrated per round from the running fleets at the rate the control loop
+//! accounts them (VMs running at the last look × price), so it matches the jobs' billed cost.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use scheduler::Catalog;
+use scheduler::clock::{Clock, ManualClock};
+use scheduler::cloud::Cloud;
+use scheduler::control::{ControlConfig, ControlMetrics, Controller};
+use scheduler::jobs::JobService;
+use scheduler::model::{Attempt, AttemptState, Job, JobState, Priority, QuotaPool, SpotPolicy};
+use state::{Record, Store};
+
+use super::WhatIfError;
+use super::baselines::Broker;
+use super::report::{
+    AttemptSpan, Failover, JobOutcome, OutageWindow, Outcome, PolicyReport, PolicyRun, PolicySeries, Report, percentile,
+};
+use super::scenario::{EventAction, Policy, Scenario, TraceKind};
+use super::workload::{TraceJob, load_workload};
+use crate::sim_cloud::SimCloud;
+
+/// How to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunOptions {
+    /// Measure wall time (`wall_ms`); off gives byte-identical JSON across runs.
+    pub timing: bool,
+    /// Directory for the runs' throwaway stores (the system temp dir when absent).
+    pub temp_dir: Option<PathBuf>,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions { timing: true, temp_dir: None }
+    }
+}
+
+/// A change to the simulated cloud at a time.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum CloudChange {
+    Outage { region: String, size: Option<String>, priority: Option<Priority>, on: bool },
+    Capacity { region: String, size: String, priority: Priority, vms: u32 },
+    EvictionRate { region: String, size: String, rate: f64 },
+    Quota { region: String, pool: QuotaPool, vcpus: u64 },
+}
+
+impl CloudChange {
+    fn apply(&self, cloud: &SimCloud) -> Result<(), WhatIfError> {
+        let r = match self {
+            CloudChange::Outage { region, size, priority, on } => {
+                cloud.set_outage(region, size.as_deref(), *priority, *on)
+            }
+            CloudChange::Capacity { region, size, priority, vms } => cloud.set_capacity(region, size, *priority, *vms),
+            CloudChange::EvictionRate { region, size, rate } => cloud.set_eviction_rate(region, size, *rate),
+            CloudChange::Quota { region, pool, vcpus } => cloud.set_quota_limit(region, pool, *vcpus),
+        };
+        r.map_err(|e| WhatIfError::Control(format!("cannot apply {self:?} to the simulated cloud: {e}")))
+    }
+}
+
+/// Every cloud change of a scenario, in time order (absolute ms), and the outage windows.
+/// Cloud changes at absolute times, in order.
+pub(crate) type Timeline = Vec<(i64, CloudChange)>;
+
+pub(crate) fn cloud_timeline(s: &Scenario) -> Result<(Timeline, Vec<OutageWindow>), WhatIfError> {
+    let mut out: Vec<(i64, CloudChange)> = Vec::new();
+    let mut windows = Vec::new();
+    let horizon_h = s.horizon_ms as f64 / 3_600_000.0;
+    for e in &s.events {
+        let at = s.start_ms + e.at_ms;
+        let until = e.until_ms.map(|u| s.start_ms + u);
+        match &e.action {
+            EventAction::Outage { region, sizes, priority } => {
+                let scopes: Vec<Option<String>> =
+                    if sizes.is_empty() { vec![None] } else { sizes.iter().cloned().map(Some).collect() };
+                for size in scopes {
+                    out.push((
+                        at,
+                        CloudChange::Outage {
+                            region: region.clone(),
+                            size: size.clone(),
+                            priority: *priority,
+                            on: true,
+                        },
+                    ));
+                    if let Some(u) = until {
+                        out.push((
+                            u,
+                            CloudChange::Outage { region: region.clone(), size, priority: *priority, on: false },
+                        ));
+                    }
+                }
+                let what = if sizes.is_empty() { "all sizes".to_string() } else { sizes.join(", ") };
+                windows.push(OutageWindow {
+                    from_hours: e.at_ms as f64 / 3_600_000.0,
+                    until_hours: e.until_ms.map_or(horizon_h, |u| u as f64 / 3_600_000.0).min(horizon_h),
+                    label: format!("{region} {what}{}", priority.map(|p| format!(" ({p})")).unwrap_or_default()),
+                });
+            }
+            EventAction::Capacity { region, size, priority, vms } => {
+                out.push((
+                    at,
+                    CloudChange::Capacity {
+                        region: region.clone(),
+                        size: size.clone(),
+                        priority: *priority,
+                        vms: *vms,
+                    },
+                ));
+                if let Some(u) = until {
+                    let base = s.cloud.capacity_vms(region, size, *priority);
+                    out.push((
+                        u,
+                        CloudChange::Capacity {
+                            region: region.clone(),
+                            size: size.clone(),
+                            priority: *priority,
+                            vms: base,
+                        },
+                    ));
+                }
+            }
+            EventAction::EvictionRate { region, sizes, rate } => {
+                for size in sizes {
+                    out.push((
+                        at,
+                        CloudChange::EvictionRate { region: region.clone(), size: size.clone(), rate: *rate },
+                    ));
+                    if let Some(u) = until {
+                        let base = s.cloud.eviction_rate(region, size, Priority::Spot);
+                        out.push((
+                            u,
+                            CloudChange::EvictionRate { region: region.clone(), size: size.clone(), rate: base },
+                        ));
+                    }
+                }
+            }
+            EventAction::Quota { region, pool, vcpus } => {
+                out.push((at, CloudChange::Quota { region: region.clone(), pool: pool.clone(), vcpus: *vcpus }));
+                if let Some(u) = until {
+                    let base = s.cloud.quota_limit(region, pool);
+                    out.push((u, CloudChange::Quota { region: region.clone(), pool: pool.clone(), vcpus: base }));
+                }
+            }
+        }
+    }
+    for t in &s.traces {
+        let values = read_trace(&t.path)?;
+        let gap_ms = values.0;
+        let skip = (t.offset_hours * 3_600_000.0 / gap_ms as f64).round() as usize;
+        let mut last: Option<f64> = None;
+        for (k, v) in values.1.iter().skip(skip).enumerate() {
+            let at_rel = k as i64 * gap_ms;
+            if at_rel > s.horizon_ms {
+                break;
+            }
+            let value = v * t.per_unit;
+            if last == Some(value) {
+                continue;
+            }
+            last = Some(value);
+            let change = match t.kind {
+                TraceKind::Capacity => CloudChange::Capacity {
+                    region: t.region.clone(),
+                    size: t.size.clone(),
+                    priority: t.priority,
+                    vms: value.round().max(0.0) as u32,
+                },
+                TraceKind::EvictionRate => {
+                    CloudChange::EvictionRate { region: t.region.clone(), size: t.size.clone(), rate: value.max(0.0) }
+                }
+            };
+            out.push((s.start_ms + at_rel, change));
+        }
+    }
+    // Stable: changes at the same instant apply in file order.
+    out.sort_by_key(|(t, _)| *t);
+    Ok((out, windows))
+}
+
+/// Reads a spot trace (`{"metadata": {"gap_seconds": N}, "data": [...]}`): (gap ms, values).
+fn read_trace(path: &std::path::Path) -> Result<(i64, Vec<f64>), WhatIfError> {
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        gap_seconds: f64,
+    }
+    #[derive(serde::Deserialize)]
+    struct File {
+        metadata: Meta,
+        data: Vec<f64>,
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| WhatIfError::io("spot trace", path, &e))?;
+    let f: File = serde_json::from_str(&text).map_err(|e| WhatIfError::Io {
+        what: "spot trace".into(),
+        path: path.display().to_string(),
+        reason: format!("not a spot trace ({{\"metadata\": {{\"gap_seconds\": N}}, \"data\": [...]}}): {e}"),
+    })?;
+    if !(f.metadata.gap_seconds.is_finite() && f.metadata.gap_seconds >= 1.0) || f.data.iter().any(|v| !v.is_finite()) {
+        return Err(WhatIfError::Io {
+            what: "spot trace".into(),
+            path: path.display().to_string(),
+            reason: "gap_seconds must be ≥ 1 and every value a number".into(),
+        });
+    }
+    Ok(((f.metadata.gap_seconds * 1000.0) as i64, f.data))
+}
+
+/// What a round leaves behind, for the series.
+#[derive(Debug, Default)]
+pub(crate) struct RoundState {
+    /// USD per hour of the fleets running now (running VMs × price).
+    pub cost_rate: f64,
+    /// GPUs per hour running now (running VMs × GPUs per VM).
+    pub gpu_rate: f64,
+    /// GPUs running per region.
+    pub gpus_by_region: BTreeMap<String, f64>,
+}
+
+/// A policy's side of the engine.
+pub(crate) trait Driver {
+    /// Submits a job at the clock's time.
+    async fn submit(&mut self, job: &TraceJob) -> Result<(), WhatIfError>;
+    /// Runs one round at the clock's time.
+    async fn round(&mut self) -> Result<RoundState, WhatIfError>;
+    /// Jobs waiting for a placement.
+    fn queue(&self) -> Result<u64, WhatIfError>;
+    /// True when no job is open (nothing to do until the next arrival).
+    fn idle(&self) -> bool;
+    /// Every submitted job's outcome, and the failovers, at the end.
+    fn finish(&mut self, end_ms: i64) -> Result<(Vec<JobOutcome>, Vec<Failover>), WhatIfError>;
+}
+
+/// Runs every policy of a scenario (async: call from a Tokio runtime).
+pub async fn run_scenario(s: &Scenario, opts: &RunOptions) -> Result<Report, WhatIfError> {
+    let jobs = load_workload(s)?;
+    let (changes, outages) = cloud_timeline(s)?;
+    let mut runs = Vec::new();
+    for &p in &s.policies {
+        runs.push(run_policy(s, p, &jobs, &changes, opts).await?);
+    }
+    Ok(Report {
+        scenario: s.name.clone(),
+        description: s.description.clone(),
+        seed: s.seed,
+        horizon_hours: s.horizon_ms as f64 / 3_600_000.0,
+        regions: s.cloud.regions.clone(),
+        outages,
+        runs,
+    })
+}
+
+/// Runs every policy of a scenario on a runtime of its own (for callers outside Tokio).
+pub fn run_scenario_blocking(s: &Scenario, opts: &RunOptions) -> Result<Report, WhatIfError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| WhatIfError::Control(format!("cannot start a runtime: {e}")))?;
+    rt.block_on(run_scenario(s, opts))
+}
+
+struct TempStore {
+    dir: PathBuf,
+}
+
+impl Drop for TempStore {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+static RUN_COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Runs one policy.
+pub(crate) async fn run_policy(
+    s: &Scenario,
+    policy: Policy,
+    jobs: &[TraceJob],
+    changes: &[(i64, CloudChange)],
+    opts: &RunOptions,
+) -> Result<PolicyRun, WhatIfError> {
+    let started = Instant::now();
+    let catalog = s.catalog();
+    let clock = Arc::new(ManualClock::new(s.start_ms));
+    let cloud = Arc::new(
+        SimCloud::new(s.cloud.clone(), catalog.clone(), clock.clone())
+            .map_err(|errors| WhatIfError::Invalid { origin: s.origin.clone(), errors })?,
+    );
+    let mut guard = None;
+    let mut driver: Box<dyn DynDriver> = match policy {
+        Policy::Spillway | Policy::RegularOnly => {
+            let n = RUN_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let base = opts.temp_dir.clone().unwrap_or_else(std::env::temp_dir);
+            let dir = base.join(format!("spillway-whatif-{}-{n}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            let store = Store::open(&dir).map_err(|e| WhatIfError::Store(format!("{}: {e}", dir.display())))?;
+            guard = Some(TempStore { dir });
+            Box::new(LoopDriver::new(
+                store,
+                cloud.clone(),
+                clock.clone(),
+                Arc::new(catalog),
+                policy == Policy::RegularOnly,
+            ))
+        }
+        Policy::GreedyFailover | Policy::SingleRegion => {
+            Box::new(Broker::new(policy, cloud.clone() as Arc<dyn Cloud>, clock.clone(), catalog))
+        }
+    };
+    let mut series = PolicySeries::default();
+    for r in &s.cloud.regions {
+        series.gpus_by_region.insert(r.clone(), Vec::new());
+    }
+    let end = s.start_ms + s.horizon_ms;
+    let interval = s.interval_ms.max(1);
+    let sample_every = (s.horizon_ms / 600).max(interval);
+    let mut next_sample = s.start_ms;
+    let (mut ai, mut ci) = (0usize, 0usize);
+    let mut t = s.start_ms;
+    let mut cost = 0.0;
+    let mut gpu_hours = 0.0;
+    let mut last = RoundState::default();
+    let mut last_t = s.start_ms;
+    while t <= end {
+        // Arrivals and cloud changes due by this round, in time order (changes first on ties).
+        loop {
+            let next_change = changes.get(ci).map(|c| c.0).filter(|&x| x <= t);
+            let next_arrival = jobs.get(ai).map(|j| s.start_ms + j.at_ms).filter(|&x| x <= t);
+            match (next_change, next_arrival) {
+                (Some(c), a) if a.is_none_or(|a| c <= a) => {
+                    clock.set_ms(c);
+                    changes[ci].1.apply(&cloud)?;
+                    ci += 1;
+                }
+                (_, Some(a)) => {
+                    clock.set_ms(a);
+                    driver.submit_dyn(&jobs[ai]).await?;
+                    ai += 1;
+                }
+                _ => break,
+            }
+        }
+        clock.set_ms(t);
+        let dt_h = (t - last_t) as f64 / 3_600_000.0;
+        cost += last.cost_rate * dt_h;
+        gpu_hours += last.gpu_rate * dt_h;
+        last = driver.round_dyn().await?;
+        last_t = t;
+        if t >= next_sample {
+            series.hours.push((t - s.start_ms) as f64 / 3_600_000.0);
+            series.cost_usd.push(cost);
+            series.queue.push(driver.queue()?);
+            for (r, v) in series.gpus_by_region.iter_mut() {
+                v.push(last.gpus_by_region.get(r).copied().unwrap_or(0.0));
+            }
+            next_sample = t + sample_every;
+        }
+        let mut next = t + interval;
+        if driver.idle() && last.cost_rate == 0.0 && last.gpu_rate == 0.0 {
+            // Nothing open: jump to the last round at or before the next event.
+            let upcoming =
+                [jobs.get(ai).map(|j| s.start_ms + j.at_ms), changes.get(ci).map(|c| c.0)].into_iter().flatten().min();
+            match upcoming {
+                Some(e) => {
+                    let k = (e - s.start_ms).div_euclid(interval);
+                    next = next.max(s.start_ms + k * interval);
+                }
+                None => break,
+            }
+        }
+        t = next;
+    }
+    let (outcomes, failovers) = driver.finish(end)?;
+    series.failovers = failovers;
+    let counters = cloud.counters();
+    let summary = summarize(
+        policy,
+        &outcomes,
+        end,
+        counters.creates_refused + counters.creates_failed,
+        counters.evictions + counters.vms_lost_to_outages,
+        gpu_hours,
+        if opts.timing { started.elapsed().as_millis() as u64 } else { 0 },
+    );
+    drop(driver);
+    drop(guard);
+    Ok(PolicyRun { summary: summary.rounded(), series, jobs: outcomes, integrated_cost_usd: cost })
+}
+
+fn summarize(
+    policy: Policy,
+    jobs: &[JobOutcome],
+    end: i64,
+    failed_prov: u64,
+    evictions: u64,
+    gpu_hours: f64,
+    wall_ms: u64,
+) -> PolicyReport {
+    let mut waits: Vec<f64> = jobs
+        .iter()
+        .map(|j| (j.first_running_ms.unwrap_or(end).min(end) - j.submitted_ms).max(0) as f64 / 3_600_000.0)
+        .collect();
+    waits.sort_by(f64::total_cmp);
+    let count = |o: Outcome| jobs.iter().filter(|j| j.outcome == o).count() as u64;
+    let deadline_misses = jobs
+        .iter()
+        .filter(|j| match j.deadline_ms {
+            None => false,
+            Some(d) => match j.outcome {
+                Outcome::Completed => j.finished_ms.is_some_and(|f| f > d),
+                Outcome::Failed => true,
+                Outcome::Pending => d <= end,
+            },
+        })
+        .count() as u64;
+    PolicyReport {
+        name: policy.name().to_string(),
+        total_cost_usd: jobs.iter().map(|j| j.cost_usd).sum(),
+        gpu_hours,
+        jobs_submitted: jobs.len() as u64,
+        jobs_completed: count(Outcome::Completed),
+        jobs_failed: count(Outcome::Failed),
+        jobs_pending_at_end: count(Outcome::Pending),
+        wait_p50_hours: percentile(&waits, 50.0),
+        wait_p95_hours: percentile(&waits, 95.0),
+        wait_p99_hours: percentile(&waits, 99.0),
+        deadline_misses,
+        failed_provisioning_attempts: failed_prov,
+        failovers: jobs.iter().map(|j| j.failovers as u64).sum(),
+        evictions,
+        lost_work_gpu_hours: jobs.iter().map(|j| j.lost_work_gpu_hours).sum(),
+        wall_ms,
+    }
+}
+
+/// Object-safe wrapper of [`Driver`] (its async methods are not dyn-compatible).
+pub(crate) trait DynDriver {
+    fn submit_dyn<'a>(
+        &'a mut self,
+        job: &'a TraceJob,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), WhatIfError>> + 'a>>;
+    fn round_dyn(&mut self) -> std::pin::Pin<Box<dyn Future<Output = Result<RoundState, WhatIfError>> + '_>>;
+    fn queue(&self) -> Result<u64, WhatIfError>;
+    fn idle(&self) -> bool;
+    fn finish(&mut self, end_ms: i64) -> Result<(Vec<JobOutcome>, Vec<Failover>), WhatIfError>;
+}
+
+impl<D: Driver> DynDriver for D {
+    fn submit_dyn<'a>(
+        &'a mut self,
+        job: &'a TraceJob,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), WhatIfError>> + 'a>> {
+        Box::pin(Driver::submit(self, job))
+    }
+    fn round_dyn(&mut self) -> std::pin::Pin<Box<dyn Future<Output = Result<RoundState, WhatIfError>> + '_>> {
+        Box::pin(Driver::round(self))
+    }
+    fn queue(&self) -> Result<u64, WhatIfError> {
+        Driver::queue(self)
+    }
+    fn idle(&self) -> bool {
+        Driver::idle(self)
+    }
+    fn finish(&mut self, end_ms: i64) -> Result<(Vec<JobOutcome>, Vec<Failover>), WhatIfError> {
+        Driver::finish(self, end_ms)
+    }
+}
+
+fn store_err(e: impl std::fmt::Display) -> WhatIfError {
+    WhatIfError::Store(e.to_string())
+}
+
+/// The production control loop as a policy.
+struct LoopDriver {
+    store: Store,
+    catalog: Arc<Catalog>,
+    jobs: JobService,
+    ctl: Controller,
+    no_spot: bool,
+    open: u64,
+    archived: Vec<JobOutcome>,
+    failovers: Vec<Failover>,
+    start_ms: i64,
+}
+
+impl LoopDriver {
+    fn new(
+        store: Store,
+        cloud: Arc<SimCloud>,
+        clock: Arc<ManualClock>,
+        catalog: Arc<Catalog>,
+        no_spot: bool,
+    ) -> LoopDriver {
+        let start_ms = clock.now_ms();
+        let jobs = JobService::new(store.clone(), catalog.clone(), clock.clone() as Arc<dyn Clock>).without_flush();
+        let config = ControlConfig { auto_complete: true, durable: false, ..ControlConfig::default() };
+        let ctl = Controller::new(
+            store.clone(),
+            cloud as Arc<dyn Cloud>,
+            clock as Arc<dyn Clock>,
+            catalog.clone(),
+            config,
+            ControlMetrics::unregistered(),
+        );
+        LoopDriver {
+            store,
+            catalog,
+            jobs,
+            ctl,
+            no_spot,
+            open: 0,
+            archived: Vec::new(),
+            failovers: Vec::new(),
+            start_ms,
+        }
+    }
+
+    fn outcome(&mut self, job: &Job, attempts: &[Attempt]) -> JobOutcome {
+        let mut spans = Vec::new();
+        for (i, a) in attempts.iter().enumerate() {
+            if i > 0 {
+                self.failovers.push(Failover {
+                    at_hours: (a.started_at_ms - self.start_ms) as f64 / 3_600_000.0,
+                    job: job.id.clone(),
+                    from: attempts[i - 1].region.clone(),
+                    to: a.region.clone(),
+                });
+            }
+            spans.push(AttemptSpan {
+                region: a.region.clone(),
+                size: a.size.clone(),
+                priority: a.priority,
+                started_ms: a.started_at_ms,
+                running_ms: a.running_since_ms,
+                ended_ms: a.ended_at_ms,
+            });
+        }
+        JobOutcome {
+            id: job.id.clone(),
+            outcome: match job.state {
+                JobState::Succeeded => Outcome::Completed,
+                JobState::Failed | JobState::Cancelled => Outcome::Failed,
+                _ => Outcome::Pending,
+            },
+            gpus: job.wanted_gpus(),
+            submitted_ms: job.submitted_at_ms,
+            first_running_ms: job.first_running_at_ms,
+            finished_ms: job.finished_at_ms,
+            deadline_ms: job.spec.deadline.map(|d| (d.unix_timestamp_nanos() / 1_000_000) as i64),
+            cost_usd: job.cost_usd,
+            work_gpu_hours: job.progress_hours * job.wanted_gpus() as f64,
+            lost_work_gpu_hours: job.lost_work_gpu_hours,
+            failovers: job.failovers,
+            attempts: spans,
+        }
+    }
+
+    fn attempts_of(&self, id: &str) -> Result<Vec<Attempt>, WhatIfError> {
+        let mut a = self.store.by_index::<Attempt>("job", id).map_err(store_err)?;
+        a.sort_by_key(|x| x.number);
+        Ok(a)
+    }
+
+    /// Moves finished jobs without fleets out of the store into outcomes.
+    fn archive(&mut self) -> Result<(), WhatIfError> {
+        for s in [JobState::Succeeded, JobState::Failed, JobState::Cancelled] {
+            for job in self.store.by_index::<Job>("state", s.as_str()).map_err(store_err)? {
+                let attempts = self.attempts_of(&job.id)?;
+                if attempts.iter().any(|a| a.is_active()) {
+                    continue;
+                }
+                let o = self.outcome(&job, &attempts);
+                self.archived.push(o);
+                self.open -= 1;
+                for a in &attempts {
+                    self.store.delete::<Attempt>(&a.key()).map_err(store_err)?;
+                }
+                self.store.delete::<Job>(&job.id).map_err(store_err)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Driver for LoopDriver {
+    async fn submit(&mut self, job: &TraceJob) -> Result<(), WhatIfError> {
+        let mut spec = job.spec.clone();
+        if self.no_spot {
+            spec.spot = Some(SpotPolicy::Never);
+        }
+        self.jobs.submit_with_id(&job.id, spec).map_err(|e| WhatIfError::Control(format!("job {}: {e}", job.id)))?;
+        self.open += 1;
+        Ok(())
+    }
+
+    async fn round(&mut self) -> Result<RoundState, WhatIfError> {
+        self.ctl.reconcile().await.map_err(|e| WhatIfError::Control(e.to_string()))?;
+        let mut st = RoundState::default();
+        for a in self.store.by_index::<Attempt>("state", "running").map_err(store_err)? {
+            if a.state != AttemptState::Running {
+                continue;
+            }
+            // Billed GPUs are the VMs' GPUs, whether or not the job uses them all.
+            let per_vm = self.catalog.size(&a.size).map_or(a.gpus as f64 / a.vms.max(1) as f64, |s| s.gpus as f64);
+            let gpus = a.running_vms as f64 * per_vm;
+            st.cost_rate += a.running_vms as f64 * a.price_per_hour;
+            st.gpu_rate += gpus;
+            *st.gpus_by_region.entry(a.region.clone()).or_default() += gpus;
+        }
+        self.archive()?;
+        Ok(st)
+    }
+
+    fn queue(&self) -> Result<u64, WhatIfError> {
+        let mut n = 0;
+        for s in [JobState::Pending, JobState::Provisioning] {
+            n += self.store.by_index::<Job>("state", s.as_str()).map_err(store_err)?.len() as u64;
+        }
+        Ok(n)
+    }
+
+    fn idle(&self) -> bool {
+        self.open == 0
+    }
+
+    fn finish(&mut self, _end_ms: i64) -> Result<(Vec<JobOutcome>, Vec<Failover>), WhatIfError> {
+        let mut out = std::mem::take(&mut self.archived);
+        for job in self.store.scan::<Job>().map_err(store_err)? {
+            let attempts = self.attempts_of(&job.id)?;
+            let o = self.outcome(&job, &attempts);
+            out.push(o);
+        }
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        let mut f = std::mem::take(&mut self.failovers);
+        f.sort_by(|a, b| a.at_hours.total_cmp(&b.at_hours).then(a.job.cmp(&b.job)));
+        Ok((out, f))
+    }
+}

@@ -1,0 +1,589 @@
+//! What a what-if run reports: per policy a summary (the table, and `--output json` with exactly
+//! the keys below), time series for the charts, and per-job outcomes for checks; and the
+//! self-contained HTML report with one SVG chart per question, drawn by hand (no plotting crate:
+//! the charts are simple line, step and bar charts, and hand-written SVG keeps the output
+//! byte-for-byte deterministic and the dependency tree small).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+/// One policy's summary: the JSON keys of `spillway simulate --output json`, per policy.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PolicyReport {
+    /// Policy name.
+    pub name: String,
+    /// USD billed over the run (VM-hours × price, accrued per round).
+    pub total_cost_usd: f64,
+    /// GPU-hours billed (running VMs × GPUs per VM × time).
+    pub gpu_hours: f64,
+    /// Jobs that arrived within the horizon.
+    pub jobs_submitted: u64,
+    /// Jobs whose work was done.
+    pub jobs_completed: u64,
+    /// Jobs that ended without their work done (budget, cancellation).
+    pub jobs_failed: u64,
+    /// Jobs neither completed nor failed at the horizon (waiting, or still running).
+    pub jobs_pending_at_end: u64,
+    /// Median hours from submission to first running; jobs that never ran count the time they
+    /// waited until the horizon.
+    pub wait_p50_hours: f64,
+    /// 95th percentile of the same.
+    pub wait_p95_hours: f64,
+    /// 99th percentile of the same.
+    pub wait_p99_hours: f64,
+    /// Jobs with a deadline that finished after it, failed, or were unfinished past it at the end.
+    pub deadline_misses: u64,
+    /// Fleet creations the cloud refused or that failed (quota, capacity, …), as the cloud counted.
+    pub failed_provisioning_attempts: u64,
+    /// Times a job was placed again after a failed provisioning, an eviction or an outage.
+    pub failovers: u64,
+    /// VMs the cloud took back: spot evictions, capacity cuts and outages.
+    pub evictions: u64,
+    /// GPU-hours of work lost since the last checkpoint when VMs were lost.
+    pub lost_work_gpu_hours: f64,
+    /// Wall-clock milliseconds the policy's run took (0 with timing off).
+    pub wall_ms: u64,
+}
+
+/// How a job ended up at the horizon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// Work done.
+    Completed,
+    /// Ended without its work done.
+    Failed,
+    /// Waiting or running at the horizon.
+    Pending,
+}
+
+/// One job's fate under one policy.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobOutcome {
+    /// Job id.
+    pub id: String,
+    /// Final state.
+    pub outcome: Outcome,
+    /// GPUs wanted.
+    pub gpus: u32,
+    /// Arrival, Unix ms.
+    pub submitted_ms: i64,
+    /// First running, Unix ms.
+    pub first_running_ms: Option<i64>,
+    /// End, Unix ms.
+    pub finished_ms: Option<i64>,
+    /// Deadline, Unix ms.
+    pub deadline_ms: Option<i64>,
+    /// USD billed.
+    pub cost_usd: f64,
+    /// GPU-hours of work kept (progress × GPUs).
+    pub work_gpu_hours: f64,
+    /// GPU-hours lost to evictions.
+    pub lost_work_gpu_hours: f64,
+    /// Placements after a failure or a loss.
+    pub failovers: u32,
+    /// Its attempts, in order.
+    pub attempts: Vec<AttemptSpan>,
+}
+
+/// One attempt of a job: where, and when it ran.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AttemptSpan {
+    /// Region.
+    pub region: String,
+    /// VM size.
+    pub size: String,
+    /// Spot or regular.
+    pub priority: scheduler::model::Priority,
+    /// When it was asked for, Unix ms.
+    pub started_ms: i64,
+    /// When its VMs ran, Unix ms.
+    pub running_ms: Option<i64>,
+    /// When it ended (failed, lost, replaced or done), Unix ms; none while it lasts.
+    pub ended_ms: Option<i64>,
+}
+
+/// A failover for the timeline.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Failover {
+    /// Hours after the start.
+    pub at_hours: f64,
+    /// Job id.
+    pub job: String,
+    /// Region it left.
+    pub from: String,
+    /// Region it went to.
+    pub to: String,
+}
+
+/// Time series of one policy, sampled at most ~600 times over the run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PolicySeries {
+    /// Sample times, hours after the start.
+    pub hours: Vec<f64>,
+    /// USD billed so far.
+    pub cost_usd: Vec<f64>,
+    /// Jobs waiting for a placement (not running, not finished).
+    pub queue: Vec<u64>,
+    /// GPUs running per region.
+    pub gpus_by_region: BTreeMap<String, Vec<f64>>,
+    /// Failovers, in time order.
+    pub failovers: Vec<Failover>,
+}
+
+/// One policy's run: summary, series and per-job outcomes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyRun {
+    /// The summary.
+    pub summary: PolicyReport,
+    /// The charts' data.
+    pub series: PolicySeries,
+    /// Every submitted job, by id.
+    pub jobs: Vec<JobOutcome>,
+    /// Cost integrated per round from the running fleets (equals `total_cost_usd` when the
+    /// accounting is consistent; kept for checks).
+    pub integrated_cost_usd: f64,
+}
+
+/// An outage window, for the timeline.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OutageWindow {
+    /// Start, hours after the start.
+    pub from_hours: f64,
+    /// End, hours after the start (the horizon when it never ends).
+    pub until_hours: f64,
+    /// What is out (`eastus A100`).
+    pub label: String,
+}
+
+/// The whole run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    /// Scenario name.
+    pub scenario: String,
+    /// Its description.
+    pub description: String,
+    /// Seed.
+    pub seed: u64,
+    /// Horizon, hours.
+    pub horizon_hours: f64,
+    /// Regions.
+    pub regions: Vec<String>,
+    /// Outage windows.
+    pub outages: Vec<OutageWindow>,
+    /// One run per policy, in the scenario's order.
+    pub runs: Vec<PolicyRun>,
+}
+
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    scenario: &'a str,
+    seed: u64,
+    horizon_hours: f64,
+    policies: Vec<&'a PolicyReport>,
+}
+
+/// Nearest-rank percentile of sorted values (0 for none).
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
+    sorted[rank.min(sorted.len()) - 1]
+}
+
+/// Rounds for output: money to cents' hundredths, hours to 1e-4, so the JSON is stable and short.
+fn r4(x: f64) -> f64 {
+    (x * 10_000.0).round() / 10_000.0
+}
+
+impl PolicyReport {
+    pub(crate) fn rounded(mut self) -> PolicyReport {
+        self.total_cost_usd = r4(self.total_cost_usd);
+        self.gpu_hours = r4(self.gpu_hours);
+        self.wait_p50_hours = r4(self.wait_p50_hours);
+        self.wait_p95_hours = r4(self.wait_p95_hours);
+        self.wait_p99_hours = r4(self.wait_p99_hours);
+        self.lost_work_gpu_hours = r4(self.lost_work_gpu_hours);
+        self
+    }
+}
+
+impl Report {
+    /// The summary of a policy, by name.
+    pub fn policy(&self, name: &str) -> Option<&PolicyRun> {
+        self.runs.iter().find(|r| r.summary.name == name)
+    }
+
+    /// `--output json`: `{"scenario", "seed", "horizon_hours", "policies": [{name, total_cost_usd, …, wall_ms}]}`.
+    pub fn to_json(&self) -> String {
+        let j = JsonReport {
+            scenario: &self.scenario,
+            seed: self.seed,
+            horizon_hours: self.horizon_hours,
+            policies: self.runs.iter().map(|r| &r.summary).collect(),
+        };
+        serde_json::to_string_pretty(&j).expect("the report always serialises")
+    }
+
+    /// The table for people.
+    pub fn to_table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "scenario {} (seed {}, {} h): {}",
+            self.scenario,
+            self.seed,
+            self.horizon_hours,
+            self.description.trim()
+        );
+        let head = [
+            "POLICY",
+            "COST USD",
+            "GPU-H",
+            "JOBS",
+            "DONE",
+            "FAILED",
+            "PENDING",
+            "WAIT P50 H",
+            "P95 H",
+            "P99 H",
+            "DL MISS",
+            "FAILED PROV",
+            "FAILOVERS",
+            "EVICTIONS",
+            "LOST GPU-H",
+            "WALL MS",
+        ];
+        let rows: Vec<Vec<String>> = self
+            .runs
+            .iter()
+            .map(|r| {
+                let s = &r.summary;
+                vec![
+                    s.name.clone(),
+                    format!("{:.2}", s.total_cost_usd),
+                    format!("{:.1}", s.gpu_hours),
+                    s.jobs_submitted.to_string(),
+                    s.jobs_completed.to_string(),
+                    s.jobs_failed.to_string(),
+                    s.jobs_pending_at_end.to_string(),
+                    format!("{:.2}", s.wait_p50_hours),
+                    format!("{:.2}", s.wait_p95_hours),
+                    format!("{:.2}", s.wait_p99_hours),
+                    s.deadline_misses.to_string(),
+                    s.failed_provisioning_attempts.to_string(),
+                    s.failovers.to_string(),
+                    s.evictions.to_string(),
+                    format!("{:.1}", s.lost_work_gpu_hours),
+                    s.wall_ms.to_string(),
+                ]
+            })
+            .collect();
+        let mut widths: Vec<usize> = head.iter().map(|h| h.len()).collect();
+        for r in &rows {
+            for (w, c) in widths.iter_mut().zip(r) {
+                *w = (*w).max(c.len());
+            }
+        }
+        let line = |cells: Vec<String>| {
+            cells
+                .iter()
+                .zip(&widths)
+                .map(|(c, w)| format!("{c:<w$}"))
+                .collect::<Vec<_>>()
+                .join("  ")
+                .trim_end()
+                .to_string()
+        };
+        let _ = writeln!(out, "{}", line(head.iter().map(|s| s.to_string()).collect()));
+        for r in rows {
+            let _ = writeln!(out, "{}", line(r));
+        }
+        out
+    }
+
+    /// The self-contained HTML report: per policy, cost over time, queue length, GPUs in use by
+    /// region, and a timeline of failovers and outages; then the summary table.
+    pub fn to_html(&self) -> String {
+        let mut h = String::new();
+        let _ = write!(
+            h,
+            "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>spillway what-if: {name}</title>\n<style>\
+             body{{font-family:system-ui,sans-serif;margin:2em;color:#222}}h2{{margin-top:2em;border-bottom:1px solid #ccc}}\
+             table{{border-collapse:collapse;font-size:13px}}td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}\
+             th:first-child,td:first-child{{text-align:left}}.charts{{display:flex;flex-wrap:wrap;gap:12px}}\
+             svg{{background:#fafafa;border:1px solid #ddd}}</style></head><body>\n\
+             <h1>What-if: {name}</h1><p>{desc}</p><p>Seed {seed}, horizon {hz} h, regions: {regions}.</p>\n",
+            name = esc(&self.scenario),
+            desc = esc(self.description.trim()),
+            seed = self.seed,
+            hz = self.horizon_hours,
+            regions = esc(&self.regions.join(", ")),
+        );
+        h.push_str("<h2>Summary</h2>\n");
+        h.push_str(&self.html_table());
+        let max_cost = self.runs.iter().flat_map(|r| r.series.cost_usd.iter().copied()).fold(0.0, f64::max);
+        let max_queue = self.runs.iter().flat_map(|r| r.series.queue.iter().map(|&q| q as f64)).fold(0.0, f64::max);
+        let max_gpus = self
+            .runs
+            .iter()
+            .flat_map(|r| {
+                let n = r.series.hours.len();
+                (0..n).map(move |i| {
+                    r.series.gpus_by_region.values().map(|v| v.get(i).copied().unwrap_or(0.0)).sum::<f64>()
+                })
+            })
+            .fold(0.0, f64::max);
+        for run in &self.runs {
+            let s = &run.series;
+            let _ = writeln!(h, "<h2>{}</h2><div class=\"charts\">", esc(&run.summary.name));
+            h.push_str(&line_chart(
+                "Cost so far (USD)",
+                &s.hours,
+                &[("cost", &s.cost_usd, COLORS[0])],
+                self.horizon_hours,
+                max_cost,
+            ));
+            let q: Vec<f64> = s.queue.iter().map(|&x| x as f64).collect();
+            h.push_str(&line_chart(
+                "Jobs waiting",
+                &s.hours,
+                &[("queue", &q, COLORS[1])],
+                self.horizon_hours,
+                max_queue,
+            ));
+            h.push_str(&stacked_chart(
+                "GPUs in use by region",
+                &s.hours,
+                &s.gpus_by_region,
+                self.horizon_hours,
+                max_gpus,
+            ));
+            h.push_str(&timeline(&s.failovers, &self.outages, &self.regions, self.horizon_hours));
+            h.push_str("</div>\n");
+        }
+        h.push_str("</body></html>\n");
+        h
+    }
+
+    fn html_table(&self) -> String {
+        let mut t = String::from("<table><tr>");
+        for c in [
+            "policy",
+            "cost USD",
+            "GPU-hours",
+            "jobs",
+            "completed",
+            "failed",
+            "pending at end",
+            "wait p50 h",
+            "p95 h",
+            "p99 h",
+            "deadline misses",
+            "failed provisioning",
+            "failovers",
+            "evictions",
+            "lost GPU-hours",
+        ] {
+            let _ = write!(t, "<th>{c}</th>");
+        }
+        t.push_str("</tr>\n");
+        for r in &self.runs {
+            let s = &r.summary;
+            let _ = writeln!(
+                t,
+                "<tr><td>{}</td><td>{:.2}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td>\
+                 <td>{:.2}</td><td>{:.2}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td></tr>",
+                esc(&s.name),
+                s.total_cost_usd,
+                s.gpu_hours,
+                s.jobs_submitted,
+                s.jobs_completed,
+                s.jobs_failed,
+                s.jobs_pending_at_end,
+                s.wait_p50_hours,
+                s.wait_p95_hours,
+                s.wait_p99_hours,
+                s.deadline_misses,
+                s.failed_provisioning_attempts,
+                s.failovers,
+                s.evictions,
+                s.lost_work_gpu_hours
+            );
+        }
+        t.push_str("</table>\n");
+        t
+    }
+}
+
+const COLORS: [&str; 8] = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
+const W: f64 = 460.0;
+const H: f64 = 220.0;
+const PAD_L: f64 = 56.0;
+const PAD_R: f64 = 12.0;
+const PAD_T: f64 = 24.0;
+const PAD_B: f64 = 30.0;
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+fn x_of(hours: f64, horizon: f64) -> f64 {
+    PAD_L + (W - PAD_L - PAD_R) * (hours / horizon.max(1e-9)).clamp(0.0, 1.0)
+}
+
+fn y_of(v: f64, max: f64) -> f64 {
+    let max = if max > 0.0 { max } else { 1.0 };
+    H - PAD_B - (H - PAD_T - PAD_B) * (v / max).clamp(0.0, 1.0)
+}
+
+/// Axes, title and tick labels of a chart (the y axis from 0 to `max`).
+fn frame(title: &str, horizon: f64, max: f64) -> String {
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" font-size=\"11\">\
+         <text x=\"{PAD_L}\" y=\"15\" font-weight=\"bold\">{}</text>\
+         <line x1=\"{PAD_L}\" y1=\"{y0}\" x2=\"{x1}\" y2=\"{y0}\" stroke=\"#888\"/>\
+         <line x1=\"{PAD_L}\" y1=\"{PAD_T}\" x2=\"{PAD_L}\" y2=\"{y0}\" stroke=\"#888\"/>",
+        esc(title),
+        y0 = H - PAD_B,
+        x1 = W - PAD_R,
+    );
+    for k in 0..=4 {
+        let v = max * k as f64 / 4.0;
+        let y = y_of(v, max);
+        let _ = write!(
+            s,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text><line x1=\"{PAD_L}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"#eee\"/>",
+            PAD_L - 4.0,
+            y + 4.0,
+            short(v),
+            W - PAD_R
+        );
+    }
+    for k in 0..=4 {
+        let t = horizon * k as f64 / 4.0;
+        let _ = write!(
+            s,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{} h</text>",
+            x_of(t, horizon),
+            H - PAD_B + 14.0,
+            short(t)
+        );
+    }
+    s
+}
+
+fn short(v: f64) -> String {
+    if v >= 10_000.0 {
+        format!("{:.0}k", v / 1000.0)
+    } else if v >= 100.0 || v == v.round() {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+fn polyline(hours: &[f64], values: &[f64], horizon: f64, max: f64, color: &str) -> String {
+    let pts: Vec<String> =
+        hours.iter().zip(values).map(|(&t, &v)| format!("{:.1},{:.1}", x_of(t, horizon), y_of(v, max))).collect();
+    format!("<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"1.5\" points=\"{}\"/>", pts.join(" "))
+}
+
+fn line_chart(title: &str, hours: &[f64], lines: &[(&str, &[f64], &str)], horizon: f64, max: f64) -> String {
+    let mut s = frame(title, horizon, max);
+    for (_, v, c) in lines {
+        s.push_str(&polyline(hours, v, horizon, max, c));
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn stacked_chart(title: &str, hours: &[f64], by_region: &BTreeMap<String, Vec<f64>>, horizon: f64, max: f64) -> String {
+    let mut s = frame(title, horizon, max);
+    let mut base = vec![0.0; hours.len()];
+    for (i, (region, vals)) in by_region.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let top: Vec<f64> = base.iter().zip(vals).map(|(b, v)| b + v).collect();
+        let mut pts: Vec<String> =
+            hours.iter().zip(&top).map(|(&t, &v)| format!("{:.1},{:.1}", x_of(t, horizon), y_of(v, max))).collect();
+        pts.extend(
+            hours.iter().zip(&base).rev().map(|(&t, &v)| format!("{:.1},{:.1}", x_of(t, horizon), y_of(v, max))),
+        );
+        let _ =
+            write!(s, "<polygon fill=\"{color}\" fill-opacity=\"0.7\" stroke=\"none\" points=\"{}\"/>", pts.join(" "));
+        let _ = write!(
+            s,
+            "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"9\" height=\"9\" fill=\"{color}\"/><text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+            W - PAD_R - 100.0,
+            PAD_T + 2.0 + 12.0 * i as f64,
+            W - PAD_R - 88.0,
+            PAD_T + 10.0 + 12.0 * i as f64,
+            esc(region)
+        );
+        base = top;
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+/// One row per region: outage windows as red bars, failovers into the region as ticks.
+fn timeline(failovers: &[Failover], outages: &[OutageWindow], regions: &[String], horizon: f64) -> String {
+    let rows = regions.len().max(1) as f64;
+    let row_h = (H - PAD_T - PAD_B) / rows;
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" font-size=\"11\">\
+         <text x=\"{PAD_L}\" y=\"15\" font-weight=\"bold\">Failovers (ticks, into the region) and outages (red)</text>"
+    );
+    for (i, r) in regions.iter().enumerate() {
+        let y = PAD_T + row_h * i as f64;
+        let _ = write!(
+            s,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text><line x1=\"{PAD_L}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"#ddd\"/>",
+            PAD_L - 4.0,
+            y + row_h / 2.0 + 4.0,
+            esc(r),
+            y + row_h,
+            W - PAD_R,
+            y + row_h
+        );
+        for o in outages.iter().filter(|o| o.label.split(' ').next() == Some(r.as_str())) {
+            let (x0, x1) = (x_of(o.from_hours, horizon), x_of(o.until_hours, horizon));
+            let _ = write!(
+                s,
+                "<rect x=\"{x0:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"#d62728\" fill-opacity=\"0.35\"><title>{}</title></rect>",
+                y + 2.0,
+                (x1 - x0).max(1.0),
+                row_h - 4.0,
+                esc(&o.label)
+            );
+        }
+        // Many failovers at once would be thousands of elements: one tick per pixel column.
+        let mut seen = std::collections::BTreeSet::new();
+        for f in failovers.iter().filter(|f| &f.to == r) {
+            let x = x_of(f.at_hours, horizon).round() as i64;
+            if seen.insert(x) {
+                let _ = write!(
+                    s,
+                    "<line x1=\"{x}\" y1=\"{:.1}\" x2=\"{x}\" y2=\"{:.1}\" stroke=\"#1f77b4\"/>",
+                    y + 4.0,
+                    y + row_h - 4.0
+                );
+            }
+        }
+    }
+    for k in 0..=4 {
+        let t = horizon * k as f64 / 4.0;
+        let _ = write!(
+            s,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{} h</text>",
+            x_of(t, horizon),
+            H - PAD_B + 14.0,
+            short(t)
+        );
+    }
+    let _ = writeln!(s, "<text x=\"{PAD_L}\" y=\"{:.1}\">{} failovers</text></svg>", H - 3.0, failovers.len());
+    s
+}

@@ -1,0 +1,322 @@
+//! What-if simulation: scenarios, workloads, the engine with the real control loop and the
+//! baselines, and the reports.
+
+use std::path::PathBuf;
+
+use simulator::whatif::fit::PhillyFit;
+
+fn shared() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared")
+}
+
+fn scenarios() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scenarios")
+}
+
+#[test]
+fn philly_fit_file_is_derived_from_the_trace() {
+    let csv = shared().join("data/jobs/philly.csv");
+    if !csv.exists() {
+        eprintln!("skipping: {} is absent (the shared data folder is not next to the project)", csv.display());
+        return;
+    }
+    let fit = PhillyFit::from_csv(&csv).expect("the trace fits");
+    let path = scenarios().join("philly-fit.toml");
+    if std::env::var_os("SPILLWAY_WRITE_FIT").is_some() {
+        std::fs::write(&path, fit.to_toml()).expect("write the fit");
+    }
+    let committed = PhillyFit::parse(&std::fs::read_to_string(&path).expect("the fit file exists")).expect("it parses");
+    assert_eq!(committed, fit, "scenarios/philly-fit.toml is stale: rerun with SPILLWAY_WRITE_FIT=1");
+    assert_eq!(fit.jobs, 82_247);
+    let one_gpu = fit.gpus.iter().find(|g| g.gpus == 1).expect("1-GPU class");
+    assert!(one_gpu.share > 0.9, "most Philly jobs use one GPU: {}", one_gpu.share);
+    assert!((fit.hour_of_day.iter().sum::<f64>() - 24.0).abs() < 1e-3);
+}
+
+use simulator::whatif::report::Outcome;
+use simulator::whatif::{Report, RunOptions, Scenario, WhatIfError, load_workload, run_scenario};
+
+/// A small scenario for fast tests: two regions, half a day, ~30 jobs.
+fn tiny(seed: u64) -> Scenario {
+    let text = format!(
+        r#"
+[experiment]
+kind = "what-if"
+
+[scenario]
+name = "tiny"
+start = "2026-01-05T00:00:00Z"
+horizon_hours = 12
+interval_seconds = 300
+seed = {seed}
+
+[cloud]
+regions = ["eastus", "westus3"]
+sizes = ["Standard_NC24ads_A100_v4", "Standard_NC48ads_A100_v4", "Standard_NC96ads_A100_v4"]
+provisioning_seconds = 120
+default_capacity_vms = 4
+default_spot_eviction_rate_per_hour = 0.2
+
+[cloud.default_quota]
+cores = 400
+low_priority_cores = 96
+family = 96
+
+[workload]
+source = "synthetic"
+jobs_per_hour = 3.0
+
+[workload.mapping]
+gpu_models = ["A100"]
+max_gpus = 4
+max_duration_hours = 6
+spot_max_hours = 3
+deadline_slack = 3.0
+"#
+    );
+    Scenario::parse(&text, &scenarios(), "tiny").expect("tiny scenario is valid")
+}
+
+fn no_timing() -> RunOptions {
+    RunOptions { timing: false, temp_dir: None }
+}
+
+/// A bundled scenario cut to its first `hours`, with its events moved by `shift_hours` (negative:
+/// earlier) so they fall inside, and rounds every five minutes, to keep debug-build tests fast.
+fn bundled_cut(name: &str, hours: f64, shift_hours: f64) -> Scenario {
+    let mut s = Scenario::load(&scenarios().join(format!("{name}.toml"))).expect("bundled scenario is valid");
+    s.horizon_ms = (hours * 3_600_000.0) as i64;
+    s.interval_ms = 300_000;
+    let shift = (shift_hours * 3_600_000.0) as i64;
+    for e in &mut s.events {
+        e.at_ms += shift;
+        e.until_ms = e.until_ms.map(|u| u + shift);
+    }
+    s
+}
+
+#[tokio::test]
+async fn same_scenario_and_seed_give_byte_identical_json() {
+    let a = run_scenario(&tiny(3), &no_timing()).await.expect("runs");
+    let b = run_scenario(&tiny(3), &no_timing()).await.expect("runs");
+    assert_eq!(a.to_json(), b.to_json());
+    assert_eq!(a.to_html(), b.to_html());
+    assert!(a.to_json().contains("\"wall_ms\": 0"));
+    let c = run_scenario(&tiny(4), &no_timing()).await.expect("runs");
+    assert_ne!(a.to_json(), c.to_json(), "another seed draws another workload");
+}
+
+fn check_conservation(r: &Report, jobs: usize) {
+    for run in &r.runs {
+        let s = &run.summary;
+        assert_eq!(s.jobs_submitted as usize, jobs, "{}: every job is counted", s.name);
+        assert_eq!(s.jobs_completed + s.jobs_failed + s.jobs_pending_at_end, s.jobs_submitted, "{}", s.name);
+        let mut ids: Vec<&str> = run.jobs.iter().map(|j| j.id.as_str()).collect();
+        ids.dedup();
+        assert_eq!(ids.len(), jobs, "{}: each job once, in exactly one state", s.name);
+        let work: f64 = run.jobs.iter().map(|j| j.work_gpu_hours).sum();
+        assert!(s.gpu_hours + 1e-6 >= work, "{}: billed {} GPU-h < work {work}", s.name, s.gpu_hours);
+        for j in run.jobs.iter().filter(|j| j.outcome == Outcome::Completed) {
+            assert!(
+                j.finished_ms.is_some() && j.first_running_ms.is_some(),
+                "{}: {} completed without running",
+                s.name,
+                j.id
+            );
+        }
+        assert!(s.jobs_completed > 0 && s.total_cost_usd > 0.0, "{}: {s:?}", s.name);
+        let total: f64 = run.jobs.iter().map(|j| j.cost_usd).sum();
+        assert!(
+            (run.integrated_cost_usd - total).abs() <= 1e-6 * total.max(1.0),
+            "{}: cost over time {} vs billed {total}",
+            s.name,
+            run.integrated_cost_usd
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_job_ends_in_exactly_one_state_and_billing_covers_the_work() {
+    let s = tiny(11);
+    let jobs = load_workload(&s).expect("workload").len();
+    assert!(jobs >= 20, "{jobs} jobs");
+    let r = run_scenario(&s, &no_timing()).await.expect("runs");
+    assert_eq!(r.runs.len(), 4);
+    check_conservation(&r, jobs);
+    let regular = &r.policy("regular-only").unwrap().summary;
+    assert_eq!(regular.evictions, 0, "no spot, no evictions: {regular:?}");
+}
+
+#[tokio::test]
+async fn in_a_region_outage_the_affected_jobs_fail_over_and_none_is_lost() {
+    // The bundled outage (hours 84-90) moved to hours 6-12 of an 18-hour cut.
+    let mut s = bundled_cut("region-outage", 18.0, -78.0);
+    s.policies = vec![simulator::whatif::Policy::Spillway];
+    let outage_start = s.start_ms + 6 * 3_600_000;
+    let r = run_scenario(&s, &no_timing()).await.expect("runs");
+    let run = &r.runs[0];
+    let affected: Vec<_> = run
+        .jobs
+        .iter()
+        .filter(|j| {
+            j.attempts.iter().any(|a| {
+                a.region == "eastus"
+                    && a.running_ms.is_some_and(|t| t < outage_start)
+                    && a.ended_ms.is_none_or(|e| e >= outage_start)
+            })
+        })
+        .collect();
+    assert!(!affected.is_empty(), "the outage hit running jobs");
+    for j in &affected {
+        assert_ne!(j.outcome, Outcome::Failed, "{} was lost", j.id);
+        let hit = j
+            .attempts
+            .iter()
+            .position(|a| a.region == "eastus" && a.ended_ms.is_none_or(|e| e >= outage_start))
+            .unwrap();
+        let later = &j.attempts[hit + 1..];
+        if j.outcome == Outcome::Completed || j.finished_ms.is_none_or(|f| f > outage_start) {
+            assert!(
+                later.iter().any(|a| a.region != "eastus" && a.running_ms.is_some()),
+                "{} did not fail over to another region: {:?}",
+                j.id,
+                j.attempts
+            );
+        }
+        assert!(j.failovers >= 1, "{}", j.id);
+    }
+    assert_eq!(run.summary.jobs_failed, 0);
+    eprintln!("{} jobs hit by the outage, all failed over; {}", affected.len(), r.to_table());
+}
+
+#[tokio::test]
+async fn spillway_makes_far_fewer_failed_provisioning_attempts_than_greedy_failover() {
+    // Each bundled synthetic scenario cut to its first day (events moved inside it).
+    for (name, shift) in [("default", 0.0), ("region-outage", -78.0), ("spot-storm", -42.0)] {
+        let mut s = bundled_cut(name, 24.0, shift);
+        s.policies = vec![simulator::whatif::Policy::Spillway, simulator::whatif::Policy::GreedyFailover];
+        let r = run_scenario(&s, &no_timing()).await.expect("runs");
+        let sp = &r.policy("spillway").unwrap().summary;
+        let gr = &r.policy("greedy-failover").unwrap().summary;
+        eprintln!("{name}: {}", r.to_table());
+        assert!(gr.failed_provisioning_attempts > 0, "{name}: the broker hits quota and capacity walls");
+        assert!(
+            sp.failed_provisioning_attempts * 5 <= gr.failed_provisioning_attempts,
+            "{name}: spillway {} vs greedy {}",
+            sp.failed_provisioning_attempts,
+            gr.failed_provisioning_attempts
+        );
+        // Cost and wait are measured, not asserted: on these one-day cuts spillway is within a few
+        // percent of the broker either way (BENCHMARKS.md, "What-if simulator", has the numbers).
+        eprintln!(
+            "{name}: cost spillway ${:.2} vs greedy ${:.2}; wait p95 {:.2} h vs {:.2} h",
+            sp.total_cost_usd, gr.total_cost_usd, sp.wait_p95_hours, gr.wait_p95_hours
+        );
+    }
+}
+
+#[test]
+fn scenario_errors_name_their_fields() {
+    let good = std::fs::read_to_string(scenarios().join("region-outage.toml")).unwrap();
+    let bad = good
+        .replace("policies = [\"spillway\",", "policies = [\"fastest\",")
+        .replace("region = \"eastus\"\ngpu_model", "region = \"mars\"\ngpu_model")
+        .replace("horizon_hours = 168", "horizon_hours = -1");
+    let err = Scenario::parse(&bad, &scenarios(), "bad").unwrap_err().to_string();
+    for field in ["scenario.policies[0]", "events[0].region", "scenario.horizon_hours"] {
+        assert!(err.contains(field), "{field} missing from: {err}");
+    }
+    let typo = good.replace("jobs_per_hour = 8.0", "jobs_per_hr = 8.0");
+    let err = Scenario::parse(&typo, &scenarios(), "typo").unwrap_err().to_string();
+    assert!(err.contains("workload") && err.contains("jobs_per_hr"), "{err}");
+    let other = good.replace("kind = \"what-if\"", "kind = \"spot-deadline\"");
+    let err = Scenario::parse(&other, &scenarios(), "other").unwrap_err().to_string();
+    assert!(err.contains("experiment.kind"), "{err}");
+}
+
+#[test]
+fn philly_week_reads_the_real_trace_or_says_clearly_that_it_is_absent() {
+    let text = std::fs::read_to_string(scenarios().join("philly-week.toml")).unwrap();
+    // Resolved from a directory with no shared folder next to it: a clear error naming the path.
+    let nowhere = std::env::temp_dir().join(format!("spillway-nowhere-{}/scenarios", std::process::id()));
+    let s = Scenario::parse(&text, &nowhere, "philly-week").expect("the file itself is valid");
+    match load_workload(&s) {
+        Err(WhatIfError::Io { path, reason, .. }) => {
+            assert!(path.ends_with("shared/data/jobs/philly.csv"), "{path}");
+            assert!(reason.contains("not found"), "{reason}");
+        }
+        other => panic!("expected a missing-trace error, got {other:?}"),
+    }
+    let csv = shared().join("data/jobs/philly.csv");
+    if !csv.exists() {
+        eprintln!("skipping the real-trace half: {} is absent", csv.display());
+        return;
+    }
+    let s = Scenario::load(&scenarios().join("philly-week.toml")).unwrap();
+    let jobs = load_workload(&s).expect("the week loads");
+    assert!(jobs.len() > 1_000, "{} jobs in the week", jobs.len());
+    assert!(jobs.windows(2).all(|w| w[0].at_ms <= w[1].at_ms));
+    assert!(jobs.iter().all(|j| j.at_ms < s.horizon_ms && j.spec.tenant.starts_with("vc-")));
+    assert!(jobs.iter().any(|j| j.spec.gpus >= 8), "multi-GPU jobs keep their size");
+    let long = jobs.iter().find(|j| j.spec.duration_hours.unwrap() > 4.0).unwrap();
+    assert_eq!(long.spec.spot, Some(scheduler::model::SpotPolicy::Never), "long jobs stay off spot");
+}
+
+#[test]
+fn json_lines_workloads_keep_their_specs_and_reject_bad_lines_by_number() {
+    let dir = std::env::temp_dir().join(format!("spillway-jsonl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let base = std::fs::read_to_string(scenarios().join("default.toml")).unwrap();
+    let text = base
+        .replace("source = \"synthetic\"\nfit = \"philly\"", "source = \"jsonl\"\npath = \"jobs.jsonl\"")
+        .replace("jobs_per_hour = 8.0", "");
+    std::fs::write(
+        dir.join("jobs.jsonl"),
+        "{\"at_hours\": 2.0, \"id\": \"b\", \"spec\": {\"name\": \"two\", \"kind\": \"training\", \"gpus\": 2, \"gpu_models\": [\"A100\"], \"duration_hours\": 1.0}}\n\
+         {\"at_hours\": 0.5, \"spec\": {\"name\": \"one\", \"kind\": \"batch\", \"gpus\": 1, \"duration_hours\": 0.5}}\n",
+    )
+    .unwrap();
+    let s = Scenario::parse(&text, &dir, "jsonl").expect("valid");
+    let jobs = load_workload(&s).expect("loads");
+    assert_eq!(jobs.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(), ["l000002", "b"]);
+    assert_eq!(jobs[1].spec.name, "two");
+    std::fs::write(
+        dir.join("jobs.jsonl"),
+        "{\"at_hours\": 1, \"spec\": {\"name\": \"x\", \"kind\": \"training\", \"gpus\": 0}}\n",
+    )
+    .unwrap();
+    let err = load_workload(&s).unwrap_err().to_string();
+    assert!(err.contains("gpus"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn the_html_report_is_self_contained_with_four_charts_per_policy() {
+    let r = run_scenario(&tiny(5), &no_timing()).await.expect("runs");
+    let html = r.to_html();
+    assert!(html.starts_with("<!doctype html>"));
+    assert_eq!(html.matches("<svg").count(), 4 * r.runs.len());
+    for title in ["Cost so far", "Jobs waiting", "GPUs in use by region", "Failovers"] {
+        assert_eq!(html.matches(title).count(), r.runs.len(), "{title}");
+    }
+    assert!(!html.contains("<script") && !html.contains("src="), "nothing to fetch");
+    assert!(html.contains("<table>") && html.contains("greedy-failover"));
+}
+
+#[test]
+fn every_bundled_scenario_parses_and_the_default_is_the_embedded_one() {
+    for name in ["default", "region-outage", "spot-storm", "philly-week", "philly-full"] {
+        Scenario::load(&scenarios().join(format!("{name}.toml"))).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    let on_disk = std::fs::read_to_string(scenarios().join("default.toml")).unwrap();
+    assert_eq!(simulator::whatif::DEFAULT_SCENARIO, on_disk);
+    let s = Scenario::bundled_default(&scenarios()).expect("the embedded default parses");
+    assert_eq!((s.name.as_str(), s.horizon_ms), ("default", 168 * 3_600_000));
+    assert_eq!(s.cloud.regions.len(), 4);
+    let jobs = load_workload(&s).expect("synthetic workload");
+    // 8 jobs an hour on average over a week, shaped by the fitted hour and weekday multipliers.
+    assert!((1_000..1_700).contains(&jobs.len()), "{} jobs", jobs.len());
+    assert!(jobs.iter().all(|j| j.spec.gpus <= 8 && j.spec.duration_hours.unwrap() <= 24.0));
+    let one_gpu = jobs.iter().filter(|j| j.spec.gpus == 1).count() as f64 / jobs.len() as f64;
+    assert!(one_gpu > 0.85, "Philly-shaped: mostly 1-GPU jobs ({one_gpu})");
+}

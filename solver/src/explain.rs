@@ -1,0 +1,164 @@
+//! Why a job waits, computed from the constraints that bind in the final plan: the match filters first
+//! (nothing matches the job's model, sizes, regions or spot policy), then, for each matching offer, the
+//! first limit that stops it (capacity, price cap, budget, a quota pool), and who holds the resources
+//! the job would need.
+
+use std::collections::BTreeSet;
+
+use crate::model::{EPS, Instance, Mismatch, Sol, egress_cost, gang_vms, mismatch, run_cost};
+
+/// At most this many per-offer reasons are listed; the rest are summarised in one line.
+const MAX_OFFER_REASONS: usize = 8;
+
+fn list(items: &[String]) -> String {
+    items.join(", ")
+}
+
+/// Reasons for job `j`, which the plan `sol` does not place in full.
+pub(crate) fn reasons(inst: &Instance, sol: &Sol, j: usize) -> Vec<String> {
+    let p = inst.p;
+    let job = inst.job(j);
+    let mut out = Vec::new();
+    let placed = sol.job_gpus[j];
+    if placed > 0 {
+        out.push(format!("placed {placed} of {} GPUs", job.gpus));
+    }
+
+    // The filters, one at a time, so the reason names the one that empties the set.
+    let mut matching: Vec<usize> = Vec::new();
+    let mut worst: Option<Mismatch> = None;
+    for (o, offer) in p.offers.iter().enumerate() {
+        match mismatch(job, offer) {
+            None => matching.push(o),
+            Some(m) => worst = Some(worst.map_or(m, |w| later(w, m))),
+        }
+    }
+    if matching.is_empty() {
+        let what = if job.gpu_models.is_empty() { "any GPU model".to_string() } else { list(&job.gpu_models) };
+        out.push(match worst {
+            None => "no offers in the problem".to_string(),
+            Some(Mismatch::Model) => format!("no offer has GPU model {what}"),
+            Some(Mismatch::Size) => format!("no {what} offer of size {}", list(&job.sizes)),
+            Some(Mismatch::Region) => {
+                format!("no matching offer in the allowed regions {}", list(job.regions.as_deref().unwrap_or_default()))
+            }
+            Some(Mismatch::Denied) => {
+                format!("every matching offer is in a denied region ({})", list(&job.deny_regions))
+            }
+            Some(Mismatch::Spot) => "spot: never, and every matching offer is spot".to_string(),
+            Some(Mismatch::MinGpus) => {
+                format!("no matching offer has at least {} GPUs per VM", job.min_gpus_per_vm.unwrap_or_default())
+            }
+        });
+        return out;
+    }
+
+    // Per matching offer: the first limit that stops it, static limits before contended ones.
+    let mut offer_reasons: Vec<String> = Vec::new();
+    let mut contended_pools = BTreeSet::new();
+    let mut contended_offers = BTreeSet::new();
+    let mut fits_somewhere: Option<String> = None;
+    matching.sort_by(|&a, &b| p.offers[a].price_per_hour.total_cmp(&p.offers[b].price_per_hour).then(a.cmp(&b)));
+    for o in matching {
+        let offer = &p.offers[o];
+        let name = format!("{} {} {}", offer.region, offer.size, offer.priority);
+        let vms = if job.gang { gang_vms(job, offer) } else { 1 };
+        let gpus = if job.gang { job.gpus } else { offer.gpus_per_vm.min(job.gpus - placed) };
+        let cost = run_cost(job, offer, vms) + egress_cost(p, job, &offer.region, gpus);
+        let price = f64::from(vms) * offer.price_per_hour;
+        let vm_word = if vms == 1 { "VM" } else { "VMs" };
+        let reason = if let Some(cap) = offer.capacity_vms
+            && cap < vms
+        {
+            Some(format!("no capacity: {name} has {cap} VMs, needs {vms}"))
+        } else if let Some(cap) = job.max_price_per_hour
+            && price > cap - sol.job_price[j] + EPS
+        {
+            Some(format!("price cap: {name} costs {price:.2}/h for {vms} {vm_word}, cap {cap:.2}/h"))
+        } else if let Some(budget) = job.budget
+            && cost > budget - sol.job_cost[j] + EPS
+        {
+            Some(format!("budget: {name} expected cost {cost:.2}, budget {budget:.2}"))
+        } else {
+            let need = u64::from(vms) * u64::from(offer.vcpus_per_vm);
+            let mut r = None;
+            for &q in &inst.offer_pools[o] {
+                let free = inst.pool_limit[q].saturating_sub(sol.pool_used[q]);
+                if free < need {
+                    let (region, pool) = &inst.pool_name[q];
+                    r = Some(format!("no quota: {region} {pool} needs {need} vCPUs, {free} free"));
+                    if inst.pool_limit[q] >= need {
+                        contended_pools.insert(q);
+                    }
+                    break;
+                }
+            }
+            if r.is_none()
+                && let Some(cap) = offer.capacity_vms
+            {
+                let free = cap.saturating_sub(sol.cap_used[o]);
+                if free < vms {
+                    r = Some(format!("no capacity: {name} has {free} of {cap} VMs free, needs {vms}"));
+                    contended_offers.insert(o);
+                }
+            }
+            r
+        };
+        match reason {
+            Some(r) => {
+                if !offer_reasons.contains(&r) {
+                    offer_reasons.push(r);
+                }
+            }
+            None => {
+                fits_somewhere.get_or_insert(name);
+            }
+        }
+    }
+    if offer_reasons.len() > MAX_OFFER_REASONS {
+        let more = offer_reasons.len() - MAX_OFFER_REASONS;
+        offer_reasons.truncate(MAX_OFFER_REASONS);
+        offer_reasons.push(format!("… and {more} more offers blocked likewise"));
+    }
+    out.extend(offer_reasons);
+
+    // Who holds the contended resources.
+    if !contended_pools.is_empty() || !contended_offers.is_empty() {
+        let mut holders = BTreeSet::new();
+        for a in &sol.assigns {
+            if a.job != j
+                && (contended_offers.contains(&a.offer)
+                    || inst.offer_pools[a.offer].iter().any(|q| contended_pools.contains(q)))
+            {
+                holders.insert(a.job);
+            }
+        }
+        if !holders.is_empty() {
+            let prios: Vec<u32> = holders.iter().map(|&h| inst.job(h).priority).collect();
+            let (lo, hi) = (*prios.iter().min().unwrap_or(&0), *prios.iter().max().unwrap_or(&0));
+            let range = if lo == hi { format!("{lo}") } else { format!("{lo}-{hi}") };
+            let n = holders.len();
+            let jobs = if n == 1 { "job" } else { "jobs" };
+            if lo > job.priority {
+                out.push(format!("outranked: that quota and capacity went to {n} placed {jobs} of priority {range}"));
+            } else {
+                out.push(format!(
+                    "that quota and capacity went to {n} placed {jobs} of priority {range} (more weight placed that way)"
+                ));
+            }
+        }
+    }
+    if let Some(name) = fits_somewhere {
+        // Every method ends with a greedy fill over all candidates, so this should not happen; say so
+        // rather than invent a reason.
+        out.push(format!("not placed although {name} has room: a solver defect, please report it"));
+    }
+    out
+}
+
+/// The filter that removes the most specific offers: later filters in the `Mismatch` order are nearer
+/// to matching, so they explain better.
+fn later(a: Mismatch, b: Mismatch) -> Mismatch {
+    let order = |m: Mismatch| m as u8;
+    if order(b) > order(a) { b } else { a }
+}

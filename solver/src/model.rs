@@ -1,0 +1,467 @@
+//! The prepared instance every method works on: feasibility filters (kept apart from ranking), cost
+//! terms, job classes, pruned candidate offers, and the mutable resource usage of a partial plan.
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
+use crate::problem::{JobDemand, Offer, Priority, Problem, SpotPolicy, normalize_pool};
+
+/// Hours of a VM's price lost per eviction: re-provisioning plus the work since the last checkpoint.
+///
+/// The expected eviction cost of a placement is
+/// `expected evictions × EVICTION_OVERHEAD_HOURS × hourly price of what restarts`, where a VM running
+/// `duration_hours` at `eviction_rate_per_hour` is evicted `rate × duration` times on average. For a
+/// non-gang job only the evicted VM restarts: `vms × price × duration × rate × overhead`. A gang restarts
+/// whole when any of its VMs goes, so both factors scale with its size:
+/// `vms × price × duration × rate × overhead × vms`. Both are zero when the rate is 0.
+pub const EVICTION_OVERHEAD_HOURS: f64 = 0.5;
+
+/// USD per GB used for a (from, to) pair the problem's `egress` table does not list: Azure's
+/// inter-region transfer price within North America. Running in the data's own region costs nothing.
+pub const DEFAULT_EGRESS_USD_PER_GB: f64 = 0.02;
+
+/// Slack for comparing money against caps and budgets.
+pub(crate) const EPS: f64 = 1e-9;
+
+/// Why an offer does not match a job regardless of what else is placed: the filters, in the order
+/// the explanations report them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mismatch {
+    Model,
+    Size,
+    Region,
+    Denied,
+    Spot,
+    MinGpus,
+}
+
+/// The match filters: GPU model, size allow-list, region allow/deny lists, spot policy, GPUs per VM.
+pub(crate) fn mismatch(job: &JobDemand, offer: &Offer) -> Option<Mismatch> {
+    if !job.gpu_models.is_empty() && !job.gpu_models.contains(&offer.gpu_model) {
+        return Some(Mismatch::Model);
+    }
+    if !job.sizes.is_empty() && !job.sizes.contains(&offer.size) {
+        return Some(Mismatch::Size);
+    }
+    if let Some(regions) = &job.regions
+        && !regions.contains(&offer.region)
+    {
+        return Some(Mismatch::Region);
+    }
+    if job.deny_regions.contains(&offer.region) {
+        return Some(Mismatch::Denied);
+    }
+    if job.spot == SpotPolicy::Never && offer.priority == Priority::Spot {
+        return Some(Mismatch::Spot);
+    }
+    if job.min_gpus_per_vm.is_some_and(|m| offer.gpus_per_vm < m) {
+        return Some(Mismatch::MinGpus);
+    }
+    None
+}
+
+/// VMs a gang job needs on an offer.
+pub(crate) fn gang_vms(job: &JobDemand, offer: &Offer) -> u32 {
+    job.gpus.div_ceil(offer.gpus_per_vm)
+}
+
+/// Expected USD of `vms` VMs of `offer` for `job`, without egress (see [`EVICTION_OVERHEAD_HOURS`]).
+pub(crate) fn run_cost(job: &JobDemand, offer: &Offer, vms: u32) -> f64 {
+    let run = f64::from(vms) * offer.price_per_hour * job.duration_hours;
+    let restart_scale = if job.gang { f64::from(vms) } else { 1.0 };
+    run * (1.0 + offer.eviction_rate_per_hour * job.duration_hours * EVICTION_OVERHEAD_HOURS * restart_scale)
+}
+
+/// USD per GB to move the job's data to `region`.
+pub(crate) fn egress_rate(problem: &Problem, from: &str, to: &str) -> f64 {
+    if from == to {
+        return 0.0;
+    }
+    problem.egress.iter().find(|e| e.from == from && e.to == to).map_or(DEFAULT_EGRESS_USD_PER_GB, |e| e.usd_per_gb)
+}
+
+/// Egress USD for running `gpus` of the job's GPUs in `region`: a gang moves all of its data; a non-gang
+/// job (sharded work) moves the share of its data that its GPUs there process.
+pub(crate) fn egress_cost(problem: &Problem, job: &JobDemand, region: &str, gpus: u32) -> f64 {
+    match (&job.data_region, job.data_gb) {
+        (Some(from), Some(gb)) if gb > 0.0 => {
+            let share = if job.gang { 1.0 } else { f64::from(gpus) / f64::from(job.gpus) };
+            gb * share * egress_rate(problem, from, region)
+        }
+        _ => 0.0,
+    }
+}
+
+/// A statically feasible (class, offer) pair.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Cand {
+    pub offer: usize,
+    /// Gang: VMs for the whole job. Non-gang: 1 (the unit is one VM).
+    pub vms: u32,
+    /// Gang: the job's GPUs. Non-gang: GPUs per VM.
+    pub gpus: u32,
+    /// Gang: expected cost of the whole placement, egress included. Non-gang: run and eviction cost
+    /// of one VM (egress is per GPU, below).
+    pub cost: f64,
+    /// Non-gang only: egress USD per placed GPU.
+    pub egress_per_gpu: f64,
+}
+
+impl Cand {
+    /// Cost per GPU at full use, the ranking key for non-gang jobs.
+    pub fn cost_per_gpu(&self) -> f64 {
+        self.cost / f64::from(self.gpus) + self.egress_per_gpu
+    }
+}
+
+/// Jobs identical in everything but their id: they share candidates and LP variables.
+#[derive(Clone, Debug)]
+pub(crate) struct Class {
+    pub jobs: Vec<usize>,
+    pub rep: usize,
+    /// Statically feasible, not dominated, best first (cost, then spot preference, then offer order).
+    pub cands: Vec<Cand>,
+}
+
+/// The prepared problem.
+pub(crate) struct Instance<'a> {
+    pub p: &'a Problem,
+    /// Limit of each listed quota pool.
+    pub pool_limit: Vec<u64>,
+    /// (region, pool name as the quota row spells it).
+    pub pool_name: Vec<(String, String)>,
+    /// For each offer, the listed pools its VMs draw from.
+    pub offer_pools: Vec<Vec<usize>>,
+    pub classes: Vec<Class>,
+    pub job_class: Vec<usize>,
+}
+
+impl<'a> Instance<'a> {
+    pub fn new(p: &'a Problem) -> Instance<'a> {
+        let mut pool_index: BTreeMap<(String, String), usize> = BTreeMap::new();
+        let mut pool_limit = Vec::new();
+        let mut pool_name = Vec::new();
+        for q in &p.quotas {
+            pool_index.insert((q.region.clone(), normalize_pool(&q.pool)), pool_limit.len());
+            pool_limit.push(q.vcpus);
+            pool_name.push((q.region.clone(), q.pool.clone()));
+        }
+        let offer_pools = p
+            .offers
+            .iter()
+            .map(|o| {
+                let names = match o.priority {
+                    Priority::Regular => vec![normalize_pool(&o.family), "cores".to_string()],
+                    Priority::Spot => vec!["lowprioritycores".to_string()],
+                };
+                names.into_iter().filter_map(|n| pool_index.get(&(o.region.clone(), n)).copied()).collect()
+            })
+            .collect();
+        let mut inst =
+            Instance { p, pool_limit, pool_name, offer_pools, classes: Vec::new(), job_class: vec![0; p.jobs.len()] };
+        let mut by_key: BTreeMap<String, usize> = BTreeMap::new();
+        for (j, job) in p.jobs.iter().enumerate() {
+            let key = class_key(job);
+            let c = *by_key.entry(key).or_insert_with(|| {
+                inst.classes.push(Class { jobs: Vec::new(), rep: j, cands: Vec::new() });
+                inst.classes.len() - 1
+            });
+            inst.classes[c].jobs.push(j);
+            inst.job_class[j] = c;
+        }
+        for c in 0..inst.classes.len() {
+            let cands = inst.candidates(inst.classes[c].rep);
+            inst.classes[c].cands = inst.prune(inst.classes[c].rep, cands);
+        }
+        inst
+    }
+
+    pub fn job(&self, j: usize) -> &JobDemand {
+        &self.p.jobs[j]
+    }
+
+    pub fn cands_of(&self, j: usize) -> &[Cand] {
+        &self.classes[self.job_class[j]].cands
+    }
+
+    /// The candidate of a job on an offer if the filters and static limits allow it.
+    pub fn candidate(&self, j: usize, o: usize) -> Option<Cand> {
+        let job = &self.p.jobs[j];
+        let offer = &self.p.offers[o];
+        if mismatch(job, offer).is_some() {
+            return None;
+        }
+        let (vms, gpus) = if job.gang { (gang_vms(job, offer), job.gpus) } else { (1, offer.gpus_per_vm) };
+        let cand = if job.gang {
+            let egress = egress_cost(self.p, job, &offer.region, gpus);
+            Cand { offer: o, vms, gpus, cost: run_cost(job, offer, vms) + egress, egress_per_gpu: 0.0 }
+        } else {
+            let per_gpu = egress_cost(self.p, job, &offer.region, 1);
+            Cand { offer: o, vms, gpus, cost: run_cost(job, offer, 1), egress_per_gpu: per_gpu }
+        };
+        let first_cost =
+            if job.gang { cand.cost } else { cand.cost + cand.egress_per_gpu * f64::from(gpus.min(job.gpus)) };
+        let fits_statically = offer.capacity_vms.is_none_or(|c| c >= vms)
+            && job.max_price_per_hour.is_none_or(|cap| f64::from(vms) * offer.price_per_hour <= cap + EPS)
+            && job.budget.is_none_or(|b| first_cost <= b + EPS)
+            && self.offer_pools[o]
+                .iter()
+                .all(|&q| self.pool_limit[q] >= u64::from(vms) * u64::from(offer.vcpus_per_vm));
+        fits_statically.then_some(cand)
+    }
+
+    fn candidates(&self, j: usize) -> Vec<Cand> {
+        let mut cands: Vec<Cand> = (0..self.p.offers.len()).filter_map(|o| self.candidate(j, o)).collect();
+        cands.sort_by(|a, b| self.rank(j, a, b));
+        cands
+    }
+
+    /// Ranking (kept apart from the filters): cheaper first; at equal cost spot first for `preferred`,
+    /// regular first otherwise; then offer order, so that every ranking is total and deterministic.
+    pub fn rank(&self, j: usize, a: &Cand, b: &Cand) -> Ordering {
+        let job = &self.p.jobs[j];
+        let key = |c: &Cand| if job.gang { c.cost } else { c.cost_per_gpu() };
+        let spot_first = job.spot == SpotPolicy::Preferred;
+        let tier = |c: &Cand| {
+            let spot = self.p.offers[c.offer].priority == Priority::Spot;
+            if spot == spot_first { 0 } else { 1 }
+        };
+        key(a).total_cmp(&key(b)).then(tier(a).cmp(&tier(b))).then(a.offer.cmp(&b.offer))
+    }
+
+    /// Drops candidates another candidate beats on every count: same quota pools, unbounded capacity,
+    /// ranked no worse, using no more vCPUs (and, for non-gang jobs, the same GPUs per VM at no higher
+    /// hourly price). A dominated candidate can never be needed: any plan using it stays feasible and no
+    /// worse after moving that work to the dominating one.
+    fn prune(&self, j: usize, cands: Vec<Cand>) -> Vec<Cand> {
+        let gang = self.p.jobs[j].gang;
+        let vcpus = |c: &Cand| u64::from(c.vms) * u64::from(self.p.offers[c.offer].vcpus_per_vm);
+        // Best-ranked first already; per pool set, remember the unbounded candidates kept so far.
+        let mut keepers: BTreeMap<&[usize], Vec<Cand>> = BTreeMap::new();
+        let mut kept = Vec::with_capacity(cands.len());
+        for c in cands {
+            let pools = self.offer_pools[c.offer].as_slice();
+            let group = keepers.entry(pools).or_default();
+            let dominated = group.iter().any(|a| {
+                vcpus(a) <= vcpus(&c)
+                    && (gang
+                        || (a.gpus == c.gpus
+                            && self.p.offers[a.offer].price_per_hour <= self.p.offers[c.offer].price_per_hour
+                            && a.egress_per_gpu <= c.egress_per_gpu
+                            && a.cost <= c.cost))
+            });
+            if dominated {
+                continue;
+            }
+            if self.p.offers[c.offer].capacity_vms.is_none() {
+                // Only the cheapest few per group ever dominate anything; keep the list short.
+                if gang {
+                    group.retain(|a| vcpus(a) < vcpus(&c));
+                }
+                group.push(c);
+            }
+            kept.push(c);
+        }
+        kept
+    }
+}
+
+/// Everything about a job but its id, normalised, as a string: equal keys, interchangeable jobs.
+fn class_key(job: &JobDemand) -> String {
+    let mut j = job.clone();
+    j.id.clear();
+    j.gpu_models.sort();
+    j.gpu_models.dedup();
+    j.sizes.sort();
+    j.sizes.dedup();
+    j.deny_regions.sort();
+    j.deny_regions.dedup();
+    if let Some(r) = j.regions.as_mut() {
+        r.sort();
+        r.dedup();
+    }
+    serde_json::to_string(&j).expect("job demands serialise")
+}
+
+/// One (job, offer) assignment.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Assign {
+    pub job: usize,
+    pub offer: usize,
+    pub vms: u32,
+    pub gpus: u32,
+    pub cost: f64,
+}
+
+/// A partial plan and the resources it uses.
+#[derive(Clone)]
+pub(crate) struct Sol {
+    pub pool_used: Vec<u64>,
+    pub cap_used: Vec<u32>,
+    pub assigns: Vec<Assign>,
+    pub job_gpus: Vec<u32>,
+    pub job_price: Vec<f64>,
+    pub job_cost: Vec<f64>,
+}
+
+impl Sol {
+    pub fn new(inst: &Instance) -> Sol {
+        let n = inst.p.jobs.len();
+        Sol {
+            pool_used: vec![0; inst.pool_limit.len()],
+            cap_used: vec![0; inst.p.offers.len()],
+            assigns: Vec::new(),
+            job_gpus: vec![0; n],
+            job_price: vec![0.0; n],
+            job_cost: vec![0.0; n],
+        }
+    }
+
+    /// How many more VMs of the offer fit in its capacity and quota pools.
+    pub fn room(&self, inst: &Instance, o: usize) -> u32 {
+        let offer = &inst.p.offers[o];
+        let mut room = offer.capacity_vms.map_or(u32::MAX, |c| c.saturating_sub(self.cap_used[o]));
+        for &q in &inst.offer_pools[o] {
+            let free = inst.pool_limit[q].saturating_sub(self.pool_used[q]);
+            room = room.min(u32::try_from(free / u64::from(offer.vcpus_per_vm)).unwrap_or(u32::MAX));
+        }
+        room
+    }
+
+    fn take(&mut self, inst: &Instance, a: Assign) {
+        let offer = &inst.p.offers[a.offer];
+        self.cap_used[a.offer] += a.vms;
+        for &q in &inst.offer_pools[a.offer] {
+            self.pool_used[q] += u64::from(a.vms) * u64::from(offer.vcpus_per_vm);
+        }
+        self.job_gpus[a.job] += a.gpus;
+        self.job_price[a.job] += f64::from(a.vms) * offer.price_per_hour;
+        self.job_cost[a.job] += a.cost;
+        self.assigns.push(a);
+    }
+
+    /// Removes the assignment at `i` (order of the others is kept) and returns it.
+    pub fn release(&mut self, inst: &Instance, i: usize) -> Assign {
+        let a = self.assigns.remove(i);
+        let offer = &inst.p.offers[a.offer];
+        self.cap_used[a.offer] -= a.vms;
+        for &q in &inst.offer_pools[a.offer] {
+            self.pool_used[q] -= u64::from(a.vms) * u64::from(offer.vcpus_per_vm);
+        }
+        self.job_gpus[a.job] -= a.gpus;
+        self.job_price[a.job] -= f64::from(a.vms) * offer.price_per_hour;
+        self.job_cost[a.job] -= a.cost;
+        a
+    }
+
+    /// Places an unplaced gang job on the candidate if it fits now.
+    pub fn try_gang(&mut self, inst: &Instance, j: usize, c: &Cand) -> bool {
+        if self.job_gpus[j] > 0 || self.room(inst, c.offer) < c.vms {
+            return false;
+        }
+        self.take(inst, Assign { job: j, offer: c.offer, vms: c.vms, gpus: c.gpus, cost: c.cost });
+        true
+    }
+
+    /// Adds as many VMs of the candidate to a non-gang job as its remaining demand, price cap, budget
+    /// and the free resources allow, but at most `limit`. Returns the GPUs added.
+    pub fn fill(&mut self, inst: &Instance, j: usize, c: &Cand, limit: u32) -> u32 {
+        let job = inst.job(j);
+        let offer = &inst.p.offers[c.offer];
+        let remaining = job.gpus - self.job_gpus[j];
+        let mut vms = remaining.div_ceil(c.gpus).min(limit).min(self.room(inst, c.offer));
+        if let Some(cap) = job.max_price_per_hour {
+            let left = cap - self.job_price[j] + EPS;
+            vms = vms.min(if offer.price_per_hour > 0.0 {
+                (left / offer.price_per_hour).floor().max(0.0) as u32
+            } else {
+                vms
+            });
+        }
+        if let Some(budget) = job.budget {
+            let left = budget - self.job_cost[j] + EPS;
+            let cost_of = |k: u32| f64::from(k) * c.cost + c.egress_per_gpu * f64::from(remaining.min(k * c.gpus));
+            if c.cost > 0.0 {
+                vms = vms.min((left / c.cost).floor().max(0.0) as u32);
+            }
+            while vms > 0 && cost_of(vms) > left {
+                vms -= 1;
+            }
+        }
+        if vms == 0 {
+            return 0;
+        }
+        let gpus = remaining.min(vms * c.gpus);
+        let cost = f64::from(vms) * c.cost + c.egress_per_gpu * f64::from(gpus);
+        self.take(inst, Assign { job: j, offer: c.offer, vms, gpus, cost });
+        gpus
+    }
+
+    /// Places what it can of job `j` on the candidates in the given order.
+    pub fn place<'c>(&mut self, inst: &Instance, j: usize, order: impl IntoIterator<Item = &'c Cand>) {
+        let job = inst.job(j);
+        for c in order {
+            if job.gang {
+                if self.try_gang(inst, j, c) {
+                    return;
+                }
+            } else {
+                self.fill(inst, j, c, u32::MAX);
+                if self.job_gpus[j] >= job.gpus {
+                    return;
+                }
+            }
+        }
+    }
+
+    pub fn weight(&self, inst: &Instance) -> f64 {
+        self.job_gpus.iter().zip(&inst.p.jobs).map(|(&g, j)| f64::from(g) * f64::from(j.priority)).sum()
+    }
+
+    pub fn cost(&self) -> f64 {
+        self.assigns.iter().map(|a| a.cost).sum()
+    }
+
+    /// Moves gang placements to cheaper offers that have room, most expensive first, then gives any
+    /// freed resources to jobs still waiting, in priority order.
+    pub fn improve(&mut self, inst: &Instance) {
+        let mut order: Vec<usize> = (0..self.assigns.len()).filter(|&i| inst.job(self.assigns[i].job).gang).collect();
+        order.sort_by(|&a, &b| self.assigns[b].cost.total_cmp(&self.assigns[a].cost).then(a.cmp(&b)));
+        let targets: Vec<(usize, usize)> =
+            order.iter().map(|&i| (self.assigns[i].job, self.assigns[i].offer)).collect();
+        for (j, o) in targets {
+            let Some(i) = self.assigns.iter().position(|a| a.job == j && a.offer == o) else { continue };
+            let old = self.release(inst, i);
+            let better = inst.cands_of(j).iter().find(|c| c.cost < old.cost - EPS && self.room(inst, c.offer) >= c.vms);
+            match better {
+                Some(c) => {
+                    let c = *c;
+                    self.try_gang(inst, j, &c);
+                }
+                None => self.take(inst, old),
+            }
+        }
+        self.fill_waiting(inst);
+    }
+
+    /// Greedy pass over jobs not (fully) placed: priority order, best-ranked candidate first.
+    pub fn fill_waiting(&mut self, inst: &Instance) {
+        for j in priority_order(inst) {
+            if self.job_gpus[j] < inst.job(j).gpus {
+                self.place(inst, j, inst.cands_of(j));
+            }
+        }
+    }
+}
+
+/// Jobs by priority (highest first), then input order.
+pub(crate) fn priority_order(inst: &Instance) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..inst.p.jobs.len()).collect();
+    order.sort_by_key(|&j| (std::cmp::Reverse(inst.p.jobs[j].priority), j));
+    order
+}
+
+/// `true` when plan `a` beats plan `b` lexicographically (more weight, then less cost).
+pub(crate) fn better(a: (f64, f64), b: (f64, f64)) -> bool {
+    a.0 > b.0 + 0.5 || ((a.0 - b.0).abs() <= 0.5 && a.1 < b.1 - 1e-9 * b.1.abs().max(1.0))
+}

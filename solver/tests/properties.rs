@@ -1,0 +1,101 @@
+//! Property tests on random problems from `solver::generate` (small shapes, all features: gang and
+//! non-gang jobs, allow/deny lists, size lists, spot policies, caps, budgets, data regions, capacity,
+//! and quota from generous to nearly none): every plan is feasible, the optimiser never loses to greedy,
+//! and solving is deterministic.
+
+use proptest::prelude::*;
+use solver::generate::{GenParams, generate};
+use solver::{Method, Plan, Problem, SolveOptions, check, solve, solve_lp_round};
+
+fn params() -> impl Strategy<Value = GenParams> {
+    (1usize..40, 1usize..4, 1usize..31, 0.02f64..1.5, any::<u64>()).prop_map(
+        |(jobs, regions, sizes, quota_fraction, seed)| GenParams { jobs, regions, sizes, quota_fraction, seed },
+    )
+}
+
+fn greedy(p: &Problem) -> Plan {
+    solve(p, &SolveOptions { method: Method::Greedy, time_limit_ms: None })
+}
+
+fn without_time(plan: &Plan) -> String {
+    let mut plan = plan.clone();
+    plan.solve_ms = 0.0;
+    serde_json::to_string(&plan).expect("serialise")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+
+    #[test]
+    fn plans_are_feasible_and_the_optimiser_never_loses_to_greedy(params in params()) {
+        let p = generate(&params);
+        p.validate().expect("generated problems are valid");
+        let g = greedy(&p);
+        let b = solve(&p, &SolveOptions::default());
+        if let Err(e) = check(&p, &g) { prop_assert!(false, "greedy plan infeasible: {e:?}"); }
+        if let Err(e) = check(&p, &b) { prop_assert!(false, "best plan infeasible: {e:?}"); }
+        prop_assert!(b.placed_weight >= g.placed_weight, "weight {} < greedy {}", b.placed_weight, g.placed_weight);
+        if b.placed_weight == g.placed_weight {
+            prop_assert!(b.expected_cost <= g.expected_cost + 1e-6, "cost {} > greedy {}", b.expected_cost, g.expected_cost);
+        }
+        prop_assert!((0.0..=1.0).contains(&b.gap) && (0.0..=1.0).contains(&g.gap));
+        prop_assert_eq!(b.optimal, b.gap <= solver::OPTIMAL_GAP);
+        // A proven optimum is at least as good as every other plan, greedy's included.
+        if b.optimal && b.placed_weight == g.placed_weight {
+            prop_assert!(b.expected_cost <= g.expected_cost * (1.0 + 1e-6) + 1e-6);
+        }
+    }
+
+    #[test]
+    fn solving_twice_gives_the_same_plan(params in params()) {
+        let p = generate(&params);
+        let opts = SolveOptions::default();
+        prop_assert_eq!(without_time(&solve(&p, &opts)), without_time(&solve(&p, &opts)));
+        prop_assert_eq!(without_time(&solve_lp_round(&p, &opts)), without_time(&solve_lp_round(&p, &opts)));
+        prop_assert_eq!(without_time(&greedy(&p)), without_time(&greedy(&p)));
+    }
+
+    /// The JSON form is the contract: a problem written and read back solves to the same plan.
+    #[test]
+    fn problems_round_trip_through_json(params in params()) {
+        let p = generate(&params);
+        let back = Problem::from_json_str(&serde_json::to_string(&p).expect("serialise")).expect("parses");
+        prop_assert_eq!(&back, &p);
+    }
+}
+
+/// With HiGHS in the build: the default build's plan is within its reported gap of HiGHS's optimum.
+#[cfg(feature = "highs")]
+mod against_highs {
+    use super::*;
+
+    proptest! {
+        // HiGHS is built without optimisation in debug builds: keep the cases few and small.
+        #![proptest_config(ProptestConfig { cases: 16, max_shrink_iters: 64, ..ProptestConfig::default() })]
+
+        #[test]
+        fn lp_rounding_is_within_its_gap_of_the_exact_optimum(params in params().prop_map(|p| GenParams { jobs: p.jobs.min(20), ..p })) {
+            let p = generate(&params);
+            let exact = solve(&p, &SolveOptions::default());
+            prop_assert_eq!(exact.solver.as_str(), "highs");
+            if let Err(e) = check(&p, &exact) { prop_assert!(false, "highs plan infeasible: {e:?}"); }
+            let lp = solve_lp_round(&p, &SolveOptions::default());
+            prop_assert!(exact.placed_weight >= lp.placed_weight, "highs {} < lp {}", exact.placed_weight, lp.placed_weight);
+            // Weight gap: lp ≥ (1 − gap) × bound ≥ (1 − gap) × exact.
+            prop_assert!(lp.placed_weight >= (1.0 - lp.gap) * exact.placed_weight - 1e-6,
+                "lp weight {} gap {} vs exact {}", lp.placed_weight, lp.gap, exact.placed_weight);
+            if lp.placed_weight == exact.placed_weight {
+                // Either the gap is a cost gap, and (1 − gap) × lp cost is a lower bound on the cost of
+                // every max-weight plan, or it is a weight gap: the bound W / (1 − gap) is above W by at
+                // least one (weights are integers) and says nothing about cost.
+                let cost_gap_holds = lp.expected_cost * (1.0 - lp.gap) <= exact.expected_cost * (1.0 + 1e-6) + 1e-6;
+                let weight_gap = lp.gap < 1.0 && lp.placed_weight / (1.0 - lp.gap) >= lp.placed_weight + 1.0 - 1e-6;
+                prop_assert!(cost_gap_holds || weight_gap,
+                    "lp cost {} gap {} vs exact {}", lp.expected_cost, lp.gap, exact.expected_cost);
+            }
+            if exact.optimal && exact.placed_weight == lp.placed_weight {
+                prop_assert!(exact.expected_cost <= lp.expected_cost * (1.0 + 1e-6) + 1e-6);
+            }
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! `spillway jobs [--state S] [--tenant T]`: a table of jobs.
+
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::client::{Client, ClientArgs, ClientError, cell, encode, print_json};
+use crate::Output;
+
+/// Arguments of `spillway jobs`.
+#[derive(Args, Debug)]
+pub struct JobsArgs {
+    /// Only jobs in this state (pending, provisioning, running, migrating, succeeded, failed, cancelled).
+    #[arg(long)]
+    pub state: Option<String>,
+    /// Only this tenant's jobs.
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// At most this many of the newest jobs.
+    #[arg(long, default_value_t = 200)]
+    pub limit: usize,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Runs `spillway jobs`.
+pub fn run(args: JobsArgs) -> ExitCode {
+    super::client::run(list(args))
+}
+
+async fn list(args: JobsArgs) -> Result<ExitCode, ClientError> {
+    let client = Client::from_args(&args.client.server)?;
+    let mut q = vec![format!("limit={}", args.limit)];
+    if let Some(s) = &args.state {
+        q.push(format!("state={}", encode(s)));
+    }
+    if let Some(t) = &args.tenant {
+        q.push(format!("tenant={}", encode(t)));
+    }
+    let page = client.get(&format!("/v1/jobs?{}", q.join("&"))).await?;
+    if args.client.output == Output::Json {
+        print_json(&page);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let jobs = page["jobs"].as_array().cloned().unwrap_or_default();
+    if jobs.is_empty() {
+        println!("no jobs");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<Vec<String>> = jobs
+        .iter()
+        .map(|j| {
+            let why = j["pending_reasons"]
+                .as_array()
+                .and_then(|r| r.first())
+                .and_then(|r| r.as_str())
+                .map(String::from)
+                .or_else(|| j["end_reason"].as_str().map(String::from))
+                .or_else(|| j["last_failure"].as_str().map(|f| format!("last failure: {f}")))
+                .unwrap_or_default();
+            vec![
+                cell(j, "id"),
+                j["spec"]["name"].as_str().unwrap_or("").to_string(),
+                j["spec"]["tenant"].as_str().unwrap_or("").to_string(),
+                j["spec"]["kind"].as_str().unwrap_or("").to_string(),
+                cell(&j["spec"], "gpus"),
+                cell(j, "state"),
+                cell(j, "attempts"),
+                format!("{:.2}", j["cost_usd"].as_f64().unwrap_or(0.0)),
+                why,
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        super::table::render(&["ID", "NAME", "TENANT", "KIND", "GPUS", "STATE", "TRIES", "COST $", "NOTE"], &rows)
+    );
+    if page["truncated"].as_bool() == Some(true) {
+        println!("({} of {} jobs shown; use --limit)", jobs.len(), page["total"]);
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,95 @@
+//! `spillway plan --problem FILE`: solve a placement problem (the JSON format in README) and print the
+//! plan.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use clap::ValueEnum;
+
+use crate::Output;
+use crate::cli::table;
+
+/// Which solver method `--solver` selects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Default)]
+pub enum SolverArg {
+    /// The strongest method in this build (LP rounding, or HiGHS with `--features highs`).
+    #[default]
+    Best,
+    /// Priority order, cheapest feasible offer first.
+    Greedy,
+}
+
+/// Exit 0 with the plan (also when some jobs cannot be placed: the plan says why), or exit 2 when the
+/// file cannot be read or the problem is malformed, with the error naming the bad field.
+pub fn run(problem: &Path, output: Output, method: SolverArg, time_limit_ms: Option<u64>) -> ExitCode {
+    let path = problem.display().to_string();
+    let content = match std::fs::read_to_string(problem) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: cannot read {path}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let problem = match solver::Problem::from_json_str(&content) {
+        Ok(p) => p,
+        Err(e) => {
+            for issue in &e.issues {
+                eprintln!("error: {path}: {issue}");
+            }
+            return ExitCode::from(2);
+        }
+    };
+    let method = match method {
+        SolverArg::Best => solver::Method::Best,
+        SolverArg::Greedy => solver::Method::Greedy,
+    };
+    let plan = solver::solve(&problem, &solver::SolveOptions { method, time_limit_ms });
+    match output {
+        Output::Json => println!("{}", plan.to_json_pretty()),
+        Output::Table => print!("{}", render(&plan)),
+    }
+    ExitCode::SUCCESS
+}
+
+pub fn render(plan: &solver::Plan) -> String {
+    let mut out = String::new();
+    if plan.placements.is_empty() {
+        out.push_str("no placements\n");
+    } else {
+        let rows: Vec<Vec<String>> = plan
+            .placements
+            .iter()
+            .map(|p| {
+                vec![
+                    p.job.clone(),
+                    p.region.clone(),
+                    p.size.clone(),
+                    p.priority.to_string(),
+                    p.vms.to_string(),
+                    p.gpus.to_string(),
+                    format!("{:.3}", p.price_per_hour),
+                    format!("{:.2}", p.expected_cost),
+                ]
+            })
+            .collect();
+        out.push_str(&table::render(
+            &["JOB", "REGION", "SIZE", "PRIORITY", "VMS", "GPUS", "USD/H", "EXPECTED USD"],
+            &rows,
+        ));
+    }
+    if !plan.unplaced.is_empty() {
+        out.push_str(&format!("\nnot placed ({}):\n", plan.unplaced.len()));
+        for u in &plan.unplaced {
+            out.push_str(&format!("  {}\n", u.job));
+            for r in &u.reasons {
+                out.push_str(&format!("    - {r}\n"));
+            }
+        }
+    }
+    let proof = if plan.optimal { "optimal".to_string() } else { format!("gap {:.4} %", plan.gap * 100.0) };
+    out.push_str(&format!(
+        "\nplaced weight {}, expected cost {:.2} USD; solver {}, {proof}, {:.1} ms\n",
+        plan.placed_weight, plan.expected_cost, plan.solver, plan.solve_ms
+    ));
+    out
+}

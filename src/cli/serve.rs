@@ -1,0 +1,634 @@
+//! `spillway serve`: the HTTP API and the control loop over one data directory.
+//!
+//! Out of the box (no flags, no Azure account) it runs the simulated cloud of the bundled scenario
+//! (`scenarios/serve-default.toml`, embedded) in real time × `--speedup`, with jobs completing by
+//! themselves after their `duration_hours`. `--cloud azure` drives Azure for real.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use prometheus_client::registry::Registry;
+use scheduler::api::{ApiConfig, ApiState, TokenStore, router};
+use scheduler::clock::{Clock, ScaledClock, SystemClock};
+use scheduler::cloud::Cloud;
+use scheduler::cloud::azure::{AzureCloud, AzureConfig};
+use scheduler::control::{ControlConfig, ControlMetrics, Controller, DriverConfig, run_forever};
+use scheduler::jobs::JobService;
+use serde::Deserialize;
+use simulator::{SimCloud, SimCloudConfig};
+use state::Store;
+
+/// The scenario `serve` simulates when given none.
+pub const DEFAULT_SCENARIO: &str = include_str!("../../scenarios/serve-default.toml");
+
+/// Default listening address: loopback only (a non-loopback one needs TLS or an explicit flag).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
+
+/// Default data directory.
+pub const DEFAULT_DATA_DIR: &str = "spillway-data";
+
+/// Setting that remembers the simulated clock across restarts, so simulated time never runs backwards.
+const SIM_CLOCK_SETTING: &str = "serve.sim_clock_ms";
+
+/// Which cloud to drive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CloudKind {
+    /// The simulated cloud (a scenario's `[cloud]`), in real time × speed-up.
+    Sim,
+    /// Azure Resource Manager (settings from `[azure]` in --config and `SPILLWAY_AZURE_*`).
+    Azure,
+}
+
+/// Log line format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Arguments of `spillway serve`. Flags win over the config file, which wins over the defaults.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Data directory (created 0700 if absent) [default: ./spillway-data].
+    #[arg(long, env = "SPILLWAY_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Address to listen on; `127.0.0.1:0` picks a free port (printed on stdout) [default: 127.0.0.1:7878].
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Which cloud to drive [default: sim].
+    #[arg(long, value_enum)]
+    pub cloud: Option<CloudKind>,
+    /// Scenario file whose `[cloud]` the simulated cloud runs [default: the bundled one].
+    #[arg(long)]
+    pub scenario: Option<PathBuf>,
+    /// Simulated seconds per real second (simulated cloud only) [default: 60].
+    #[arg(long)]
+    pub speedup: Option<f64>,
+    /// TOML config file: `[serve]`, `[api]`, `[azure]`.
+    #[arg(long, env = "SPILLWAY_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Log format on stderr [default: text].
+    #[arg(long, value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// Also submit a small stream of example jobs, to watch the scheduler work.
+    #[arg(long)]
+    pub demo: bool,
+    /// Allow listening on a non-loopback address without TLS (tokens would cross the network in clear).
+    #[arg(long)]
+    pub allow_insecure_remote: bool,
+    /// Requests per second per token (0 = unlimited) [default: 200].
+    #[arg(long)]
+    pub rate_limit: Option<f64>,
+    /// Requests a token may burst [default: 400].
+    #[arg(long)]
+    pub rate_burst: Option<u32>,
+    /// PEM certificate chain: serve HTTPS (rustls) instead of HTTP; needs --tls-key.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1) of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+}
+
+/// `[serve]` of the config file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServeFile {
+    data_dir: Option<PathBuf>,
+    listen: Option<String>,
+    cloud: Option<CloudKind>,
+    scenario: Option<PathBuf>,
+    speedup: Option<f64>,
+    log_format: Option<LogFormat>,
+    demo: Option<bool>,
+    allow_insecure_remote: Option<bool>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+}
+
+/// The config file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    #[serde(default)]
+    serve: ServeFile,
+    #[serde(default)]
+    api: Option<ApiConfig>,
+    /// Read by `AzureConfig` itself.
+    #[serde(default)]
+    #[allow(dead_code)]
+    azure: Option<toml::Table>,
+}
+
+/// Everything `serve` runs with, after merging flags, file and defaults.
+#[derive(Debug)]
+struct Settings {
+    data_dir: PathBuf,
+    listen: SocketAddr,
+    cloud: CloudKind,
+    scenario: Option<PathBuf>,
+    speedup: f64,
+    log_format: LogFormat,
+    demo: bool,
+    api: ApiConfig,
+    config_path: Option<PathBuf>,
+    /// Certificate chain and key files when serving HTTPS.
+    tls: Option<(PathBuf, PathBuf)>,
+}
+
+fn settings(args: ServeArgs) -> Result<Settings, String> {
+    let file: FileConfig = match &args.config {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| format!("cannot read config {}: {e}", p.display()))?;
+            toml::from_str(&text).map_err(|e| format!("config {}: {e}", p.display()))?
+        }
+        None => FileConfig::default(),
+    };
+    let f = file.serve;
+    let listen_text = args.listen.or(f.listen).unwrap_or_else(|| DEFAULT_LISTEN.to_string());
+    let listen: SocketAddr = listen_text
+        .parse()
+        .map_err(|_| format!("--listen {listen_text:?} is not an address such as 127.0.0.1:7878"))?;
+    let allow_remote = args.allow_insecure_remote || f.allow_insecure_remote.unwrap_or(false);
+    let tls = match (args.tls_cert.or(f.tls_cert), args.tls_key.or(f.tls_key)) {
+        (Some(c), Some(k)) => Some((c, k)),
+        (None, None) => None,
+        (Some(_), None) => return Err("--tls-cert needs --tls-key (serve.tls_key)".into()),
+        (None, Some(_)) => return Err("--tls-key needs --tls-cert (serve.tls_cert)".into()),
+    };
+    if !listen.ip().is_loopback() && !allow_remote && tls.is_none() {
+        return Err(format!(
+            "refusing to listen on {listen}: not a loopback address and no TLS, so tokens would cross the network in \
+             clear; pass --tls-cert and --tls-key, use 127.0.0.1, or put a TLS proxy in front and pass \
+             --allow-insecure-remote"
+        ));
+    }
+    let speedup = args.speedup.or(f.speedup).unwrap_or(60.0);
+    if !speedup.is_finite() || speedup <= 0.0 || speedup > 1_000_000.0 {
+        return Err(format!("--speedup {speedup} must be a number in (0, 1000000]"));
+    }
+    let mut api = file.api.unwrap_or_default();
+    if let Some(r) = args.rate_limit {
+        if !r.is_finite() || r < 0.0 {
+            return Err(format!("--rate-limit {r} must be ≥ 0 (0 = unlimited)"));
+        }
+        api.rate_limit.per_second = r;
+    }
+    if let Some(b) = args.rate_burst {
+        api.rate_limit.burst = b.max(1);
+    }
+    Ok(Settings {
+        data_dir: args.data_dir.or(f.data_dir).unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
+        listen,
+        cloud: args.cloud.or(f.cloud).unwrap_or(CloudKind::Sim),
+        scenario: args.scenario.or(f.scenario),
+        speedup,
+        log_format: args.log_format.or(f.log_format).unwrap_or(LogFormat::Text),
+        demo: args.demo || f.demo.unwrap_or(false),
+        api,
+        config_path: args.config,
+        tls,
+    })
+}
+
+fn init_logging(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("SPILLWAY_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    use std::io::IsTerminal;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+/// Runs the server until Ctrl-C or SIGTERM.
+pub fn run(catalog: &scheduler::Catalog, args: ServeArgs) -> ExitCode {
+    let settings = match settings(args) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(settings.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(serve(catalog.clone(), settings)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The cloud to drive, the clock the scheduler reads, and whether the cloud is simulated.
+struct CloudSetup {
+    cloud: Arc<dyn Cloud>,
+    clock: Arc<dyn Clock>,
+    simulated: bool,
+}
+
+/// Builds the cloud and the clock for the settings.
+fn cloud_and_clock(settings: &Settings, catalog: &scheduler::Catalog, store: &Store) -> Result<CloudSetup, String> {
+    match settings.cloud {
+        CloudKind::Sim => {
+            let config = match &settings.scenario {
+                Some(p) => SimCloudConfig::from_scenario_file(p).map_err(|e| e.to_string())?,
+                None => {
+                    SimCloudConfig::from_scenario_str(DEFAULT_SCENARIO, "the bundled scenario (serve-default.toml)")
+                        .map_err(|e| e.to_string())?
+                }
+            };
+            let saved: Option<i64> = store.setting(SIM_CLOCK_SETTING).map_err(|e| e.to_string())?;
+            let start = saved.unwrap_or(0).max(SystemClock.now_ms());
+            let clock: Arc<dyn Clock> = Arc::new(ScaledClock::new(start, settings.speedup));
+            let origin = settings
+                .scenario
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| "the bundled scenario".into());
+            let cloud = SimCloud::new(config, catalog.clone(), clock.clone())
+                .map_err(|e| format!("scenario {origin} does not fit the catalog:\n{e}"))?;
+            Ok(CloudSetup { cloud: Arc::new(cloud), clock, simulated: true })
+        }
+        CloudKind::Azure => {
+            let config = AzureConfig::load(settings.config_path.as_deref())
+                .map_err(|e| format!("Azure settings ([azure] in --config, SPILLWAY_AZURE_*):\n{e}"))?;
+            let cloud = AzureCloud::new(config, catalog.clone()).map_err(|e| format!("cannot set up Azure: {e}"))?;
+            Ok(CloudSetup { cloud: Arc::new(cloud), clock: Arc::new(SystemClock), simulated: false })
+        }
+    }
+}
+
+async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), String> {
+    // Before anything is opened, so a bad certificate fails fast and touches nothing.
+    let tls = match &settings.tls {
+        Some((cert, key)) => Some(tls::acceptor(cert, key)?),
+        None => None,
+    };
+    let data_dir = settings.data_dir.clone();
+    let store = {
+        let dir = data_dir.clone();
+        tokio::task::spawn_blocking(move || Store::open(&dir))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?
+    };
+    let CloudSetup { cloud, clock, simulated } = cloud_and_clock(&settings, &catalog, &store)?;
+    let catalog = Arc::new(catalog);
+    let mut registry = Registry::default();
+    let metrics = ControlMetrics::register(&mut registry);
+    let control = ControlConfig { auto_complete: simulated, ..ControlConfig::default() };
+    let controller = Arc::new(Controller::new(store.clone(), cloud, clock.clone(), catalog.clone(), control, metrics));
+    let jobs = JobService::new(store.clone(), catalog, clock.clone());
+    let tokens = TokenStore::open(store.clone()).map_err(|e| e.to_string())?;
+    let (token_path, created) = tokens.ensure_admin_file(&data_dir, SystemClock.now_ms()).map_err(|e| e.to_string())?;
+
+    let listener = tokio::net::TcpListener::bind(settings.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let driver = if simulated {
+        // One round per simulated minute, at most every 5 s and at least every 200 ms of real time.
+        let ms = (60_000.0 / settings.speedup).clamp(200.0, 5_000.0) as u64;
+        DriverConfig { interval: Duration::from_millis(ms), batch_window: Duration::from_millis(100) }
+    } else {
+        DriverConfig::default()
+    };
+    let loop_task = tokio::spawn(run_forever(controller.clone(), jobs.wake_handle(), driver, stop_rx.clone()));
+    if simulated {
+        tokio::spawn(save_sim_clock(store.clone(), clock.clone(), stop_rx.clone()));
+    }
+    if settings.demo {
+        tokio::spawn(demo(jobs.clone(), stop_rx.clone()));
+    }
+    let state = ApiState::new(jobs, controller, tokens, registry, settings.api, stop_rx.clone());
+    let app = router(state);
+
+    // Written with errors ignored: whoever started us may have closed our stdout after reading
+    // the address, and that must not take the server down.
+    let cloud_line = match settings.cloud {
+        CloudKind::Sim => format!(
+            "cloud: simulated ({}), {}× real time{}",
+            settings.scenario.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "bundled scenario".into()),
+            settings.speedup,
+            if settings.demo { ", demo jobs on" } else { "" }
+        ),
+        CloudKind::Azure => "cloud: Azure".to_string(),
+    };
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let _ = writeln!(out, "spillway listening on {scheme}://{addr}");
+        let _ = writeln!(out, "admin token: {}{}", token_path.display(), if created { " (created)" } else { "" });
+        let _ = writeln!(out, "{cloud_line}");
+        let _ = out.flush();
+    }
+    tracing::info!(%addr, data_dir = %data_dir.display(), "serving");
+
+    let shutdown = {
+        let stop_tx = stop_tx.clone();
+        async move {
+            wait_for_signal().await;
+            tracing::info!("shutting down");
+            let _ = stop_tx.send(true);
+        }
+    };
+    let served = match tls {
+        Some(acceptor) => {
+            axum::serve(tls::TlsListener::new(listener, acceptor), app).with_graceful_shutdown(shutdown).await
+        }
+        None => axum::serve(listener, app).with_graceful_shutdown(shutdown).await,
+    };
+    let _ = stop_tx.send(true);
+    if tokio::time::timeout(Duration::from_secs(10), loop_task).await.is_err() {
+        tracing::warn!("the control loop did not stop within 10 s");
+    }
+    if simulated {
+        let _ = store.set_setting(SIM_CLOCK_SETTING, &clock.now_ms());
+    }
+    let flushed = tokio::task::spawn_blocking(move || store.flush()).await;
+    if let Ok(Err(e)) = flushed {
+        tracing::error!(error = %e, "final flush failed");
+    }
+    served.map_err(|e| format!("server error: {e}"))
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Remembers the simulated time every few seconds, so a restart continues from it.
+async fn save_sim_clock(store: Store, clock: Arc<dyn Clock>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+            _ = stop.changed() => return,
+        }
+        let now = clock.now_ms();
+        let s = store.clone();
+        let _ = tokio::task::spawn_blocking(move || s.set_setting(SIM_CLOCK_SETTING, &now)).await;
+    }
+}
+
+/// The example specs the demo submits, made to fit the bundled scenario (smaller gangs, hours of
+/// simulated work rather than days, no fixed deadlines).
+pub fn demo_specs() -> Vec<serde_json::Value> {
+    let toml_spec = |text: &str| -> serde_json::Value {
+        let v: toml::Value = toml::from_str(text).unwrap_or(toml::Value::Table(Default::default()));
+        serde_json::to_value(v).unwrap_or_default()
+    };
+    let mut specs = vec![
+        toml_spec(include_str!("../../examples/spot-t4-experiment.toml")),
+        toml_spec(include_str!("../../examples/batch-inference-spot-a10.toml")),
+        serde_json::from_str(include_str!("../../examples/inference-service.json")).unwrap_or_default(),
+        toml_spec(include_str!("../../examples/finetune-a100-64gpu.toml")),
+    ];
+    for s in &mut specs {
+        let Some(o) = s.as_object_mut() else { continue };
+        o.remove("deadline");
+        let kind = o.get("kind").and_then(|k| k.as_str()).unwrap_or("").to_string();
+        if kind == "training" && o.get("gpus").and_then(|g| g.as_u64()).unwrap_or(0) > 8 {
+            o.insert("gpus".into(), 8.into());
+            o.insert("duration_hours".into(), 3.0.into());
+            o.insert("max_price_per_hour".into(), 60.0.into());
+        }
+        if kind == "inference" {
+            o.insert("duration_hours".into(), 2.0.into());
+            o.insert("replicas".into(), serde_json::json!({"min": 1, "desired": 3}));
+        }
+        if kind == "batch" {
+            o.insert("duration_hours".into(), 1.5.into());
+        }
+    }
+    specs
+}
+
+/// Submits the example jobs under new names, a few at first and then one every 20 seconds
+/// while fewer than 8 demo jobs are open.
+async fn demo(jobs: JobService, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let specs = demo_specs();
+    let mut n = 0usize;
+    let mut first = true;
+    loop {
+        let burst = if first { 3 } else { 1 };
+        first = false;
+        for _ in 0..burst {
+            let mut spec = specs[n % specs.len()].clone();
+            n += 1;
+            if let Some(o) = spec.as_object_mut() {
+                let base = o.get("name").and_then(|v| v.as_str()).unwrap_or("demo").to_string();
+                o.insert("name".into(), format!("{base}-{n:03}").into());
+            }
+            let j = jobs.clone();
+            let open = {
+                let j = j.clone();
+                tokio::task::spawn_blocking(move || {
+                    j.list(None, None).map(|all| all.iter().filter(|x| !x.state.is_final()).count()).unwrap_or(0)
+                })
+                .await
+                .unwrap_or(0)
+            };
+            if open >= 8 {
+                break;
+            }
+            match tokio::task::spawn_blocking(move || j.submit_value(spec, None, None)).await {
+                Ok(Ok(s)) => tracing::info!(job = %s.job.id, name = %s.job.spec.name, "demo job submitted"),
+                Ok(Err(e)) => tracing::warn!(error = %e, "demo job refused"),
+                Err(e) => tracing::warn!(error = %e, "demo task failed"),
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(20)) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// HTTPS with rustls.
+mod tls {
+    use std::net::SocketAddr;
+    use std::path::Path;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use tokio_rustls::rustls::{ServerConfig, crypto::aws_lc_rs};
+    use tokio_rustls::{TlsAcceptor, server::TlsStream};
+
+    /// Longest a client may take to finish its TLS handshake.
+    const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+    /// Reads the PEM certificate chain and key; errors name the flag and the file.
+    pub(super) fn acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, String> {
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+            .and_then(|it| it.collect::<Result<_, _>>())
+            .map_err(|e| format!("--tls-cert {}: {e}", cert.display()))?;
+        if chain.is_empty() {
+            return Err(format!("--tls-cert {}: no PEM CERTIFICATE in the file", cert.display()));
+        }
+        let key = PrivateKeyDer::from_pem_file(key).map_err(|e| format!("--tls-key {}: {e}", key.display()))?;
+        // An explicit provider: the process-wide default panics when several are compiled in.
+        let mut config = ServerConfig::builder_with_provider(Arc::new(aws_lc_rs::default_provider()))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("TLS setup: {e}"))?
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .map_err(|e| format!("--tls-cert/--tls-key {}: {e}", cert.display()))?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(TlsAcceptor::from(Arc::new(config)))
+    }
+
+    /// Accepts TCP connections and runs each TLS handshake in its own task, so a slow or silent
+    /// client cannot hold up the others; failed or timed-out handshakes are dropped.
+    pub(super) struct TlsListener {
+        rx: tokio::sync::mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+        local: SocketAddr,
+    }
+
+    impl TlsListener {
+        pub(super) fn new(tcp: TcpListener, acceptor: TlsAcceptor) -> TlsListener {
+            let local = tcp.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+            let (tx, rx) = tokio::sync::mpsc::channel(64);
+            tokio::spawn(async move {
+                while !tx.is_closed() {
+                    let (stream, peer) = match tcp.accept().await {
+                        Ok(x) => x,
+                        Err(e) => {
+                            // Out of file descriptors and the like: back off instead of spinning.
+                            tracing::warn!(error = %e, "accept failed");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    };
+                    let (acceptor, tx) = (acceptor.clone(), tx.clone());
+                    tokio::spawn(async move {
+                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                            Ok(Ok(tls)) => {
+                                let _ = tx.send((tls, peer)).await;
+                            }
+                            Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                            Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                        }
+                    });
+                }
+            });
+            TlsListener { rx, local }
+        }
+    }
+
+    impl axum::serve::Listener for TlsListener {
+        type Io = TlsStream<TcpStream>;
+        type Addr = SocketAddr;
+
+        async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+            match self.rx.recv().await {
+                Some(conn) => conn,
+                None => std::future::pending().await,
+            }
+        }
+
+        fn local_addr(&self) -> std::io::Result<SocketAddr> {
+            Ok(self.local)
+        }
+    }
+}
+
+/// The data directory the client commands read `admin.token` from.
+pub fn default_data_dir(flag: Option<&Path>) -> PathBuf {
+    flag.map(Path::to_path_buf)
+        .or_else(|| std::env::var_os("SPILLWAY_DATA_DIR").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bundled_scenario_fits_the_catalog() {
+        let catalog = scheduler::Catalog::load(None).unwrap();
+        let cfg = SimCloudConfig::from_scenario_str(DEFAULT_SCENARIO, "bundled").unwrap();
+        cfg.validate(&catalog).unwrap();
+        assert!(cfg.regions.len() >= 3);
+    }
+
+    #[test]
+    fn demo_specs_are_valid_for_the_catalog() {
+        let catalog = scheduler::Catalog::load(None).unwrap();
+        for spec in demo_specs() {
+            let now = time::OffsetDateTime::now_utc();
+            scheduler::model::JobSpec::from_value_checked(spec.clone(), &catalog, now)
+                .unwrap_or_else(|e| panic!("{spec}: {e}"));
+        }
+    }
+
+    #[test]
+    fn non_loopback_listen_needs_an_explicit_flag() {
+        let args = |listen: &str, allow: bool| ServeArgs {
+            data_dir: None,
+            listen: Some(listen.into()),
+            cloud: None,
+            scenario: None,
+            speedup: None,
+            config: None,
+            log_format: None,
+            demo: false,
+            allow_insecure_remote: allow,
+            rate_limit: None,
+            rate_burst: None,
+            tls_cert: None,
+            tls_key: None,
+        };
+        assert!(settings(args("0.0.0.0:7878", false)).unwrap_err().contains("loopback"));
+        assert!(settings(args("0.0.0.0:7878", true)).is_ok());
+        assert!(settings(args("[::1]:0", false)).is_ok());
+        assert!(settings(args("localhost", false)).is_err());
+        let tls =
+            ServeArgs { tls_cert: Some("c.pem".into()), tls_key: Some("k.pem".into()), ..args("0.0.0.0:7878", false) };
+        assert!(settings(tls).is_ok(), "TLS makes a non-loopback address acceptable");
+        let half = ServeArgs { tls_cert: Some("c.pem".into()), ..args("127.0.0.1:0", false) };
+        assert!(settings(half).unwrap_err().contains("--tls-key"));
+    }
+}

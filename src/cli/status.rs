@@ -1,0 +1,131 @@
+//! `spillway status ID`: everything about one job, readable.
+
+use std::process::ExitCode;
+
+use clap::Args;
+use serde_json::Value;
+
+use super::client::{Client, ClientArgs, ClientError, cell, encode, print_json, when};
+use crate::Output;
+
+/// Arguments of `spillway status`.
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// The job id.
+    pub id: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Runs `spillway status`.
+pub fn run(args: StatusArgs) -> ExitCode {
+    super::client::run(status(args))
+}
+
+fn placement_line(a: &Value) -> String {
+    format!(
+        "{} × {} ({}) in {}, {} GPUs, ${:.2}/h, fleet {}",
+        cell(a, "vms"),
+        cell(a, "size"),
+        cell(a, "priority"),
+        cell(a, "region"),
+        cell(a, "gpus"),
+        a["price_per_hour"].as_f64().unwrap_or(0.0) * a["vms"].as_f64().unwrap_or(0.0),
+        cell(a, "fleet_name")
+    )
+}
+
+async fn status(args: StatusArgs) -> Result<ExitCode, ClientError> {
+    let client = Client::from_args(&args.client.server)?;
+    let d = client.get(&format!("/v1/jobs/{}", encode(&args.id))).await?;
+    if args.client.output == Output::Json {
+        print_json(&d);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let job = &d["job"];
+    let spec = &job["spec"];
+    println!("job       {}  ({})", cell(job, "id"), cell(spec, "name"));
+    println!("state     {}", cell(job, "state"));
+    println!("tenant    {}   kind {}   priority {}", cell(spec, "tenant"), cell(spec, "kind"), cell(spec, "priority"));
+    let models =
+        spec["gpu_models"].as_array().map(|m| m.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(", "));
+    println!("wants     {} GPUs{}", cell(spec, "gpus"), models.map(|m| format!(" of {m}")).unwrap_or_default());
+    println!("submitted {}", when(job["submitted_at_ms"].as_i64()));
+    if job["first_running_at_ms"].is_i64() {
+        println!("running   since {}", when(job["first_running_at_ms"].as_i64()));
+    }
+    if job["finished_at_ms"].is_i64() {
+        println!("finished  {}", when(job["finished_at_ms"].as_i64()));
+    }
+    let progress = job["progress_hours"].as_f64().unwrap_or(0.0);
+    let duration = spec["duration_hours"].as_f64();
+    println!(
+        "cost      ${:.2} so far; progress {progress:.2} h{}",
+        job["cost_usd"].as_f64().unwrap_or(0.0),
+        duration.map(|d| format!(" of {d} h")).unwrap_or_default()
+    );
+    println!(
+        "moves     {} failovers, {} evictions, {:.2} GPU-hours of work lost",
+        cell(job, "failovers"),
+        cell(job, "evictions"),
+        job["lost_work_gpu_hours"].as_f64().unwrap_or(0.0)
+    );
+    match d["placements"].as_array().filter(|p| !p.is_empty()) {
+        Some(ps) => {
+            for (i, p) in ps.iter().enumerate() {
+                println!("{} {}", if i == 0 { "placement" } else { "         " }, placement_line(p));
+            }
+        }
+        None => println!("placement none"),
+    }
+    if let Some(reasons) = job["pending_reasons"].as_array().filter(|r| !r.is_empty()) {
+        println!("waiting because:");
+        for r in reasons {
+            println!("  - {}", r.as_str().unwrap_or(""));
+        }
+    }
+    if let Some(f) = job["last_failure"].as_str() {
+        println!("last failure: {f}");
+    }
+    if let Some(r) = job["end_reason"].as_str() {
+        println!("ended: {r}");
+    }
+    if let Some(attempts) = d["attempts"].as_array().filter(|a| !a.is_empty()) {
+        println!("\nattempts:");
+        let rows: Vec<Vec<String>> = attempts
+            .iter()
+            .map(|a| {
+                vec![
+                    cell(a, "number"),
+                    cell(a, "region"),
+                    cell(a, "size"),
+                    cell(a, "priority"),
+                    cell(a, "vms"),
+                    cell(a, "state"),
+                    when(a["started_at_ms"].as_i64()),
+                    format!("{:.2}", a["cost_usd"].as_f64().unwrap_or(0.0)),
+                    a["failure"].as_str().unwrap_or("").to_string(),
+                ]
+            })
+            .collect();
+        print!(
+            "{}",
+            super::table::render(
+                &["#", "REGION", "SIZE", "PRIORITY", "VMS", "STATE", "STARTED", "COST $", "FAILURE"],
+                &rows
+            )
+        );
+    }
+    if let Some(events) = d["events"].as_array().filter(|e| !e.is_empty()) {
+        println!("\nevents:");
+        for e in events {
+            println!(
+                "  {}  {:<20} {}",
+                when(e["at_ms"].as_i64()),
+                cell(e, "kind"),
+                e["message"].as_str().unwrap_or("")
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

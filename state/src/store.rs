@@ -1,0 +1,646 @@
+//! Opening the store, typed reads, transactions, flushing, schema versions and migrations.
+
+use std::collections::HashMap;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use serde_json::Value;
+use sled::Transactional;
+use sled::transaction::{ConflictableTransactionError, TransactionError};
+
+use crate::commit::GroupCommit;
+use crate::encoding::{
+    EVENTS_TREE, META_IMPORT_INCOMPLETE, META_LAST_SEQ, META_SCHEMA_VERSION, META_TABLE_PREFIX, META_TREE,
+    SETTINGS_TREE, StoredTable, decode, encode, index_keys, index_prefix, index_tree, index_value, open_envelope,
+    split_index_key, table_tree,
+};
+use crate::tx::{AbortKind, Tx, TxAbort, read_seq};
+use crate::{Event, Record, StoreError, TableDef};
+
+/// Positions of the fixed trees in [`Registry::trees`].
+pub(crate) const META_IX: usize = 0;
+pub(crate) const EVENTS_IX: usize = 1;
+pub(crate) const SETTINGS_IX: usize = 2;
+
+/// The schema this build writes: its version and the migrations that bring older stores up to it.
+pub struct Schema {
+    /// The version stored in new databases and required of opened ones.
+    pub version: u32,
+    /// Migrations, each from one version to the next.
+    pub migrations: &'static [Migration],
+}
+
+/// One step of a schema upgrade: run on a store at version `from`, leaves it at `from + 1`.
+///
+/// Migrations must be idempotent: a crash during one leaves the version at `from`, and it runs again
+/// on the next open. Indexes are rebuilt after the last migration, so a migration only edits records.
+pub struct Migration {
+    /// The version this migration upgrades from.
+    pub from: u32,
+    /// The change.
+    pub run: fn(&Migrator<'_>) -> Result<(), StoreError>,
+}
+
+/// The schema of this build. Version 1 is the first; there is nothing to migrate from yet.
+pub const SCHEMA: Schema = Schema { version: 1, migrations: &[] };
+
+/// What a [`Migration`] may do: read and rewrite records as JSON.
+pub struct Migrator<'a> {
+    db: &'a sled::Db,
+    tables: Vec<StoredTable>,
+    from: u32,
+}
+
+impl Migrator<'_> {
+    /// The version being migrated from.
+    pub fn from_version(&self) -> u32 {
+        self.from
+    }
+
+    /// The tables recorded in the store.
+    pub fn tables(&self) -> Vec<String> {
+        self.tables.iter().map(|t| t.name.clone()).collect()
+    }
+
+    fn tree(&self, table: &str) -> Result<sled::Tree, StoreError> {
+        if !self.tables.iter().any(|t| t.name == table) {
+            return Err(StoreError::Definition(format!("migration: no table named {table}")));
+        }
+        Ok(self.db.open_tree(table_tree(table))?)
+    }
+
+    /// Every record of a table, by key.
+    pub fn records(&self, table: &str) -> Result<Vec<(String, Value)>, StoreError> {
+        let mut out = Vec::new();
+        for kv in self.tree(table)?.iter() {
+            let (k, v) = kv?;
+            let key = String::from_utf8_lossy(&k).into_owned();
+            let value = decode(&v, table, &key)?;
+            out.push((key, value));
+        }
+        Ok(out)
+    }
+
+    /// Writes a record (indexes are rebuilt after the migrations).
+    pub fn put(&self, table: &str, key: &str, record: &Value) -> Result<(), StoreError> {
+        self.tree(table)?.insert(key.as_bytes(), encode(record, table)?)?;
+        Ok(())
+    }
+
+    /// Removes a record.
+    pub fn delete(&self, table: &str, key: &str) -> Result<(), StoreError> {
+        self.tree(table)?.remove(key.as_bytes())?;
+        Ok(())
+    }
+}
+
+/// The tables known to this process and the sled trees a transaction spans.
+pub(crate) struct Registry {
+    /// meta, events, settings, then each table's tree and index trees.
+    pub trees: Vec<sled::Tree>,
+    pub tables: HashMap<String, TableHandle>,
+}
+
+pub(crate) struct TableHandle {
+    pub def: StoredTable,
+    /// Position of the table's tree in `Registry::trees`.
+    pub tree: usize,
+    /// Positions of the index trees, in `def.indexes` order.
+    pub indexes: Vec<usize>,
+}
+
+impl Registry {
+    fn build(db: &sled::Db, defs: Vec<StoredTable>) -> Result<Registry, StoreError> {
+        let mut trees = vec![db.open_tree(META_TREE)?, db.open_tree(EVENTS_TREE)?, db.open_tree(SETTINGS_TREE)?];
+        let mut tables = HashMap::new();
+        for def in defs {
+            let tree = trees.len();
+            trees.push(db.open_tree(table_tree(&def.name))?);
+            let mut indexes = Vec::new();
+            for ix in &def.indexes {
+                indexes.push(trees.len());
+                trees.push(db.open_tree(index_tree(&def.name, &ix.name))?);
+            }
+            tables.insert(def.name.clone(), TableHandle { def, tree, indexes });
+        }
+        Ok(Registry { trees, tables })
+    }
+}
+
+pub(crate) struct Inner {
+    pub path: PathBuf,
+    pub db: sled::Db,
+    pub schema_version: u32,
+    pub schema: &'static Schema,
+    registry: RwLock<Arc<Registry>>,
+    /// Serialises registrations (which may rebuild an index).
+    register: Mutex<()>,
+    /// Definitions used by this process's `Record` types, to catch two types claiming one table.
+    seen: Mutex<HashMap<String, StoredTable>>,
+    /// Transactions take it shared; index rebuilds, `check` and `export` take it exclusively, so they
+    /// see no transaction half-applied.
+    writers: RwLock<()>,
+    pub last_seq: AtomicU64,
+    commit: GroupCommit,
+}
+
+/// The durable store. Cheap to clone; all clones share one database.
+#[derive(Clone)]
+pub struct Store {
+    pub(crate) inner: Arc<Inner>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Inner {
+    pub fn registry(&self) -> Arc<Registry> {
+        self.registry.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn writers_shared(&self) -> RwLockReadGuard<'_, ()> {
+        self.writers.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn writers_exclusive(&self) -> RwLockWriteGuard<'_, ()> {
+        self.writers.write().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Store {
+    /// Opens (or creates, with mode 0700) the store in `dir` with this build's [`SCHEMA`].
+    ///
+    /// Fails, leaving the directory untouched, when it is not a directory, holds something other than
+    /// a sled database, cannot be opened by sled, is in use, or has a newer schema version.
+    pub fn open(dir: &Path) -> Result<Store, StoreError> {
+        Store::open_with(dir, &SCHEMA)
+    }
+
+    /// [`Store::open`] with an explicit schema (its version and migrations).
+    pub fn open_with(dir: &Path, schema: &'static Schema) -> Result<Store, StoreError> {
+        let path = dir.to_path_buf();
+        prepare_dir(&path)?;
+        let marker = path.join(MARKER_FILE);
+        let initialized = marker.exists();
+        if initialized && !path.join("db").exists() {
+            return Err(StoreError::Open { path, reason: "its database file `db` is missing".into() });
+        }
+        let db = open_sled(&path)?;
+        let meta = db.open_tree(META_TREE)?;
+        if meta.get(META_IMPORT_INCOMPLETE)?.is_some() {
+            return Err(StoreError::PartialImport { path });
+        }
+        let found = match meta.get(META_SCHEMA_VERSION)? {
+            Some(v) => decode_version(&v).ok_or_else(|| StoreError::Open {
+                path: path.clone(),
+                reason: "its schema version is unreadable".into(),
+            })?,
+            None => {
+                // sled 0.34 opens a corrupt database file as an empty one instead of failing; the
+                // marker tells a new store from one whose contents sled could not read.
+                if initialized {
+                    return Err(StoreError::Open {
+                        path,
+                        reason: "sled read no spillway data from a directory that holds an initialised store (the \
+                                 database file `db` is corrupt)"
+                            .into(),
+                    });
+                }
+                if holds_data(&db)? {
+                    return Err(StoreError::Open {
+                        path,
+                        reason: "it holds data but no schema version (not written by spillway?)".into(),
+                    });
+                }
+                meta.insert(META_SCHEMA_VERSION, &schema.version.to_be_bytes()[..])?;
+                db.flush()?;
+                schema.version
+            }
+        };
+        if !initialized {
+            // Also after a crash between the first flush and this line.
+            write_marker(&marker).map_err(|e| StoreError::Open {
+                path: path.clone(),
+                reason: format!("cannot write {}: {e}", marker.display()),
+            })?;
+        }
+        if found > schema.version {
+            return Err(StoreError::NewerSchema { path, found, supported: schema.version });
+        }
+        if found < schema.version {
+            migrate(&db, &path, found, schema)?;
+        }
+        let registry = Registry::build(&db, recorded_tables(&db)?)?;
+        let last_seq = read_seq(meta.get(META_LAST_SEQ)?.as_deref())?;
+        Ok(Store {
+            inner: Arc::new(Inner {
+                path,
+                db,
+                schema_version: schema.version,
+                schema,
+                registry: RwLock::new(Arc::new(registry)),
+                register: Mutex::new(()),
+                seen: Mutex::new(HashMap::new()),
+                writers: RwLock::new(()),
+                last_seq: AtomicU64::new(last_seq),
+                commit: GroupCommit::default(),
+            }),
+        })
+    }
+
+    /// The data directory.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The schema version of the open store.
+    pub fn schema_version(&self) -> u32 {
+        self.inner.schema_version
+    }
+
+    /// The record with this key.
+    pub fn get<R: Record>(&self, key: &str) -> Result<Option<R>, StoreError> {
+        let reg = self.ensure_table(&R::TABLE)?;
+        let h = &reg.tables[R::TABLE.name];
+        match reg.trees[h.tree].get(key.as_bytes())? {
+            Some(bytes) => Ok(Some(decode(&bytes, R::TABLE.name, key)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The stored JSON of a record, byte for byte, looked up by table name (for tools and tests).
+    pub fn get_raw(&self, table: &str, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let reg = self.inner.registry();
+        let Some(h) = reg.tables.get(table) else { return Ok(None) };
+        match reg.trees[h.tree].get(key.as_bytes())? {
+            Some(bytes) => Ok(Some(open_envelope(&bytes, table, key)?.to_vec())),
+            None => Ok(None),
+        }
+    }
+
+    /// Every record of the table, in key order.
+    pub fn scan<R: Record>(&self) -> Result<Vec<R>, StoreError> {
+        let reg = self.ensure_table(&R::TABLE)?;
+        let h = &reg.tables[R::TABLE.name];
+        let mut out = Vec::new();
+        for kv in reg.trees[h.tree].iter() {
+            let (k, v) = kv?;
+            out.push(decode(&v, R::TABLE.name, &String::from_utf8_lossy(&k))?);
+        }
+        Ok(out)
+    }
+
+    /// The records whose index `index` has the value `value` (see [`IndexDef`](crate::IndexDef) for
+    /// how values are written), in key order.
+    pub fn by_index<R: Record>(&self, index: &str, value: &str) -> Result<Vec<R>, StoreError> {
+        let reg = self.ensure_table(&R::TABLE)?;
+        let h = &reg.tables[R::TABLE.name];
+        let Some(pos) = h.def.indexes.iter().position(|i| i.name == index) else {
+            return Err(StoreError::UnknownIndex { table: R::TABLE.name.into(), index: index.into() });
+        };
+        let pointer = &h.def.indexes[pos].pointer;
+        let mut out = Vec::new();
+        for kv in reg.trees[h.indexes[pos]].scan_prefix(index_prefix(value)) {
+            let (k, _) = kv?;
+            let Some((_, key)) = split_index_key(&k) else { continue };
+            // A transaction may be committing between the index read and this one; only records that
+            // have the value now are returned.
+            let Some(bytes) = reg.trees[h.tree].get(key.as_bytes())? else { continue };
+            let json: Value = decode(&bytes, R::TABLE.name, key)?;
+            if index_value(&json, pointer).as_deref() != Some(value) {
+                continue;
+            }
+            out.push(serde_json::from_value(json).map_err(|e| StoreError::Decode {
+                table: R::TABLE.name.into(),
+                what: key.into(),
+                reason: e.to_string(),
+            })?);
+        }
+        Ok(out)
+    }
+
+    /// Runs `f` atomically over every table, index, the settings and the event log: after a crash
+    /// either all of its writes are there or none. Not durable until [`Store::flush`] returns.
+    ///
+    /// `f` may run more than once (so it must not have side effects outside the `Tx`), and must not
+    /// call other `Store` methods (sled holds a process-wide lock while it runs).
+    pub fn transaction<T>(&self, f: impl Fn(&mut Tx) -> Result<T, TxAbort>) -> Result<T, StoreError> {
+        enum Outcome {
+            Missing(TableDef),
+            User(Box<dyn std::error::Error + Send + Sync>),
+            Store(StoreError),
+        }
+        loop {
+            let reg = self.inner.registry();
+            let result = {
+                let _shared = self.inner.writers_shared();
+                reg.trees.as_slice().transaction(|view| {
+                    let mut tx = Tx::new(&reg, view);
+                    let out = f(&mut tx);
+                    if let Some(def) = tx.missing {
+                        return Err(ConflictableTransactionError::Abort(Outcome::Missing(def)));
+                    }
+                    match out {
+                        Ok(v) => Ok((v, tx.last_seq)),
+                        Err(TxAbort(AbortKind::Conflict)) => Err(ConflictableTransactionError::Conflict),
+                        Err(TxAbort(AbortKind::User(e))) => Err(ConflictableTransactionError::Abort(Outcome::User(e))),
+                        Err(TxAbort(AbortKind::Store(e))) => {
+                            Err(ConflictableTransactionError::Abort(Outcome::Store(e)))
+                        }
+                    }
+                })
+            };
+            match result {
+                Ok((v, seq)) => {
+                    if let Some(seq) = seq {
+                        self.inner.last_seq.fetch_max(seq, Ordering::SeqCst);
+                    }
+                    return Ok(v);
+                }
+                Err(TransactionError::Abort(Outcome::Missing(def))) => {
+                    self.ensure_table(&def)?;
+                }
+                Err(TransactionError::Abort(Outcome::User(e))) => return Err(StoreError::Aborted(e)),
+                Err(TransactionError::Abort(Outcome::Store(e))) => return Err(e),
+                Err(TransactionError::Storage(e)) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Inserts or replaces one record (a transaction of one `put`). Not durable until `flush`.
+    pub fn put<R: Record>(&self, record: &R) -> Result<(), StoreError> {
+        self.transaction(|tx| tx.put(record))
+    }
+
+    /// Removes one record; returns it if it existed. Not durable until `flush`.
+    pub fn delete<R: Record>(&self, key: &str) -> Result<Option<R>, StoreError> {
+        self.transaction(|tx| tx.delete::<R>(key))
+    }
+
+    /// A setting (string key, any serde value).
+    pub fn setting<T: serde::de::DeserializeOwned>(&self, key: &str) -> Result<Option<T>, StoreError> {
+        match self.inner.registry().trees[SETTINGS_IX].get(key.as_bytes())? {
+            Some(bytes) => Ok(Some(decode(&bytes, "settings", key)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Sets a setting. Not durable until `flush`.
+    pub fn set_setting<T: serde::Serialize + ?Sized>(&self, key: &str, value: &T) -> Result<(), StoreError> {
+        self.transaction(|tx| tx.set_setting(key, value))
+    }
+
+    /// Removes a setting; returns whether it existed. Not durable until `flush`.
+    pub fn delete_setting(&self, key: &str) -> Result<bool, StoreError> {
+        self.transaction(|tx| tx.delete_setting(key))
+    }
+
+    /// The durability barrier: returns once everything written before the call is on disk.
+    /// Concurrent callers share one fsync.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        self.inner.commit.flush(|| {
+            self.inner.db.flush()?;
+            Ok(())
+        })
+    }
+
+    /// How many fsyncs `flush` has run since open (fewer than `flush` calls when writers overlap).
+    pub fn fsync_count(&self) -> u64 {
+        self.inner.commit.fsyncs()
+    }
+
+    /// Up to `limit` events with `seq >= from`, in order. A reader that has seen up to `n` asks for
+    /// `n + 1`.
+    pub fn events_from(&self, from: u64, limit: usize) -> Result<Vec<Event>, StoreError> {
+        let events = &self.inner.registry().trees[EVENTS_IX];
+        let mut out = Vec::new();
+        for kv in events.range(from.to_be_bytes()..).take(limit) {
+            let (k, v) = kv?;
+            let what = format!("event {:?}", k.as_ref());
+            out.push(decode(&v, "events", &what)?);
+        }
+        Ok(out)
+    }
+
+    /// The sequence number of the newest event (0 when there is none).
+    pub fn last_seq(&self) -> u64 {
+        self.inner.last_seq.load(Ordering::SeqCst)
+    }
+
+    /// Makes sure `def`'s trees exist and its indexes match `def` (rebuilding any index whose pointer
+    /// changed), recording `def` in the meta tree; returns the registry including it.
+    pub(crate) fn ensure_table(&self, def: &TableDef) -> Result<Arc<Registry>, StoreError> {
+        let reg = self.inner.registry();
+        if let Some(h) = reg.tables.get(def.name)
+            && h.def.matches(def)
+        {
+            return Ok(reg);
+        }
+        let wanted = StoredTable::from_def(def);
+        wanted.validate()?;
+        {
+            let mut seen = lock(&self.inner.seen);
+            if let Some(prev) = seen.get(def.name)
+                && *prev != wanted
+            {
+                return Err(StoreError::Definition(format!(
+                    "table {} is defined twice with different indexes: {:?} and {:?}",
+                    def.name, prev.indexes, wanted.indexes
+                )));
+            }
+            seen.insert(def.name.into(), wanted.clone());
+        }
+        self.register(wanted)
+    }
+
+    /// Records a table definition and brings its index trees in line with it.
+    pub(crate) fn register(&self, wanted: StoredTable) -> Result<Arc<Registry>, StoreError> {
+        let _one_at_a_time = lock(&self.inner.register);
+        let reg = self.inner.registry();
+        if let Some(h) = reg.tables.get(&wanted.name)
+            && h.def == wanted
+        {
+            return Ok(reg);
+        }
+        let _exclusive = self.inner.writers_exclusive();
+        let db = &self.inner.db;
+        let old = reg.tables.get(&wanted.name).map(|h| h.def.clone());
+        let table = db.open_tree(table_tree(&wanted.name))?;
+        for ix in &wanted.indexes {
+            let unchanged = old.as_ref().is_some_and(|o| o.indexes.contains(ix));
+            if !unchanged {
+                rebuild_index(db, &table, &wanted, &ix.name)?;
+            }
+        }
+        if let Some(old) = &old {
+            for ix in &old.indexes {
+                if !wanted.indexes.iter().any(|w| w.name == ix.name) {
+                    db.drop_tree(index_tree(&wanted.name, &ix.name))?;
+                }
+            }
+        }
+        // Recorded last: a crash before this line leaves the old definition, so the rebuild reruns.
+        let meta_key = format!("{META_TABLE_PREFIX}{}", wanted.name);
+        db.open_tree(META_TREE)?.insert(meta_key.as_bytes(), encode(&wanted, "meta")?)?;
+        db.flush()?;
+        let mut defs: Vec<StoredTable> =
+            reg.tables.values().map(|h| h.def.clone()).filter(|d| d.name != wanted.name).collect();
+        defs.push(wanted);
+        let new = Arc::new(Registry::build(db, defs)?);
+        *self.inner.registry.write().unwrap_or_else(|p| p.into_inner()) = new.clone();
+        Ok(new)
+    }
+}
+
+/// Recomputes one index tree from its table.
+pub(crate) fn rebuild_index(
+    db: &sled::Db,
+    table: &sled::Tree,
+    def: &StoredTable,
+    index: &str,
+) -> Result<(), StoreError> {
+    let pos = def.indexes.iter().position(|i| i.name == index).expect("index of this table");
+    let tree = db.open_tree(index_tree(&def.name, index))?;
+    tree.clear()?;
+    for kv in table.iter() {
+        let (k, v) = kv?;
+        let key = String::from_utf8_lossy(&k);
+        let keys = index_keys(def, &key, open_envelope(&v, &def.name, &key)?)?;
+        if let Some(ik) = &keys[pos] {
+            tree.insert(ik.as_slice(), &[][..])?;
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn recorded_tables(db: &sled::Db) -> Result<Vec<StoredTable>, StoreError> {
+    let mut defs = Vec::new();
+    for kv in db.open_tree(META_TREE)?.scan_prefix(META_TABLE_PREFIX) {
+        let (k, v) = kv?;
+        let def: StoredTable = decode(&v, "meta", &String::from_utf8_lossy(&k))?;
+        def.validate()?;
+        defs.push(def);
+    }
+    Ok(defs)
+}
+
+fn decode_version(bytes: &[u8]) -> Option<u32> {
+    bytes.try_into().ok().map(u32::from_be_bytes)
+}
+
+/// Whether any tree besides meta holds anything.
+fn holds_data(db: &sled::Db) -> Result<bool, StoreError> {
+    for name in db.tree_names() {
+        if name.as_ref() == META_TREE.as_bytes() || name.as_ref() == b"__sled__default" {
+            continue;
+        }
+        if !db.open_tree(&name)?.is_empty() {
+            return Ok(true);
+        }
+    }
+    Ok(!db.is_empty())
+}
+
+/// Runs the migrations from `found` up to `schema.version`, then rebuilds every index.
+pub(crate) fn migrate(db: &sled::Db, path: &Path, found: u32, schema: &Schema) -> Result<(), StoreError> {
+    let meta = db.open_tree(META_TREE)?;
+    let tables = recorded_tables(db)?;
+    let mut version = found;
+    while version < schema.version {
+        let Some(m) = schema.migrations.iter().find(|m| m.from == version) else {
+            return Err(StoreError::NoMigration { path: path.to_path_buf(), found: version, target: schema.version });
+        };
+        (m.run)(&Migrator { db, tables: tables.clone(), from: version })?;
+        version += 1;
+        // Indexes first, then the version: a crash in between reruns an idempotent migration.
+        for t in &tables {
+            let table = db.open_tree(table_tree(&t.name))?;
+            for ix in &t.indexes {
+                rebuild_index(db, &table, t, &ix.name)?;
+            }
+        }
+        meta.insert(META_SCHEMA_VERSION, &version.to_be_bytes()[..])?;
+        db.flush()?;
+    }
+    Ok(())
+}
+
+/// Written next to sled's files once a store is initialised: from then on, a database that reads as
+/// empty is corrupt, not new.
+const MARKER_FILE: &str = "spillway-store";
+
+fn write_marker(marker: &Path) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = marker.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(b"spillway-state 1\n")?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, marker)?;
+    std::fs::File::open(marker.parent().unwrap_or(Path::new(".")))?.sync_all()
+}
+
+/// Creates a missing directory with mode 0700; refuses a path that is not a directory, or a
+/// non-empty directory without a sled database in it.
+fn prepare_dir(path: &Path) -> Result<(), StoreError> {
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_dir() => {
+            Err(StoreError::Open { path: path.to_path_buf(), reason: "it exists and is not a directory".into() })
+        }
+        Ok(_) => {
+            let mut names = Vec::new();
+            let entries = std::fs::read_dir(path)
+                .map_err(|e| StoreError::Open { path: path.to_path_buf(), reason: format!("cannot list it: {e}") })?;
+            for entry in entries {
+                let entry = entry.map_err(|e| StoreError::Open {
+                    path: path.to_path_buf(),
+                    reason: format!("cannot list it: {e}"),
+                })?;
+                names.push(entry.file_name().to_string_lossy().into_owned());
+            }
+            if !names.is_empty() && !names.iter().any(|n| n == "conf" || n == "db" || n == MARKER_FILE) {
+                names.sort();
+                names.truncate(5);
+                return Err(StoreError::Open {
+                    path: path.to_path_buf(),
+                    reason: format!("it is not empty and holds no spillway database (found {})", names.join(", ")),
+                });
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(path)
+            .map_err(|e| StoreError::Open { path: path.to_path_buf(), reason: format!("cannot create it: {e}") }),
+        Err(e) => Err(StoreError::Open { path: path.to_path_buf(), reason: e.to_string() }),
+    }
+}
+
+/// Opens sled, turning its failures (and panics, which some corruptions cause) into errors that name
+/// the path; never deletes or recreates anything.
+fn open_sled(path: &Path) -> Result<sled::Db, StoreError> {
+    let config = sled::Config::new().path(path);
+    let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| config.open()));
+    match opened {
+        Ok(Ok(db)) => Ok(db),
+        Ok(Err(e)) => {
+            let reason = e.to_string();
+            if reason.contains("could not acquire lock") {
+                Err(StoreError::InUse { path: path.to_path_buf() })
+            } else {
+                Err(StoreError::Open { path: path.to_path_buf(), reason })
+            }
+        }
+        Err(panic) => {
+            let reason = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "sled panicked".into());
+            Err(StoreError::Open { path: path.to_path_buf(), reason: format!("sled failed: {reason}") })
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! The view of the store inside a transaction.
+
+use std::fmt;
+
+use sled::transaction::{TransactionalTree, UnabortableTransactionError};
+
+use crate::encoding::{META_LAST_SEQ, StoredTable, decode, encode, envelope, index_keys, open_envelope};
+use crate::store::{EVENTS_IX, META_IX, Registry, SETTINGS_IX, TableHandle};
+use crate::{EventDraft, Record, StoreError, TableDef};
+
+/// Why a transaction closure stopped. Build one with [`TxAbort::new`] to abort with your own error
+/// (it comes back as [`StoreError::Aborted`]; `downcast_ref` recovers it); store errors convert with `?`.
+pub struct TxAbort(pub(crate) AbortKind);
+
+pub(crate) enum AbortKind {
+    User(Box<dyn std::error::Error + Send + Sync>),
+    Store(StoreError),
+    /// sled asks for the closure to be run again.
+    Conflict,
+}
+
+impl TxAbort {
+    /// Abort the transaction with the caller's error; nothing it wrote is applied.
+    pub fn new(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        TxAbort(AbortKind::User(error.into()))
+    }
+}
+
+impl From<StoreError> for TxAbort {
+    fn from(e: StoreError) -> Self {
+        TxAbort(AbortKind::Store(e))
+    }
+}
+
+impl From<UnabortableTransactionError> for TxAbort {
+    fn from(e: UnabortableTransactionError) -> Self {
+        match e {
+            UnabortableTransactionError::Conflict => TxAbort(AbortKind::Conflict),
+            UnabortableTransactionError::Storage(e) => TxAbort(AbortKind::Store(e.into())),
+        }
+    }
+}
+
+impl fmt::Debug for TxAbort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            AbortKind::User(e) => write!(f, "TxAbort({e:?})"),
+            AbortKind::Store(e) => write!(f, "TxAbort({e:?})"),
+            AbortKind::Conflict => write!(f, "TxAbort(Conflict)"),
+        }
+    }
+}
+
+impl fmt::Display for TxAbort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            AbortKind::User(e) => e.fmt(f),
+            AbortKind::Store(e) => e.fmt(f),
+            AbortKind::Conflict => f.write_str("transaction conflict"),
+        }
+    }
+}
+
+/// Reads and writes inside [`Store::transaction`](crate::Store::transaction). Everything done through
+/// one `Tx` is applied atomically (tables, their indexes, settings and the event log), or not at all.
+pub struct Tx<'a> {
+    reg: &'a Registry,
+    view: &'a [TransactionalTree],
+    /// The last sequence number handed out by this transaction.
+    pub(crate) last_seq: Option<u64>,
+    /// A table first used in this transaction: the store registers it and runs the closure again.
+    pub(crate) missing: Option<TableDef>,
+}
+
+impl<'a> Tx<'a> {
+    pub(crate) fn new(reg: &'a Registry, view: &'a [TransactionalTree]) -> Self {
+        Tx { reg, view, last_seq: None, missing: None }
+    }
+
+    fn table(&mut self, def: &TableDef) -> Result<&'a TableHandle, TxAbort> {
+        match self.reg.tables.get(def.name) {
+            Some(h) if h.def.matches(def) => Ok(h),
+            _ => {
+                self.missing = Some(*def);
+                Err(StoreError::Definition(format!("table {} is not registered yet", def.name)).into())
+            }
+        }
+    }
+
+    /// Inserts or replaces the record with the same key, keeping its table's indexes in step.
+    pub fn put<R: Record>(&mut self, record: &R) -> Result<(), TxAbort> {
+        let h = self.table(&R::TABLE)?;
+        let key = record.key();
+        check_key(&h.def, &key)?;
+        let json = serde_json::to_vec(record)
+            .map_err(|e| StoreError::Encode { table: h.def.name.clone(), reason: e.to_string() })?;
+        let tree = &self.view[h.tree];
+        let old = tree.get(key.as_bytes())?;
+        if !h.indexes.is_empty() {
+            let new_keys = index_keys(&h.def, &key, &json)?;
+            let old_keys = match &old {
+                Some(bytes) => index_keys(&h.def, &key, open_envelope(bytes, &h.def.name, &key)?)?,
+                None => vec![None; h.indexes.len()],
+            };
+            for ((ix, old), new) in h.indexes.iter().zip(old_keys).zip(new_keys) {
+                if old == new {
+                    continue;
+                }
+                if let Some(old) = old {
+                    self.view[*ix].remove(old)?;
+                }
+                if let Some(new) = new {
+                    self.view[*ix].insert(new, &[][..])?;
+                }
+            }
+        }
+        tree.insert(key.as_bytes(), envelope(&json))?;
+        Ok(())
+    }
+
+    /// Removes the record with this key (and its index entries); returns it if it existed.
+    pub fn delete<R: Record>(&mut self, key: &str) -> Result<Option<R>, TxAbort> {
+        let h = self.table(&R::TABLE)?;
+        let Some(old) = self.view[h.tree].remove(key.as_bytes())? else {
+            return Ok(None);
+        };
+        let json = open_envelope(&old, &h.def.name, key)?;
+        for (ix, k) in h.indexes.iter().zip(index_keys(&h.def, key, json)?) {
+            if let Some(k) = k {
+                self.view[*ix].remove(k)?;
+            }
+        }
+        Ok(Some(decode(&old, &h.def.name, key)?))
+    }
+
+    /// The record with this key, including changes made earlier in this transaction.
+    pub fn get<R: Record>(&mut self, key: &str) -> Result<Option<R>, TxAbort> {
+        let h = self.table(&R::TABLE)?;
+        match self.view[h.tree].get(key.as_bytes())? {
+            Some(bytes) => Ok(Some(decode(&bytes, &h.def.name, key)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Appends to the event log; returns the event's sequence number. Numbers are strictly increasing
+    /// in commit order, so a reader that has seen `n` never later finds an event below `n`.
+    pub fn append_event(&mut self, draft: EventDraft) -> Result<u64, TxAbort> {
+        let prev = match self.last_seq {
+            Some(s) => s,
+            None => read_seq(self.view[META_IX].get(META_LAST_SEQ)?.as_deref())?,
+        };
+        let seq = prev + 1;
+        let bytes = encode(&draft.with_seq(seq), "events")?;
+        self.view[EVENTS_IX].insert(&seq.to_be_bytes()[..], bytes)?;
+        self.view[META_IX].insert(META_LAST_SEQ, &seq.to_be_bytes()[..])?;
+        self.last_seq = Some(seq);
+        Ok(seq)
+    }
+
+    /// A setting (string key, any serde value).
+    pub fn setting<T: serde::de::DeserializeOwned>(&mut self, key: &str) -> Result<Option<T>, TxAbort> {
+        match self.view[SETTINGS_IX].get(key.as_bytes())? {
+            Some(bytes) => Ok(Some(decode(&bytes, "settings", key)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Sets a setting.
+    pub fn set_setting<T: serde::Serialize + ?Sized>(&mut self, key: &str, value: &T) -> Result<(), TxAbort> {
+        self.view[SETTINGS_IX].insert(key.as_bytes(), encode(value, "settings")?)?;
+        Ok(())
+    }
+
+    /// Removes a setting; returns whether it existed.
+    pub fn delete_setting(&mut self, key: &str) -> Result<bool, TxAbort> {
+        Ok(self.view[SETTINGS_IX].remove(key.as_bytes())?.is_some())
+    }
+}
+
+fn check_key(table: &StoredTable, key: &str) -> Result<(), StoreError> {
+    if key.is_empty() {
+        return Err(StoreError::Encode { table: table.name.clone(), reason: "the record key is empty".into() });
+    }
+    Ok(())
+}
+
+/// Decodes the `last_seq` meta value (8 bytes, big-endian; absent means 0).
+pub(crate) fn read_seq(bytes: Option<&[u8]>) -> Result<u64, StoreError> {
+    match bytes {
+        None => Ok(0),
+        Some(b) => b.try_into().map(u64::from_be_bytes).map_err(|_| StoreError::Decode {
+            table: "meta".into(),
+            what: META_LAST_SEQ.into(),
+            reason: format!("expected 8 bytes, found {}", b.len()),
+        }),
+    }
+}

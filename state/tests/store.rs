@@ -1,0 +1,458 @@
+//! The store's contract, through its public API: indexes under concurrency, atomic aborts, the event
+//! log, export/import, schema versions and migrations, and refusing directories it cannot open.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
+
+use common::{Attempt, Job, Rng, TempDir, attempt, job};
+use serde::{Deserialize, Serialize};
+use state::{EventDraft, IndexDef, Migration, Migrator, Record, Schema, Store, StoreError, TableDef, TxAbort};
+
+fn draft(kind: &str, job_id: &str) -> EventDraft {
+    EventDraft {
+        at_ms: 1_700_000_000_000,
+        kind: kind.into(),
+        job_id: Some(job_id.into()),
+        tenant: Some("ml".into()),
+        message: format!("{kind} {job_id}"),
+        data: serde_json::json!({ "n": 1, "nested": { "z": [1, 2], "a": "x" } }),
+    }
+}
+
+#[test]
+fn indexes_stay_consistent_with_tables_under_concurrent_writers() {
+    let dir = TempDir::new("concurrent");
+    let store = Store::open(dir.path()).unwrap();
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let mut rng = Rng(t as u64 * 7919 + 1);
+                // Every thread works on its own ids and several shared ones, so writers race on
+                // the same records and the same index values.
+                for i in 0..150 {
+                    let id = if rng.below(3) == 0 {
+                        format!("shared-{}", rng.below(10))
+                    } else {
+                        format!("t{t}-{}", rng.below(40))
+                    };
+                    match rng.below(4) {
+                        0 => store.put(&job(&id, "queued")).unwrap(),
+                        1 => store
+                            .transaction(|tx| {
+                                tx.put(&job(&id, "running"))?;
+                                tx.put(&attempt(&id))?;
+                                tx.append_event(draft("job.started", &id))
+                            })
+                            .map(|_| ())
+                            .unwrap(),
+                        2 => store
+                            .transaction(|tx| {
+                                let old = tx.delete::<Job>(&id)?;
+                                tx.delete::<Attempt>(&format!("{id}/a"))?;
+                                Ok(old)
+                            })
+                            .map(|_| ())
+                            .unwrap(),
+                        _ => store.put(&job(&id, ["done", "failed", "queued"][i % 3])).unwrap(),
+                    }
+                    if i % 10 == 0 {
+                        store.flush().unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let report = store.check(&[Job::TABLE, Attempt::TABLE]).unwrap();
+    assert!(report.is_consistent(), "{:?}", report.problems);
+    let jobs = store.scan::<Job>().unwrap();
+    assert!(jobs.len() > 20, "the workload should leave jobs behind, left {}", jobs.len());
+    assert_eq!(report.tables.iter().find(|t| t.name == "jobs").unwrap().records, jobs.len() as u64);
+    for state in ["queued", "running", "done", "failed"] {
+        let want: Vec<_> = jobs.iter().filter(|j| j.state == state).cloned().collect();
+        assert_eq!(store.by_index::<Job>("state", state).unwrap(), want, "state index for {state}");
+    }
+    for tenant in ["tenant-0", "tenant-1", "tenant-2"] {
+        let want: Vec<_> = jobs.iter().filter(|j| j.tenant == tenant).cloned().collect();
+        assert_eq!(store.by_index::<Job>("tenant", tenant).unwrap(), want, "tenant index for {tenant}");
+    }
+    // The event log got one strictly increasing number per committed transaction.
+    let events = store.events_from(1, usize::MAX).unwrap();
+    assert!(!events.is_empty());
+    assert!(events.windows(2).all(|w| w[0].seq + 1 == w[1].seq), "seqs have gaps or repeats");
+    assert_eq!(store.last_seq(), events.last().unwrap().seq);
+}
+
+#[test]
+fn an_aborted_transaction_writes_nothing_and_returns_the_callers_error() {
+    #[derive(Debug, thiserror::Error)]
+    #[error("job {0} is not queued")]
+    struct NotQueued(String);
+
+    let dir = TempDir::new("abort");
+    let store = Store::open(dir.path()).unwrap();
+    store.put(&job("a", "queued")).unwrap();
+    let err = store
+        .transaction(|tx| -> Result<(), TxAbort> {
+            tx.put(&job("a", "running"))?;
+            tx.put(&attempt("a"))?;
+            tx.append_event(draft("job.started", "a"))?;
+            Err(TxAbort::new(NotQueued("a".into())))
+        })
+        .unwrap_err();
+    match &err {
+        StoreError::Aborted(inner) => assert_eq!(inner.downcast_ref::<NotQueued>().unwrap().0, "a"),
+        other => panic!("expected Aborted, got {other}"),
+    }
+    assert_eq!(store.get::<Job>("a").unwrap(), Some(job("a", "queued")));
+    assert_eq!(store.get::<Attempt>("a/a").unwrap(), None);
+    assert!(store.events_from(0, 10).unwrap().is_empty());
+    assert_eq!(store.last_seq(), 0);
+    assert!(store.by_index::<Job>("state", "running").unwrap().is_empty());
+    // A later transaction sees its own writes before commit.
+    let seen = store
+        .transaction(|tx| {
+            tx.put(&job("b", "queued"))?;
+            tx.get::<Job>("b")
+        })
+        .unwrap();
+    assert_eq!(seen, Some(job("b", "queued")));
+}
+
+#[test]
+fn events_are_read_from_a_sequence_and_numbering_survives_reopening() {
+    let dir = TempDir::new("events");
+    {
+        let store = Store::open(dir.path()).unwrap();
+        for i in 0..5 {
+            let seq = store.transaction(|tx| tx.append_event(draft("job.submitted", &format!("j{i}")))).unwrap();
+            assert_eq!(seq, i + 1);
+        }
+        let two =
+            store.transaction(|tx| Ok((tx.append_event(draft("a", "x"))?, tx.append_event(draft("b", "x"))?))).unwrap();
+        assert_eq!(two, (6, 7));
+        store.flush().unwrap();
+        let page = store.events_from(3, 2).unwrap();
+        assert_eq!(page.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![3, 4]);
+        assert_eq!(page[0].job_id.as_deref(), Some("j2"));
+        assert_eq!(page[0].data, draft("", "").data);
+        assert!(store.events_from(8, 10).unwrap().is_empty());
+    }
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.last_seq(), 7);
+    assert_eq!(store.transaction(|tx| tx.append_event(draft("c", "x"))).unwrap(), 8);
+}
+
+#[test]
+fn settings_are_typed_and_survive_reopening() {
+    let dir = TempDir::new("settings");
+    {
+        let store = Store::open(dir.path()).unwrap();
+        store.set_setting("budget", &serde_json::json!({"ml": 100.5})).unwrap();
+        store.set_setting("paused", &true).unwrap();
+        assert!(store.delete_setting("paused").unwrap());
+        assert!(!store.delete_setting("paused").unwrap());
+        store.flush().unwrap();
+    }
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.setting::<BTreeMap<String, f64>>("budget").unwrap().unwrap()["ml"], 100.5);
+    assert_eq!(store.setting::<bool>("paused").unwrap(), None);
+    let err = store.setting::<bool>("budget").unwrap_err();
+    assert!(err.to_string().contains("budget"), "{err}");
+}
+
+#[test]
+fn export_then_import_round_trips_exactly() {
+    let src = TempDir::new("export-src");
+    let store = Store::open(src.path()).unwrap();
+    for i in 0..30 {
+        let id = format!("job-{i}\u{e9}\"q\"");
+        store
+            .transaction(|tx| {
+                tx.put(&job(&id, if i % 3 == 0 { "running" } else { "queued" }))?;
+                if i % 3 == 0 {
+                    tx.put(&attempt(&id))?;
+                    tx.append_event(draft("job.started", &id))?;
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
+    store.set_setting("budget", &serde_json::json!({"z": 1, "a": [1.5, null]})).unwrap();
+    store.flush().unwrap();
+    let mut first = Vec::new();
+    let summary = store.export(&mut first).unwrap();
+    assert_eq!((summary.tables, summary.records, summary.events, summary.settings), (2, 40, 10, 1));
+
+    let dst = TempDir::new("export-dst");
+    let copy = Store::open(dst.path()).unwrap();
+    assert_eq!(copy.import(first.as_slice()).unwrap(), summary);
+    let mut second = Vec::new();
+    copy.export(&mut second).unwrap();
+    assert_eq!(String::from_utf8(second).unwrap(), String::from_utf8(first.clone()).unwrap());
+
+    // Byte for byte per record, indexes rebuilt, and the event numbering continues after the import.
+    for j in store.scan::<Job>().unwrap() {
+        assert_eq!(copy.get_raw("jobs", &j.id).unwrap(), store.get_raw("jobs", &j.id).unwrap());
+    }
+    assert_eq!(copy.by_index::<Job>("state", "running").unwrap(), store.by_index::<Job>("state", "running").unwrap());
+    assert!(copy.check(&[Job::TABLE, Attempt::TABLE]).unwrap().is_consistent());
+    assert_eq!(copy.last_seq(), store.last_seq());
+    assert_eq!(copy.transaction(|tx| tx.append_event(draft("x", "y"))).unwrap(), store.last_seq() + 1);
+
+    // The imported store reopens (the import marker is gone) and still matches.
+    drop(copy);
+    let copy = Store::open(dst.path()).unwrap();
+    assert_eq!(copy.scan::<Job>().unwrap(), store.scan::<Job>().unwrap());
+}
+
+#[test]
+fn import_refuses_a_non_empty_store_and_a_failed_import_is_never_opened_as_complete() {
+    let src = TempDir::new("import-src");
+    let store = Store::open(src.path()).unwrap();
+    store.put(&job("a", "queued")).unwrap();
+    let mut dump = Vec::new();
+    store.export(&mut dump).unwrap();
+    let err = store.import(dump.as_slice()).unwrap_err();
+    assert!(matches!(err, StoreError::NotEmpty { .. }), "{err}");
+
+    let mut broken = String::from_utf8(dump).unwrap();
+    broken.push_str("{\"kind\":\"record\",\"table\":\"nope\",\"key\":\"k\",\"value\":{}}\n");
+    let dst = TempDir::new("import-dst");
+    let copy = Store::open(dst.path()).unwrap();
+    let err = copy.import(broken.as_bytes()).unwrap_err();
+    assert!(err.to_string().contains("line 4") && err.to_string().contains("nope"), "{err}");
+    drop(copy);
+    let err = Store::open(dst.path()).err().expect("a partial import must not open");
+    assert!(matches!(err, StoreError::PartialImport { .. }), "{err}");
+    assert!(err.to_string().contains(&dst.path().display().to_string()), "{err}");
+}
+
+#[test]
+fn a_newer_schema_version_is_refused() {
+    static V2: Schema = Schema { version: 2, migrations: &[] };
+    let dir = TempDir::new("newer");
+    drop(Store::open_with(dir.path(), &V2).unwrap());
+    let err = Store::open(dir.path()).err().expect("must refuse a newer schema");
+    assert!(matches!(err, StoreError::NewerSchema { found: 2, supported: 1, .. }), "{err}");
+    let msg = err.to_string();
+    assert!(msg.contains(&dir.path().display().to_string()) && msg.contains("version 2"), "{msg}");
+    // Refusing did not change it: the newer build still opens it at version 2.
+    assert_eq!(Store::open_with(dir.path(), &V2).unwrap().schema_version(), 2);
+}
+
+#[test]
+fn migrations_run_in_order_and_indexes_are_rebuilt() {
+    fn rename_queued(m: &Migrator<'_>) -> Result<(), StoreError> {
+        assert_eq!(m.from_version(), 1);
+        for (key, mut v) in m.records("jobs")? {
+            if v["state"] == "queued" {
+                v["state"] = "pending".into();
+                m.put("jobs", &key, &v)?;
+            }
+        }
+        Ok(())
+    }
+    fn drop_failed(m: &Migrator<'_>) -> Result<(), StoreError> {
+        assert_eq!(m.from_version(), 2);
+        for (key, v) in m.records("jobs")? {
+            if v["state"] == "failed" {
+                m.delete("jobs", &key)?;
+            }
+        }
+        Ok(())
+    }
+    static V3: Schema = Schema {
+        version: 3,
+        migrations: &[Migration { from: 2, run: drop_failed }, Migration { from: 1, run: rename_queued }],
+    };
+    static V3_GAP: Schema = Schema { version: 3, migrations: &[Migration { from: 2, run: drop_failed }] };
+
+    let dir = TempDir::new("migrate");
+    {
+        let store = Store::open(dir.path()).unwrap();
+        for (id, s) in [("a", "queued"), ("b", "failed"), ("c", "running")] {
+            store.put(&job(id, s)).unwrap();
+        }
+        store.flush().unwrap();
+    }
+    let err = Store::open_with(dir.path(), &V3_GAP).err().expect("no migration from 1");
+    assert!(matches!(err, StoreError::NoMigration { found: 1, target: 3, .. }), "{err}");
+
+    let store = Store::open_with(dir.path(), &V3).unwrap();
+    assert_eq!(store.schema_version(), 3);
+    assert_eq!(store.by_index::<Job>("state", "pending").unwrap().len(), 1);
+    assert!(store.by_index::<Job>("state", "queued").unwrap().is_empty());
+    assert!(store.get::<Job>("b").unwrap().is_none());
+    assert!(store.check(&[Job::TABLE]).unwrap().is_consistent());
+}
+
+#[test]
+fn a_directory_sled_cannot_open_is_never_replaced() {
+    fn assert_refused(err: StoreError, path: &std::path::Path) {
+        let msg = err.to_string();
+        eprintln!("refused as expected: {msg}");
+        assert!(msg.contains(&path.display().to_string()), "no path in: {msg}");
+        assert!(msg.contains("spillway state import"), "no recovery hint in: {msg}");
+    }
+    // A file where the directory should be.
+    let dir = TempDir::new("unopenable");
+    std::fs::write(dir.path(), b"not a directory").unwrap();
+    assert_refused(Store::open(dir.path()).err().unwrap(), dir.path());
+    assert_eq!(std::fs::read(dir.path()).unwrap(), b"not a directory");
+    std::fs::remove_file(dir.path()).unwrap();
+
+    // A directory holding something else.
+    std::fs::create_dir(dir.path()).unwrap();
+    std::fs::write(dir.path().join("notes.txt"), b"mine").unwrap();
+    assert_refused(Store::open(dir.path()).err().unwrap(), dir.path());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    std::fs::remove_dir_all(dir.path()).unwrap();
+
+    // A real store whose files were overwritten with garbage.
+    {
+        let store = Store::open(dir.path()).unwrap();
+        store.put(&job("a", "queued")).unwrap();
+        store.flush().unwrap();
+    }
+    let garbage: Vec<u8> = (0..200_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let conf = std::fs::read(dir.path().join("conf")).unwrap();
+    std::fs::write(dir.path().join("conf"), &garbage[..64]).unwrap();
+    std::fs::write(dir.path().join("db"), &garbage).unwrap();
+    assert_refused(Store::open(dir.path()).err().expect("garbage must not open"), dir.path());
+    assert_eq!(std::fs::read(dir.path().join("db")).unwrap(), garbage, "the database file was modified");
+    assert_eq!(std::fs::read(dir.path().join("conf")).unwrap(), &garbage[..64]);
+
+    // Garbage in the database file only: sled 0.34 itself opens that as an empty database; the store
+    // must refuse rather than start afresh on top of it, every time.
+    std::fs::write(dir.path().join("conf"), &conf).unwrap();
+    for _ in 0..2 {
+        assert_refused(Store::open(dir.path()).err().expect("a corrupt db must not open as empty"), dir.path());
+    }
+
+    // The database file deleted: sled would create a new one.
+    std::fs::remove_file(dir.path().join("db")).unwrap();
+    assert_refused(Store::open(dir.path()).err().expect("a missing db must not be recreated"), dir.path());
+    assert!(!dir.path().join("db").exists());
+}
+
+/// sled 0.34 cannot tell a corrupt record in the middle of its log from a torn write at its end: it
+/// truncates the file there and opens what came before, silently dropping everything after it. Not a
+/// crash (SIGKILL and torn tails are covered by `tests/crash.rs` and pass); media corruption. Kept as a
+/// reproducer; the store cannot detect it without a checksum of its own over sled's log.
+#[test]
+#[ignore = "sled 0.34 silently truncates a log with a corrupt record in the middle; reproducer, see BENCHMARKS.md ## State"]
+fn a_corrupt_record_mid_log_is_refused_not_truncated() {
+    let dir = TempDir::new("midlog");
+    {
+        let store = Store::open(dir.path()).unwrap();
+        for i in 0..100 {
+            store.put(&job(&format!("a{i}"), "queued")).unwrap();
+        }
+        store.flush().unwrap();
+    }
+    let db = dir.path().join("db");
+    let mut bytes = std::fs::read(&db).unwrap();
+    let mid = bytes.len() / 2;
+    for b in &mut bytes[mid..mid + 100] {
+        *b ^= 0xff;
+    }
+    std::fs::write(&db, &bytes).unwrap();
+    match Store::open(dir.path()) {
+        Err(e) => assert!(e.to_string().contains(&dir.path().display().to_string()), "{e}"),
+        Ok(store) => panic!("opened with {} of 100 acknowledged jobs", store.scan::<Job>().unwrap().len()),
+    }
+}
+
+#[test]
+fn a_store_in_use_is_refused_with_its_path() {
+    let dir = TempDir::new("in-use");
+    let _store = Store::open(dir.path()).unwrap();
+    let err = Store::open(dir.path()).err().expect("second open must fail");
+    assert!(matches!(err, StoreError::InUse { .. }), "{err}");
+    assert!(err.to_string().contains(&dir.path().display().to_string()));
+}
+
+#[test]
+fn the_data_directory_is_created_with_mode_0700() {
+    let dir = TempDir::new("mode");
+    let nested = dir.path().join("a").join("data");
+    drop(Store::open(&nested).unwrap());
+    for p in [dir.path(), nested.as_path()] {
+        let mode = std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{} has mode {mode:o}", p.display());
+    }
+}
+
+#[test]
+fn changing_an_index_definition_rebuilds_it_and_check_finds_damage() {
+    #[derive(Serialize, Deserialize, Debug, PartialEq)]
+    struct JobByRegion {
+        id: String,
+        tenant: String,
+        state: String,
+    }
+    impl Record for JobByRegion {
+        // Same table, the state index now points elsewhere and the tenant index is gone.
+        const TABLE: TableDef = TableDef { name: "jobs", indexes: &[IndexDef { name: "state", pointer: "/tenant" }] };
+        fn key(&self) -> String {
+            self.id.clone()
+        }
+    }
+    let dir = TempDir::new("redefine");
+    {
+        let store = Store::open(dir.path()).unwrap();
+        store.put(&job("a", "queued")).unwrap();
+        store.put(&job("b", "running")).unwrap();
+        // Two types claiming one table with different indexes, in one process, is a bug: refused.
+        let err = store.get::<JobByRegion>("a").unwrap_err();
+        assert!(matches!(err, StoreError::Definition(_)), "{err}");
+        store.flush().unwrap();
+    }
+    {
+        let store = Store::open(dir.path()).unwrap();
+        let report = store.check(&[JobByRegion::TABLE]).unwrap();
+        assert!(!report.is_consistent(), "the recorded definition differs from the caller's");
+        let tenant = job("a", "queued").tenant;
+        let found = store.by_index::<JobByRegion>("state", &tenant).unwrap();
+        assert!(found.iter().any(|j| j.id == "a"));
+        assert!(store.check(&[JobByRegion::TABLE]).unwrap().is_consistent());
+        assert!(store.check_all().unwrap().is_consistent());
+    }
+    // Damage an index behind the store's back: check must notice.
+    {
+        let db = sled::open(dir.path()).unwrap();
+        let ix = db.open_tree("i/jobs/state").unwrap();
+        let (k, _) = ix.iter().next().unwrap().unwrap();
+        ix.remove(k).unwrap();
+        ix.insert(b"\0\0\0\x05ghost:zz", &[][..]).unwrap();
+        db.flush().unwrap();
+    }
+    let store = Store::open(dir.path()).unwrap();
+    let report = store.check_all().unwrap();
+    let ix = &report.tables[0].indexes[0];
+    assert_eq!((ix.missing, ix.stale), (1, 1), "{:?}", report.problems);
+    assert_eq!(report.problem_count, 2);
+    assert!(
+        report.problems.iter().any(|p| p.contains("jobs.state") && p.contains("has no entry")),
+        "{:?}",
+        report.problems
+    );
+}
+
+#[test]
+fn store_is_shareable_across_threads() {
+    fn assert_send_sync<T: Send + Sync + Clone + 'static>() {}
+    assert_send_sync::<Store>();
+    let dir = TempDir::new("share");
+    let store = Arc::new(Store::open(dir.path()).unwrap());
+    let s2 = store.clone();
+    std::thread::spawn(move || s2.put(&job("x", "queued")).unwrap()).join().unwrap();
+    assert!(store.get::<Job>("x").unwrap().is_some());
+}

@@ -1,0 +1,667 @@
+//! End-to-end tests of the HTTP API against the built binary: each test starts its own
+//! `spillway serve` on a free loopback port with its own data directory and talks real HTTP.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+/// A running `spillway serve`, killed and cleaned up on drop.
+struct Server {
+    child: Child,
+    url: String,
+    dir: PathBuf,
+    admin: String,
+}
+
+impl Server {
+    fn start(name: &str, extra: &[&str]) -> Server {
+        let dir = std::env::temp_dir().join(format!("spillway-api-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Server::start_in(dir, extra)
+    }
+
+    fn start_in(dir: PathBuf, extra: &[&str]) -> Server {
+        let data = dir.join("data");
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("server.log")).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_spillway"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--speedup", "3600", "--data-dir"])
+            .arg(&data)
+            .args(extra)
+            .env_remove("SPILLWAY_CONFIG")
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("spawn spillway serve");
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let url = loop {
+            let line = lines.next().unwrap_or_else(|| panic!("serve exited early; log in {}", dir.display())).unwrap();
+            if let Some(rest) = line.strip_prefix("spillway listening on ") {
+                break rest.trim().to_string();
+            }
+        };
+        // Keep reading stdout so the server never writes into a closed pipe.
+        std::thread::spawn(move || for _ in lines.by_ref() {});
+        let admin = std::fs::read_to_string(data.join("admin.token")).unwrap().trim().to_string();
+        Server { child, url, dir, admin }
+    }
+
+    fn client() -> reqwest::Client {
+        reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap()
+    }
+
+    async fn req(&self, method: reqwest::Method, path: &str, token: Option<&str>) -> reqwest::RequestBuilder {
+        let r = Server::client().request(method, format!("{}{path}", self.url));
+        match token {
+            Some(t) => r.bearer_auth(t),
+            None => r,
+        }
+    }
+
+    async fn get(&self, path: &str, token: &str) -> (StatusCode, Value) {
+        let resp = self.req(reqwest::Method::GET, path, Some(token)).await.send().await.unwrap();
+        let status = resp.status();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn submit(&self, spec: &Value, token: &str) -> (StatusCode, Value) {
+        let resp = self.req(reqwest::Method::POST, "/v1/jobs", Some(token)).await.json(spec).send().await.unwrap();
+        let status = resp.status();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn token(&self, role: &str, tenant: Option<&str>) -> String {
+        let mut body = json!({ "role": role });
+        if let Some(t) = tenant {
+            body["tenant"] = json!(t);
+        }
+        let resp =
+            self.req(reqwest::Method::POST, "/v1/tokens", Some(&self.admin)).await.json(&body).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::CREATED);
+        let v: Value = resp.json().await.unwrap();
+        v["token"].as_str().unwrap().to_string()
+    }
+
+    /// Waits until the job reaches `state` (or fails the test after `secs`).
+    async fn wait_state(&self, id: &str, states: &[&str], secs: u64) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let (s, v) = self.get(&format!("/v1/jobs/{id}"), &self.admin).await;
+            assert_eq!(s, StatusCode::OK);
+            let st = v["job"]["state"].as_str().unwrap().to_string();
+            if states.contains(&st.as_str()) {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "job {id} still {st} after {secs} s: {v:#}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// A job the bundled scenario places at once and that finishes in a few simulated minutes.
+fn quick_job(name: &str, tenant: &str) -> Value {
+    json!({
+        "name": name, "tenant": tenant, "kind": "batch", "gpus": 1,
+        "sizes": ["Standard_NC4as_T4_v3"], "spot": "never", "duration_hours": 0.05
+    })
+}
+
+/// A job that runs for simulated days (long enough to be cancelled while open).
+fn long_job(name: &str, tenant: &str) -> Value {
+    json!({
+        "name": name, "tenant": tenant, "kind": "batch", "gpus": 1,
+        "sizes": ["Standard_NC4as_T4_v3"], "spot": "never", "duration_hours": 500.0
+    })
+}
+
+#[tokio::test]
+async fn submitted_job_is_placed_runs_and_succeeds() {
+    let s = Server::start("lifecycle", &[]);
+    let resp = s
+        .req(reqwest::Method::POST, "/v1/jobs", Some(&s.admin))
+        .await
+        .json(&quick_job("quick", "ml"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let location = resp.headers()["location"].to_str().unwrap().to_string();
+    let job: Value = resp.json().await.unwrap();
+    let id = job["id"].as_str().unwrap().to_string();
+    assert_eq!(location, format!("/v1/jobs/{id}"));
+    assert_eq!(job["state"], "pending");
+    assert_eq!(job["spec"]["tenant"], "ml");
+
+    let done = s.wait_state(&id, &["succeeded"], 60).await;
+    let kinds: Vec<&str> = done["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds.first(), Some(&"submitted"));
+    assert!(kinds.contains(&"running"), "the job ran before it succeeded: {kinds:?}");
+    let attempts = done["attempts"].as_array().unwrap();
+    assert!(!attempts.is_empty());
+    assert_eq!(attempts.last().unwrap()["size"], "Standard_NC4as_T4_v3");
+    assert!(done["job"]["cost_usd"].as_f64().unwrap() > 0.0, "running cost money: {done:#}");
+    assert_eq!(done["placements"], json!([]), "a finished job holds nothing");
+
+    let (st, list) = s.get("/v1/jobs?state=succeeded", &s.admin).await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(list["jobs"].as_array().unwrap().iter().any(|j| j["id"] == id.as_str()));
+}
+
+#[tokio::test]
+async fn an_acknowledged_job_survives_a_crash() {
+    let dir = std::env::temp_dir().join(format!("spillway-api-crash-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut s = Server::start_in(dir.clone(), &[]);
+    let (st, job) = s.submit(&long_job("durable", "ml"), &s.admin).await;
+    assert_eq!(st, StatusCode::CREATED);
+    // SIGKILL right after the 201: no graceful shutdown, no final flush.
+    s.kill();
+    std::mem::forget(s);
+    let s = Server::start_in(dir, &[]);
+    let (st, back) = s.get(&format!("/v1/jobs/{}", job["id"].as_str().unwrap()), &s.admin).await;
+    assert_eq!(st, StatusCode::OK, "{back}");
+    assert_eq!(back["job"]["spec"]["name"], "durable");
+}
+
+#[tokio::test]
+async fn idempotency_key_returns_the_same_job_and_refuses_a_different_spec() {
+    let s = Server::start("idem", &[]);
+    let send = |spec: Value, key: &'static str| {
+        let url = format!("{}/v1/jobs", s.url);
+        let admin = s.admin.clone();
+        async move {
+            let r = Server::client()
+                .post(url)
+                .bearer_auth(admin)
+                .header("Idempotency-Key", key)
+                .json(&spec)
+                .send()
+                .await
+                .unwrap();
+            let st = r.status();
+            (st, r.json::<Value>().await.unwrap())
+        }
+    };
+    let (st1, a) = send(long_job("idem", "ml"), "retry-1").await;
+    let (st2, b) = send(long_job("idem", "ml"), "retry-1").await;
+    assert_eq!(st1, StatusCode::CREATED);
+    assert_eq!(st2, StatusCode::OK, "a retry is not a new job");
+    assert_eq!(a["id"], b["id"]);
+    let (st3, c) = send(long_job("something-else", "ml"), "retry-1").await;
+    assert_eq!(st3, StatusCode::CONFLICT, "{c}");
+    assert!(c["error"].as_str().unwrap().contains("Idempotency-Key"), "{c}");
+    let (_, list) = s.get("/v1/jobs", &s.admin).await;
+    assert_eq!(list["total"], 1, "one job for three submissions: {list}");
+}
+
+#[tokio::test]
+async fn cancel_ends_a_job_once() {
+    let s = Server::start("cancel", &[]);
+    let (_, job) = s.submit(&long_job("to-cancel", "ml"), &s.admin).await;
+    let id = job["id"].as_str().unwrap();
+    s.wait_state(id, &["provisioning", "running"], 30).await;
+    let r = s.req(reqwest::Method::DELETE, &format!("/v1/jobs/{id}"), Some(&s.admin)).await.send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["state"], "cancelled");
+    let again = s.req(reqwest::Method::DELETE, &format!("/v1/jobs/{id}"), Some(&s.admin)).await.send().await.unwrap();
+    assert_eq!(again.status(), StatusCode::CONFLICT);
+    // The control loop lets go of the fleet.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, d) = s.get(&format!("/v1/jobs/{id}"), &s.admin).await;
+        if d["placements"].as_array().unwrap().is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "cancelled job still holds {:#}", d["placements"]);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let missing = s.req(reqwest::Method::DELETE, "/v1/jobs/j-nope", Some(&s.admin)).await.send().await.unwrap();
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn auth_matrix() {
+    use reqwest::Method;
+    let s = Server::start("auth", &[]);
+    // No token, a malformed one, an unknown one: 401 with a challenge.
+    for token in [None, Some("not-a-token"), Some("spw_t0000000000_deadbeef")] {
+        let r = s.req(Method::GET, "/v1/jobs", token).await.send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{token:?}");
+        assert_eq!(r.headers()["www-authenticate"], "Bearer");
+        let body: Value = r.json().await.unwrap();
+        assert!(body["error"].is_string());
+    }
+    // A near miss of the real admin token is refused too.
+    let mut near = s.admin.clone();
+    let last = near.pop().unwrap();
+    near.push(if last == 'a' { 'b' } else { 'a' });
+    assert_eq!(
+        s.req(Method::GET, "/v1/jobs", Some(&near)).await.send().await.unwrap().status(),
+        StatusCode::UNAUTHORIZED
+    );
+    // Health checks need no token.
+    assert_eq!(s.req(Method::GET, "/healthz", None).await.send().await.unwrap().status(), StatusCode::OK);
+
+    let viewer_all = s.token("viewer", None).await;
+    let viewer_b = s.token("viewer", Some("beta")).await;
+    let sub_a = s.token("submitter", Some("alpha")).await;
+    let sub_b = s.token("submitter", Some("beta")).await;
+
+    // A viewer cannot submit.
+    let (st, body) = s.submit(&long_job("v", "alpha"), &viewer_all).await;
+    assert_eq!(st, StatusCode::FORBIDDEN, "{body}");
+
+    // A submitter submits for its own tenant, with or without naming it, never for another.
+    let (st, a_job) = s.submit(&long_job("a1", "alpha"), &sub_a).await;
+    assert_eq!(st, StatusCode::CREATED);
+    let mut unnamed = long_job("a2", "x");
+    unnamed.as_object_mut().unwrap().remove("tenant");
+    let (st, a2) = s.submit(&unnamed, &sub_a).await;
+    assert_eq!(st, StatusCode::CREATED);
+    assert_eq!(a2["spec"]["tenant"], "alpha");
+    let (st, body) = s.submit(&long_job("sneaky", "beta"), &sub_a).await;
+    assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(body["problems"][0]["field"], "tenant");
+    let (_, b_job) = s.submit(&long_job("b1", "beta"), &sub_b).await;
+    let a_id = a_job["id"].as_str().unwrap();
+    let b_id = b_job["id"].as_str().unwrap();
+
+    // Tenant A never sees or touches tenant B's job: 404, exactly as for a job that does not exist.
+    let (st, body) = s.get(&format!("/v1/jobs/{b_id}"), &sub_a).await;
+    assert_eq!(st, StatusCode::NOT_FOUND, "{body}");
+    let (_, missing) = s.get("/v1/jobs/j-doesnotexist", &sub_a).await;
+    assert_eq!(
+        body["error"].as_str().unwrap().replace(b_id, "ID"),
+        missing["error"].as_str().unwrap().replace("j-doesnotexist", "ID")
+    );
+    for (m, path) in [(Method::DELETE, format!("/v1/jobs/{b_id}")), (Method::POST, format!("/v1/jobs/{b_id}/complete"))]
+    {
+        let r = s.req(m, &path, Some(&sub_a)).await.send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::NOT_FOUND, "{path}");
+    }
+    let (_, still) = s.get(&format!("/v1/jobs/{b_id}"), &s.admin).await;
+    assert_ne!(still["job"]["state"], "cancelled");
+    let (_, list_a) = s.get("/v1/jobs", &sub_a).await;
+    let ids: Vec<&str> = list_a["jobs"].as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap()).collect();
+    assert!(ids.contains(&a_id) && !ids.contains(&b_id), "{ids:?}");
+    let (_, list_a_b) = s.get("/v1/jobs?tenant=beta", &sub_a).await;
+    assert_eq!(list_a_b["jobs"], json!([]));
+    // A tenant-bound viewer reads its tenant only; an unbound viewer reads all; viewers never write.
+    assert_eq!(s.get(&format!("/v1/jobs/{b_id}"), &viewer_b).await.0, StatusCode::OK);
+    assert_eq!(s.get(&format!("/v1/jobs/{a_id}"), &viewer_b).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(s.get(&format!("/v1/jobs/{a_id}"), &viewer_all).await.0, StatusCode::OK);
+    let r = s.req(Method::DELETE, &format!("/v1/jobs/{b_id}"), Some(&viewer_b)).await.send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    // Only admins manage tokens.
+    let r = s.req(Method::GET, "/v1/tokens", Some(&sub_a)).await.send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let r = s
+        .req(Method::POST, "/v1/tokens", Some(&viewer_all))
+        .await
+        .json(&json!({"role": "admin"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    // The token list never holds a secret; a revoked token stops working at once.
+    let (_, tokens) = s.get("/v1/tokens", &s.admin).await;
+    let text = tokens.to_string();
+    assert!(!text.contains(&sub_b) && !text.contains(&s.admin) && !text.contains("hash"), "{text}");
+    let sub_b_id = sub_b.split('_').nth(1).unwrap();
+    let r = s.req(Method::DELETE, &format!("/v1/tokens/{sub_b_id}"), Some(&s.admin)).await.send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(s.get("/v1/jobs", &sub_b).await.0, StatusCode::UNAUTHORIZED);
+    // The server's log never holds a token.
+    let log = std::fs::read_to_string(s.dir.join("server.log")).unwrap();
+    for t in [&s.admin, &sub_a, &sub_b, &viewer_all] {
+        assert!(!log.contains(t.as_str()), "a token leaked into the log");
+    }
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_with_the_field_named_and_the_server_stays_healthy() {
+    let s = Server::start("badinput", &[]);
+    let post_raw = |body: Vec<u8>| {
+        let url = format!("{}/v1/jobs", s.url);
+        let admin = s.admin.clone();
+        async move {
+            let r = Server::client()
+                .post(url)
+                .bearer_auth(admin)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let st = r.status();
+            let v: Value = r.json().await.unwrap_or_else(|e| panic!("status {st}: body is not JSON: {e}"));
+            (st, v)
+        }
+    };
+    let with = |field: &str, value: Value| {
+        let mut j = quick_job("bad", "ml");
+        j[field] = value;
+        j.to_string().into_bytes()
+    };
+    let cases: Vec<(&str, Vec<u8>, StatusCode, &str)> = vec![
+        ("malformed JSON", b"{\"name\": \"x\", \"gpus\": ".to_vec(), StatusCode::BAD_REQUEST, "body"),
+        ("not JSON at all", b"name = 'toml?'".to_vec(), StatusCode::BAD_REQUEST, "body"),
+        ("empty body", Vec::new(), StatusCode::BAD_REQUEST, "body"),
+        ("an array", b"[1, 2]".to_vec(), StatusCode::UNPROCESSABLE_ENTITY, ""),
+        ("wrong type", with("gpus", json!("eight")), StatusCode::UNPROCESSABLE_ENTITY, "gpus"),
+        ("zero GPUs", with("gpus", json!(0)), StatusCode::UNPROCESSABLE_ENTITY, "gpus"),
+        ("negative GPUs", with("gpus", json!(-4)), StatusCode::UNPROCESSABLE_ENTITY, "gpus"),
+        ("huge GPUs", with("gpus", json!(99_999_999_999_999u64)), StatusCode::UNPROCESSABLE_ENTITY, "gpus"),
+        ("huge float", with("duration_hours", json!(1e300)), StatusCode::UNPROCESSABLE_ENTITY, "duration_hours"),
+        ("fractional GPUs", with("gpus", json!(1.5)), StatusCode::UNPROCESSABLE_ENTITY, "gpus"),
+        ("unknown field", with("colour", json!("blue")), StatusCode::UNPROCESSABLE_ENTITY, "colour"),
+        (
+            "nested wrong type",
+            with("replicas", json!({"min": "one", "desired": 2})),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "replicas",
+        ),
+    ];
+    for (what, body, status, field) in cases {
+        let (st, v) = post_raw(body).await;
+        assert_eq!(st, status, "{what}: {v}");
+        assert!(v["error"].as_str().is_some_and(|e| !e.is_empty()), "{what}: {v}");
+        let problems = v["problems"].as_array().unwrap();
+        assert!(
+            problems.iter().any(|p| p["field"].as_str().unwrap().starts_with(field)),
+            "{what}: expected a problem with field {field:?}: {v}"
+        );
+    }
+    // Far too large: 413, with the same JSON shape.
+    let mut big = quick_job("big", "ml");
+    big["name"] = json!("x".repeat(200_000));
+    let (st, v) = post_raw(big.to_string().into_bytes()).await;
+    assert_eq!(st, StatusCode::PAYLOAD_TOO_LARGE, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("larger than"));
+    // A bad query parameter and a bad Idempotency-Key are 400 naming them.
+    let (st, v) = s.get("/v1/jobs?state=sleeping", &s.admin).await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert_eq!(v["problems"][0]["field"], "state");
+    let r = Server::client()
+        .post(format!("{}/v1/jobs", s.url))
+        .bearer_auth(&s.admin)
+        .header("Idempotency-Key", "x".repeat(500))
+        .json(&quick_job("k", "ml"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    // Unknown routes and methods answer JSON too.
+    let (st, v) = s.get("/v1/nothing-here", &s.admin).await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+    assert!(v["error"].is_string());
+    // Still healthy, and still accepting good work.
+    assert_eq!(s.get("/healthz", "").await.0, StatusCode::OK);
+    let (st, _) = s.submit(&quick_job("fine", "ml"), &s.admin).await;
+    assert_eq!(st, StatusCode::CREATED);
+    let (_, list) = s.get("/v1/jobs", &s.admin).await;
+    assert_eq!(list["total"], 1, "none of the bad submissions was stored");
+}
+
+#[tokio::test]
+async fn openapi_lists_every_route() {
+    let s = Server::start("openapi", &[]);
+    let (st, doc) = s.get("/openapi.json", &s.admin).await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    let expected = [
+        ("post", "/v1/jobs"),
+        ("get", "/v1/jobs"),
+        ("get", "/v1/jobs/{id}"),
+        ("delete", "/v1/jobs/{id}"),
+        ("post", "/v1/jobs/{id}/complete"),
+        ("get", "/v1/capacity"),
+        ("get", "/v1/plan"),
+        ("get", "/v1/events"),
+        ("post", "/v1/tokens"),
+        ("get", "/v1/tokens"),
+        ("delete", "/v1/tokens/{id}"),
+        ("get", "/metrics"),
+        ("get", "/healthz"),
+        ("get", "/readyz"),
+        ("get", "/openapi.json"),
+    ];
+    let paths = doc["paths"].as_object().unwrap();
+    for (method, path) in expected {
+        assert!(paths.get(path).and_then(|p| p.get(method)).is_some(), "{method} {path} missing from /openapi.json");
+    }
+    let count: usize = paths.values().map(|p| p.as_object().unwrap().len()).sum();
+    assert_eq!(count, expected.len(), "the document lists exactly the served routes");
+    // Every documented route is really served (no 404 from the router for any of them).
+    for (method, path) in expected {
+        let path = path.replace("{id}", "x");
+        let m = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+        let r = s.req(m, &path, Some(&s.admin)).await.timeout(Duration::from_secs(5)).send().await.unwrap();
+        if path != "/v1/jobs/x" && path != "/v1/tokens/x" && path != "/v1/jobs/x/complete" {
+            assert_ne!(r.status(), StatusCode::NOT_FOUND, "{method} {path}");
+        }
+        assert_ne!(r.status(), StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
+    }
+    assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
+}
+
+/// Parses OpenMetrics text strictly enough to catch a broken exposition: every sample line is
+/// `name{labels} value` with a numeric value and the document ends with `# EOF`.
+fn parse_metrics(text: &str) -> Vec<(String, String, f64)> {
+    assert!(text.trim_end().ends_with("# EOF"), "OpenMetrics ends with # EOF");
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("bad line {line:?}"));
+        let value: f64 = match value {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            v => v.parse().unwrap_or_else(|_| panic!("bad value in {line:?}")),
+        };
+        let (name, labels) = match series.split_once('{') {
+            Some((n, l)) => {
+                assert!(l.ends_with('}'), "bad labels in {line:?}");
+                (n.to_string(), l.trim_end_matches('}').to_string())
+            }
+            None => (series.to_string(), String::new()),
+        };
+        assert!(name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'), "bad name in {line:?}");
+        out.push((name, labels, value));
+    }
+    out
+}
+
+#[tokio::test]
+async fn metrics_are_prometheus_text_with_job_gauges_and_http_latency() {
+    let s = Server::start("metrics", &[]);
+    let (st, _) = s.submit(&long_job("m", "ml"), &s.admin).await;
+    assert_eq!(st, StatusCode::CREATED);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = s.req(reqwest::Method::GET, "/metrics", Some(&s.admin)).await.send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        assert!(r.headers()["content-type"].to_str().unwrap().starts_with("application/openmetrics-text"));
+        let samples = parse_metrics(&r.text().await.unwrap());
+        let open_jobs: f64 = samples
+            .iter()
+            .filter(|(n, l, _)| {
+                n == "spillway_jobs" && !l.contains("succeeded") && !l.contains("cancelled") && !l.contains("failed")
+            })
+            .map(|(_, _, v)| v)
+            .sum();
+        let posted = samples.iter().any(|(n, l, v)| {
+            n == "spillway_http_requests_total"
+                && l.contains("route=\"/v1/jobs\"")
+                && l.contains("status=\"201\"")
+                && *v >= 1.0
+        });
+        let latency = samples
+            .iter()
+            .any(|(n, l, _)| n == "spillway_http_request_seconds_bucket" && l.contains("route=\"/v1/jobs\""));
+        if open_jobs >= 1.0 && posted && latency {
+            assert!(samples.iter().any(|(n, _, _)| n == "spillway_reconcile_rounds_total"));
+            assert!(samples.iter().any(|(n, _, _)| n == "spillway_cost_rate_usd_per_hour"));
+            break;
+        }
+        assert!(Instant::now() < deadline, "metrics never showed the job and the request");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let r = s.req(reqwest::Method::GET, "/metrics", None).await.send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "metrics need a token");
+}
+
+/// Reads SSE events from a response until `n` events arrived; returns their JSON data.
+async fn read_events(resp: &mut reqwest::Response, n: usize) -> Vec<(Option<u64>, Value)> {
+    let mut buf = String::new();
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while out.len() < n {
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            let id = block.lines().find_map(|l| l.strip_prefix("id:")).map(|v| v.trim().parse().unwrap());
+            let data: String = block.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim).collect();
+            if !data.is_empty() {
+                out.push((id, serde_json::from_str(&data).unwrap()));
+            }
+        }
+        if out.len() >= n {
+            break;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        let chunk = tokio::time::timeout(left, resp.chunk()).await.expect("events arrive in time").unwrap();
+        buf.push_str(&String::from_utf8_lossy(&chunk.expect("stream open")));
+    }
+    out.truncate(n);
+    out
+}
+
+#[tokio::test]
+async fn events_stream_resumes_from_a_sequence_number_and_filters_by_tenant() {
+    let s = Server::start("events", &[]);
+    for (name, tenant) in [("e1", "alpha"), ("e2", "beta"), ("e3", "alpha")] {
+        assert_eq!(s.submit(&long_job(name, tenant), &s.admin).await.0, StatusCode::CREATED);
+    }
+    let mut all = s.req(reqwest::Method::GET, "/v1/events?from=1", Some(&s.admin)).await.send().await.unwrap();
+    assert_eq!(all.status(), StatusCode::OK);
+    assert!(all.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+    let first = read_events(&mut all, 3).await;
+    let seqs: Vec<u64> = first
+        .iter()
+        .map(|(id, v)| {
+            assert_eq!(Some(v["seq"].as_u64().unwrap()), *id, "SSE id is the sequence number");
+            v["seq"].as_u64().unwrap()
+        })
+        .collect();
+    assert_eq!(seqs[0], 1);
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]));
+    // Resume after the first event with Last-Event-ID: the next one is the second.
+    let mut resumed = s
+        .req(reqwest::Method::GET, "/v1/events", Some(&s.admin))
+        .await
+        .header("Last-Event-ID", seqs[0].to_string())
+        .send()
+        .await
+        .unwrap();
+    let again = read_events(&mut resumed, 2).await;
+    assert_eq!(again[0].0, Some(seqs[1]));
+    assert_eq!(again[1].0, Some(seqs[2]));
+    // ?from=N starts exactly at N.
+    let mut from = s
+        .req(reqwest::Method::GET, &format!("/v1/events?from={}", seqs[2]), Some(&s.admin))
+        .await
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(read_events(&mut from, 1).await[0].0, Some(seqs[2]));
+    // A beta viewer sees only beta's events.
+    let beta = s.token("viewer", Some("beta")).await;
+    let mut mine = s.req(reqwest::Method::GET, "/v1/events?from=1", Some(&beta)).await.send().await.unwrap();
+    let evs = read_events(&mut mine, 2).await;
+    for (_, e) in &evs {
+        assert_eq!(e["tenant"], "beta", "{e}");
+    }
+    // New events arrive live on an open stream.
+    let mut live =
+        s.req(reqwest::Method::GET, "/v1/events?kinds=submitted", Some(&s.admin)).await.send().await.unwrap();
+    let (_, job) = s.submit(&long_job("live", "gamma"), &s.admin).await;
+    let got = read_events(&mut live, 1).await;
+    assert_eq!(got[0].1["job_id"], job["id"]);
+    assert_eq!(got[0].1["kind"], "submitted");
+}
+
+#[tokio::test]
+async fn rate_limit_answers_429_with_retry_after() {
+    let s = Server::start("ratelimit", &["--rate-limit", "0.5", "--rate-burst", "3"]);
+    for i in 0..3 {
+        assert_eq!(s.get("/v1/jobs", &s.admin).await.0, StatusCode::OK, "request {i} is within the burst");
+    }
+    let r = s.req(reqwest::Method::GET, "/v1/jobs", Some(&s.admin)).await.send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = r.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=2).contains(&retry), "at 0.5/s the next request is allowed within 2 s, got {retry}");
+    let v: Value = r.json().await.unwrap();
+    assert!(v["error"].as_str().unwrap().contains("rate limit"));
+    // Another token has its own bucket; health checks are never limited.
+    let other = {
+        // Token creation itself is limited for the admin, so wait out its bucket first.
+        tokio::time::sleep(Duration::from_millis(2100)).await;
+        s.token("viewer", None).await
+    };
+    assert_eq!(s.get("/v1/jobs", &other).await.0, StatusCode::OK);
+    for _ in 0..10 {
+        assert_eq!(s.get("/healthz", "").await.0, StatusCode::OK);
+    }
+}
+
+#[tokio::test]
+async fn capacity_and_plan_answer_after_the_first_round() {
+    let s = Server::start("capacity", &[]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while s.req(reqwest::Method::GET, "/readyz", None).await.send().await.unwrap().status() != StatusCode::OK {
+        assert!(Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (st, cap) = s.get("/v1/capacity", &s.admin).await;
+    assert_eq!(st, StatusCode::OK);
+    let pools = cap["pools"].as_array().unwrap();
+    let regions: std::collections::BTreeSet<&str> = pools.iter().map(|p| p["region"].as_str().unwrap()).collect();
+    assert!(regions.contains("eastus") && regions.contains("westus3"), "{regions:?}");
+    let a100_east = pools
+        .iter()
+        .find(|p| p["region"] == "eastus" && p["pool"] == "standardNCADSA100v4Family")
+        .expect("the bundled scenario's eastus A100 pool");
+    assert_eq!(a100_east["limit"], 48);
+    // A job too big for any region waits, and the plan says why.
+    let huge = json!({"name": "huge", "tenant": "ml", "kind": "training", "gpus": 512, "gpu_models": ["A100-80GB"]});
+    let (st, job) = s.submit(&huge, &s.admin).await;
+    assert_eq!(st, StatusCode::CREATED);
+    let (st, plan) = s.get("/v1/plan", &s.admin).await;
+    assert_eq!(st, StatusCode::OK, "{plan}");
+    let unplaced = plan["unplaced"].as_array().unwrap();
+    let mine = unplaced.iter().find(|u| u["job"] == job["id"]).expect("the huge job is unplaced");
+    assert!(!mine["reasons"].as_array().unwrap().is_empty());
+    // Another tenant's viewer does not see it in the plan.
+    let other = s.token("viewer", Some("other")).await;
+    let (_, theirs) = s.get("/v1/plan", &other).await;
+    assert!(theirs["unplaced"].as_array().unwrap().iter().all(|u| u["job"] != job["id"]));
+}
