@@ -70,6 +70,9 @@ impl RoundReport {
 
 const HOUR_MS: f64 = 3_600_000.0;
 
+/// Fleet deletions run side by side in one round, at most this many at a time.
+const DELETE_CONCURRENCY: usize = 16;
+
 impl Controller {
     /// Attempts holding (or about to hold) cloud resources, in (job, number) order.
     pub(crate) fn active_attempts(&self) -> Result<Vec<Attempt>, StoreError> {
@@ -646,18 +649,31 @@ impl Controller {
     /// Jobs that ended (by a user, a budget, or completion) still holding fleets: settle their
     /// cost up to now, then delete the fleets.
     async fn clean_up_finished(&self, now: i64, report: &mut RoundReport) -> Result<(), ControlError> {
-        for mut a in self.active_attempts()? {
+        use futures_util::StreamExt;
+        let mut finished = Vec::new();
+        for a in self.active_attempts()? {
             let job = self.store.get::<Job>(&a.job_id)?;
-            if job.as_ref().is_some_and(|j| !j.state.is_final()) {
-                continue;
+            if job.as_ref().is_none_or(|j| j.state.is_final()) {
+                finished.push((a, job));
             }
-            match self.cloud.delete_fleet(&a.fleet_name).await {
-                Ok(()) => {}
-                Err(e) => {
-                    tracing::debug!(fleet = %a.fleet_name, error = %e, "delete failed; retrying next round");
-                    report.cloud_errors += 1;
-                    continue;
-                }
+        }
+        // A delete is a long-running operation that the cloud may ask us to wait on: run them side
+        // by side (bounded, to stay within ARM's rate limits) so a burst of finished jobs does not
+        // hold up the rest of the round for a Retry-After each.
+        let cloud = &self.cloud;
+        let deleted: Vec<(Attempt, Option<Job>, Result<(), CloudError>)> =
+            futures_util::stream::iter(finished.into_iter().map(|(a, job)| async move {
+                let outcome = cloud.delete_fleet(&a.fleet_name).await;
+                (a, job, outcome)
+            }))
+            .buffered(DELETE_CONCURRENCY)
+            .collect()
+            .await;
+        for (mut a, job, outcome) in deleted {
+            if let Err(e) = outcome {
+                tracing::debug!(fleet = %a.fleet_name, error = %e, "delete failed; retrying next round");
+                report.cloud_errors += 1;
+                continue;
             }
             report.fleets_deleted += 1;
             let Some(mut job) = job else {
