@@ -622,6 +622,21 @@ fn prepare_dir(path: &Path) -> Result<(), StoreError> {
 /// Opens sled, turning its failures (and panics, which some corruptions cause) into errors that name
 /// the path; never deletes or recreates anything.
 fn open_sled(path: &Path) -> Result<sled::Db, StoreError> {
+    // sled releases its directory lock from background threads a moment after the last handle is
+    // dropped, so reopening in the same process right after a close can briefly see the lock held:
+    // retry for a short while before calling the store in use.
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    loop {
+        match open_sled_once(path) {
+            Err(StoreError::InUse { .. }) if std::time::Instant::now() < give_up => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn open_sled_once(path: &Path) -> Result<sled::Db, StoreError> {
     let config = sled::Config::new().path(path);
     let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| config.open()));
     match opened {
