@@ -322,6 +322,23 @@ impl Store {
         Ok(out)
     }
 
+    /// How many records the index lists under `value`, without reading the records: cheap enough for
+    /// gauges refreshed every round. A count taken while a transaction commits may be off by the
+    /// records that transaction moves.
+    pub fn count_by_index<R: Record>(&self, index: &str, value: &str) -> Result<usize, StoreError> {
+        let reg = self.ensure_table(&R::TABLE)?;
+        let h = &reg.tables[R::TABLE.name];
+        let Some(pos) = h.def.indexes.iter().position(|i| i.name == index) else {
+            return Err(StoreError::UnknownIndex { table: R::TABLE.name.into(), index: index.into() });
+        };
+        let mut n = 0;
+        for kv in reg.trees[h.indexes[pos]].scan_prefix(index_prefix(value)) {
+            kv?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
     /// Runs `f` atomically over every table, index, the settings and the event log: after a crash
     /// either all of its writes are there or none. Not durable until [`Store::flush`] returns.
     ///

@@ -456,3 +456,22 @@ fn store_is_shareable_across_threads() {
     std::thread::spawn(move || s2.put(&job("x", "queued")).unwrap()).join().unwrap();
     assert!(store.get::<Job>("x").unwrap().is_some());
 }
+
+#[test]
+fn index_counts_match_the_records_listed() {
+    let dir = TempDir::new("count");
+    let store = Store::open(dir.path()).unwrap();
+    for (i, state) in ["queued", "queued", "running"].iter().enumerate() {
+        store.put(&job(&format!("j{i}"), state)).unwrap();
+    }
+    store.put(&job("j0", "running")).unwrap();
+    for state in ["queued", "running", "done"] {
+        assert_eq!(
+            store.count_by_index::<Job>("state", state).unwrap(),
+            store.by_index::<Job>("state", state).unwrap().len(),
+            "{state}"
+        );
+    }
+    assert_eq!(store.count_by_index::<Job>("state", "running").unwrap(), 2);
+    assert!(store.count_by_index::<Job>("nope", "x").is_err());
+}

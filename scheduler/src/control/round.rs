@@ -1050,7 +1050,7 @@ impl Controller {
 
     fn update_gauges(&self, st: &LoopState, now: i64) -> Result<(), StoreError> {
         for s in JobState::ALL {
-            let n = self.store.by_index::<Job>("state", s.as_str())?.len();
+            let n = self.store.count_by_index::<Job>("state", s.as_str())?;
             self.metrics.jobs.get_or_create(&StateLabel { state: s.as_str().to_string() }).set(n as i64);
         }
         self.metrics.blocked_offers.set(st.world.blocked.iter().filter(|b| b.is_active(now)).count() as i64);
