@@ -70,6 +70,9 @@ impl RoundReport {
 
 const HOUR_MS: f64 = 3_600_000.0;
 
+/// Alternative sizes offered to a fleet after the chosen one.
+const MAX_ALTERNATIVES: usize = 3;
+
 /// Fleet deletions run side by side in one round, at most this many at a time.
 const DELETE_CONCURRENCY: usize = 16;
 
@@ -1027,25 +1030,20 @@ impl Controller {
         self.create_fleet(st, attempt, now, report).await
     }
 
-    /// Other sizes that meet the same demand in the same region and tier (same GPU model and
-    /// GPUs per VM), usable and priced, cheapest first: the fleet may fall back to them.
+    /// Other sizes that meet the same demand in the same region and tier (the fleet may fall back to
+    /// them), ranked by the cloud module's rule, minus those the loop knows are restricted or blocked.
     fn alternatives(&self, st: &LoopState, region: &str, chosen: &str, priority: Priority, now: i64) -> Vec<String> {
-        let Some(c) = self.catalog.size(chosen) else { return Vec::new() };
-        let mut alts: Vec<(f64, String)> = self
-            .catalog
-            .sizes()
-            .iter()
-            .filter(|s| {
-                s.name != c.name && s.gpu_model == c.gpu_model && s.gpus == c.gpus && s.infiniband == c.infiniband
+        crate::cloud::azure::fleet_body::ranked_sizes(&self.catalog, chosen, region, priority, usize::MAX)
+            .into_iter()
+            .skip(1) // the chosen size itself
+            .filter(|name| !st.world.restricted(region, name))
+            .filter(|name| {
+                self.catalog
+                    .size(name)
+                    .is_some_and(|s| st.world.block_for(region, name, &s.family, priority, now).is_none())
             })
-            .filter(|s| !st.world.restricted(region, &s.name))
-            .filter(|s| st.world.block_for(region, &s.name, &s.family, priority, now).is_none())
-            .filter_map(|s| {
-                self.catalog.price(&s.name, region).and_then(|p| p.for_priority(priority)).map(|p| (p, s.name.clone()))
-            })
-            .collect();
-        alts.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        alts.into_iter().map(|(_, n)| n).take(3).collect()
+            .take(MAX_ALTERNATIVES)
+            .collect()
     }
 
     fn update_gauges(&self, st: &LoopState, now: i64) -> Result<(), StoreError> {
