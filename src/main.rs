@@ -113,13 +113,18 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    // A CLI piped into `head` must stop quietly when the pipe closes, not panic in `println!`.
-    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
-    #[cfg(unix)]
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
     let args = Args::parse();
+    // A CLI piped into `head` must stop quietly when the pipe closes, not panic in `println!`.
+    // Servers must not: with SIGPIPE's default action, a client closing its connection during a
+    // vectored socket write (`writev` has no MSG_NOSIGNAL) killed `spillway serve` (found by
+    // `fuzz/http_fuzz.sh`), so they keep Rust's default of ignoring it.
+    #[cfg(unix)]
+    if !matches!(args.command, Command::Serve(_) | Command::EmulateArm(_)) {
+        // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let catalog = match scheduler::Catalog::load(args.catalog.as_deref()) {
         Ok(c) => c,
         Err(e) => {

@@ -665,3 +665,28 @@ async fn capacity_and_plan_answer_after_the_first_round() {
     let (_, theirs) = s.get("/v1/plan", &other).await;
     assert!(theirs["unplaced"].as_array().unwrap().iter().all(|u| u["job"] != job["id"]));
 }
+
+#[tokio::test]
+async fn listing_pages_return_the_newest_jobs_oldest_first_with_the_total() {
+    let s = Server::start("list-page", &[]);
+    let mut ids = Vec::new();
+    for i in 0..7 {
+        let tenant = if i % 2 == 0 { "ml" } else { "research" };
+        let (_, job) = s.submit(&long_job(&format!("page-{i}"), tenant), &s.admin).await;
+        ids.push(job["id"].as_str().unwrap().to_string());
+    }
+    let page_ids = |v: &Value| -> Vec<String> {
+        v["jobs"].as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap().to_string()).collect()
+    };
+    let (st, all) = s.get("/v1/jobs?limit=3", &s.admin).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(page_ids(&all), ids[4..].to_vec(), "the newest three, oldest first");
+    assert_eq!((all["total"].as_u64(), all["truncated"].as_bool()), (Some(7), Some(true)));
+    // One tenant's jobs: 0, 2, 4, 6.
+    let (_, ml) = s.get("/v1/jobs?tenant=ml&limit=2", &s.admin).await;
+    assert_eq!(page_ids(&ml), vec![ids[4].clone(), ids[6].clone()]);
+    assert_eq!((ml["total"].as_u64(), ml["truncated"].as_bool()), (Some(4), Some(true)));
+    let (_, whole) = s.get("/v1/jobs?tenant=research", &s.admin).await;
+    assert_eq!(page_ids(&whole), vec![ids[1].clone(), ids[3].clone(), ids[5].clone()]);
+    assert_eq!((whole["total"].as_u64(), whole["truncated"].as_bool()), (Some(3), Some(false)));
+}

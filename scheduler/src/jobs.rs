@@ -265,6 +265,38 @@ impl JobService {
         Ok(jobs)
     }
 
+    /// The newest `limit` jobs (oldest first among them), filtered by state or tenant, and how many
+    /// match in all. Generated job ids begin with the submission time, so the newest jobs are the
+    /// last keys of an index: a page costs `limit` reads however long the history grows (listing
+    /// used to read every job of the tenant on every call, and the server's memory and latency grew
+    /// with the history; see RELIABILITY.md, Load).
+    pub fn newest(
+        &self,
+        state: Option<JobState>,
+        tenant: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<Job>, usize), JobError> {
+        let (mut page, total) = match (state, tenant) {
+            // No index has both: filter one of them (a state's jobs of one tenant are few).
+            (Some(_), Some(_)) => {
+                let mut all = self.list(state, tenant)?;
+                let total = all.len();
+                (all.split_off(total.saturating_sub(limit)), total)
+            }
+            (Some(s), None) => (
+                self.store.last_by_index::<Job>("state", s.as_str(), limit)?,
+                self.store.count_by_index::<Job>("state", s.as_str())?,
+            ),
+            (None, Some(t)) => {
+                (self.store.last_by_index::<Job>("tenant", t, limit)?, self.store.count_by_index::<Job>("tenant", t)?)
+            }
+            (None, None) => (self.store.last::<Job>(limit)?, self.store.count::<Job>()?),
+        };
+        page.sort_by(|a, b| (a.submitted_at_ms, &a.id).cmp(&(b.submitted_at_ms, &b.id)));
+        let total = total.max(page.len());
+        Ok((page, total))
+    }
+
     /// A job with its attempts and events.
     pub fn detail(&self, id: &str) -> Result<Option<JobDetail>, JobError> {
         let Some(job) = self.get(id)? else { return Ok(None) };

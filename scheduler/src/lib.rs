@@ -9,6 +9,7 @@ pub mod catalog;
 pub mod clock;
 pub mod cloud;
 pub mod control;
+pub mod deadline;
 pub mod jobs;
 pub mod model;
 pub mod records;

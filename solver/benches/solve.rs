@@ -6,6 +6,7 @@
 //! cargo bench -p solver --bench solve                      # greedy and lp-round
 //! cargo bench -p solver --features highs --bench solve     # adds the HiGHS column
 //! cargo bench -p solver --bench solve -- --write DIR       # also writes the problems as JSON
+//! cargo bench -p solver --features highs --bench solve -- --only loose-100   # one problem
 //! ```
 
 use std::time::Instant;
@@ -35,6 +36,8 @@ fn timed(name: &str, runs: usize, problem: &Problem, f: impl Fn(&Problem) -> Pla
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let write_dir = args.iter().position(|a| a == "--write").and_then(|i| args.get(i + 1)).cloned();
+    // `--only loose-100` runs one problem (HiGHS takes minutes on the others).
+    let only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).cloned();
     println!(
         "| quota | jobs | classes* | method | solve ms | placed weight | weight vs greedy | expected cost | gap | optimal |"
     );
@@ -45,6 +48,9 @@ fn main() {
         [100usize, 1_000, 10_000].map(|n| ("loose", GenParams { quota_fraction: 5.0, ..GenParams::bench(n, 7) }));
     for (quota, params) in tight.into_iter().chain(loose) {
         let n = params.jobs;
+        if only.as_ref().is_some_and(|o| *o != format!("{quota}-{n}")) {
+            continue;
+        }
         let problem = generate(&params);
         if let Some(dir) = &write_dir {
             let path = format!("{dir}/problem-{quota}-{n}.json");

@@ -68,6 +68,9 @@ pub fn check(problem: &Problem, plan: &Plan) -> Result<(), Vec<String>> {
         if job.spot == SpotPolicy::Never && offer.priority == Priority::Spot {
             errs.push(format!("{at}: spot for a job that never uses spot"));
         }
+        if job.spot == SpotPolicy::Only && offer.priority == Priority::Regular {
+            errs.push(format!("{at}: regular for a job that uses spot only"));
+        }
         if job.min_gpus_per_vm.is_some_and(|m| offer.gpus_per_vm < m) {
             errs.push(format!("{at}: fewer GPUs per VM than min_gpus_per_vm"));
         }

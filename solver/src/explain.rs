@@ -46,6 +46,7 @@ pub(crate) fn reasons(inst: &Instance, sol: &Sol, j: usize) -> Vec<String> {
                 format!("every matching offer is in a denied region ({})", list(&job.deny_regions))
             }
             Some(Mismatch::Spot) => "spot: never, and every matching offer is spot".to_string(),
+            Some(Mismatch::Regular) => "spot: only, and every matching offer is regular".to_string(),
             Some(Mismatch::MinGpus) => {
                 format!("no matching offer has at least {} GPUs per VM", job.min_gpus_per_vm.unwrap_or_default())
             }

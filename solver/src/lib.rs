@@ -9,7 +9,9 @@
 //! Methods ([`Method`]):
 //! - `Best` in the default build: the LP relaxation over job classes (identical jobs grouped, dominated
 //!   offers pruned), solved with clarabel, then rounding, repair and greedy fill; the LP optima give a
-//!   proven bound and so the reported `gap`. With `--features highs`: an exact MILP through HiGHS.
+//!   proven bound and so the reported `gap`. With `--features highs`: an exact MILP through HiGHS,
+//!   started from the LP-rounding plan, so that it is never worse than the default build even when
+//!   its time limit stops it.
 //! - `Greedy`: priority order, cheapest feasible offer first; also the fallback when the time limit
 //!   hits.
 //!
@@ -66,28 +68,24 @@ pub fn solve_lp_round(problem: &Problem, options: &SolveOptions) -> Plan {
     let start = Instant::now();
     let deadline = options.time_limit_ms.map(|ms| start + std::time::Duration::from_millis(ms));
     let inst = Instance::new(problem);
-    let mut greedy = greedy(&inst);
-    let trivial = trivial_bounds(&inst);
-    match lp::solve_lp(&inst, deadline) {
+    let (sol, label, bounds) = lp_round(&inst, deadline);
+    finish(&inst, &sol, &label, &bounds, start)
+}
+
+/// The LP-rounding plan, the name of the method that made it (greedy when the LP could not be solved,
+/// and why), and the bounds proven on the way.
+pub(crate) fn lp_round(inst: &Instance, deadline: Option<Instant>) -> (Sol, String, Vec<Bound>) {
+    let mut greedy = greedy(inst);
+    let trivial = trivial_bounds(inst);
+    match lp::solve_lp(inst, deadline) {
         Ok(lp) => {
-            let mut rounded = lp::round(&inst, &lp);
-            rounded.improve(&inst);
-            // When rounding falls short of the LP's weight, the phase-2 solution aimed at a weight no
-            // plan reaches; aim again at the weight reached, so that cost is optimised for it.
-            let reached = rounded.weight(&inst);
-            if reached < lp.weight_bound - 0.5
-                && let Ok((_, values)) = lp::min_cost_at(&inst, reached, deadline)
-            {
-                let mut again = lp::round(&inst, &lp::LpResult { values, ..lp });
-                again.improve(&inst);
-                rounded = pick(&inst, rounded, again);
-            }
-            greedy.improve(&inst);
-            let sol = pick(&inst, rounded, greedy);
-            let bounds = [trivial, Bound { weight: lp.weight_bound, cost: lp.cost_bound }];
-            finish(&inst, &sol, "lp-round", &bounds, start)
+            let mut rounded = lp::round(inst, &lp);
+            rounded.improve(inst);
+            greedy.improve(inst);
+            let sol = pick(inst, rounded, greedy);
+            (sol, "lp-round".to_string(), vec![trivial, Bound { weight: lp.weight_bound, cost: lp.cost_bound }])
         }
-        Err(why) => finish(&inst, &greedy, &format!("greedy ({why})"), &[trivial], start),
+        Err(why) => (greedy, format!("greedy ({why})"), vec![trivial]),
     }
 }
 
@@ -108,7 +106,7 @@ fn greedy(inst: &Instance) -> Sol {
 }
 
 /// The better of two plans, lexicographically; the first on a tie.
-fn pick(inst: &Instance, a: Sol, b: Sol) -> Sol {
+pub(crate) fn pick(inst: &Instance, a: Sol, b: Sol) -> Sol {
     if better((b.weight(inst), b.cost()), (a.weight(inst), a.cost())) { b } else { a }
 }
 
@@ -199,7 +197,8 @@ fn finish(inst: &Instance, sol: &Sol, solver: &str, bounds: &[Bound], start: Ins
         let cost_bound = bounds.iter().filter(|b| weight >= b.weight - 0.5).filter_map(|b| b.cost).fold(0.0, f64::max);
         if cost <= 0.0 { 0.0 } else { ((cost - cost_bound) / cost).max(0.0) }
     };
-    let gap = (gap * 1e9).round() / 1e9;
+    // Rounded up: a proven gap may be overstated by the rounding, never understated.
+    let gap = if gap <= 0.0 { 0.0 } else { (gap * 1e9 - 1e-6).ceil().max(0.0) / 1e9 };
     Plan {
         placements,
         unplaced,

@@ -5,17 +5,18 @@
 //! get their own integer VM counts `x[j,k]` and GPU counts `y[j,k] ≤ gpus_per_vm · x[j,k]`, because their
 //! price caps, budgets and partly idle last VMs are per job. Two phases, as in the LP method: maximise
 //! the weight (integral, so an absolute gap below 1 proves it), then minimise cost at that weight.
+//! Both phases start from the LP-rounding plan (a MIP start), so HiGHS only ever improves on it.
 
 use std::time::Instant;
 
 use good_lp::solvers::highs::HighsProblem;
 use good_lp::solvers::{Solution, SolutionStatus};
-use good_lp::{Expression, ProblemVariables, SolverModel, Variable, highs, variable};
+use good_lp::{Expression, ProblemVariables, SolverModel, Variable, WithInitialSolution, highs, variable};
 
 use crate::model::{Instance, Sol};
 use crate::plan::{Plan, SolveOptions};
 use crate::problem::Problem;
-use crate::{Bound, finish, greedy, trivial_bounds};
+use crate::{Bound, finish, lp_round, pick};
 
 /// Relative MIP gap asked of HiGHS in the cost phase (its default); the plan's `gap` reports it when
 /// HiGHS stops there rather than at a proven optimum.
@@ -137,41 +138,41 @@ fn configure(mut m: HighsProblem, deadline: Option<Instant>) -> Result<HighsProb
     Ok(m)
 }
 
-fn run(inst: &Instance, deadline: Option<Instant>) -> Result<(Sol, Bound), String> {
-    if inst.classes.iter().all(|c| c.cands.is_empty()) {
-        return Ok((Sol::new(inst), Bound { weight: 0.0, cost: Some(0.0) }));
+/// The variables' values that describe a plan: HiGHS's starting incumbent.
+fn start_values(inst: &Instance, m: &Model, sol: &Sol) -> Vec<(Variable, f64)> {
+    let mut by_job: Vec<Vec<&crate::model::Assign>> = vec![Vec::new(); inst.p.jobs.len()];
+    for a in &sol.assigns {
+        by_job[a.job].push(a);
     }
-    let mut pv = ProblemVariables::new();
-    let m = build(inst, &mut pv);
-    let phase1 = configure(pv.maximise(m.weight.clone()).using(highs), deadline)?
-        .set_mip_abs_gap(0.5)
-        .map_err(|e| e.to_string())?
-        .set_mip_rel_gap(0.0)
-        .map_err(|e| e.to_string())?;
-    let sol1 = phase1.with_all(m.rows).solve().map_err(|e| format!("highs phase 1: {e}"))?;
-    // GapLimit here means within the absolute gap of 0.5, which for integer weights is optimal.
-    if !matches!(sol1.status(), SolutionStatus::Optimal | SolutionStatus::GapLimit) {
-        return Err("time limit in highs phase 1".to_string());
+    let mut values = Vec::new();
+    for (c, vars) in m.vars.iter().enumerate() {
+        let class = &inst.classes[c];
+        match vars {
+            Vars::Gang(vs) => {
+                for (k, &v) in vs.iter().enumerate() {
+                    let offer = class.cands[k].offer;
+                    let n = class.jobs.iter().filter(|&&j| by_job[j].iter().any(|a| a.offer == offer)).count();
+                    values.push((v, n as f64));
+                }
+            }
+            Vars::Split(per_job) => {
+                for (vs, &j) in per_job.iter().zip(&class.jobs) {
+                    for (k, &(x, y)) in vs.iter().enumerate() {
+                        let offer = class.cands[k].offer;
+                        let on = by_job[j].iter().filter(|a| a.offer == offer);
+                        let (vms, gpus) = on.fold((0, 0), |(v, g), a| (v + a.vms, g + a.gpus));
+                        values.push((x, f64::from(vms)));
+                        values.push((y, f64::from(gpus)));
+                    }
+                }
+            }
+        }
     }
-    let best_weight = sol1.eval(&m.weight).round();
+    values
+}
 
-    let mut pv = ProblemVariables::new();
-    let m = build(inst, &mut pv);
-    let weight_row = m.weight.clone().geq(best_weight - 0.5);
-    let phase2 = configure(pv.minimise(m.cost.clone()).using(highs), deadline)?
-        .set_mip_rel_gap(COST_GAP)
-        .map_err(|e| e.to_string())?;
-    let sol2 = phase2.with_all(m.rows).with(weight_row).solve().map_err(|e| format!("highs phase 2: {e}"))?;
-    let cost = sol2.eval(&m.cost);
-    // HiGHS stops within COST_GAP of its dual bound: that bound, from the incumbent's cost, is what is
-    // proven. At the time limit the incumbent (of the proven maximum weight) is kept, with no cost bound.
-    let cost_bound = match sol2.status() {
-        SolutionStatus::Optimal => Some(cost),
-        SolutionStatus::GapLimit => Some(cost * (1.0 - f64::from(COST_GAP))),
-        _ => None,
-    };
-
-    // Replay the integer solution through the same bookkeeping as every other method.
+/// Replays an integer solution through the same bookkeeping as every other method.
+fn replay(inst: &Instance, m: &Model, solution: &impl Solution) -> Sol {
     let mut sol = Sol::new(inst);
     for (c, vars) in m.vars.iter().enumerate() {
         let class = &inst.classes[c];
@@ -179,7 +180,7 @@ fn run(inst: &Instance, deadline: Option<Instant>) -> Result<(Sol, Bound), Strin
             Vars::Gang(vs) => {
                 let mut next = class.jobs.iter();
                 for (k, &v) in vs.iter().enumerate() {
-                    let n = sol2.value(v).round() as usize;
+                    let n = solution.value(v).round() as usize;
                     for j in next.by_ref().take(n) {
                         sol.try_gang(inst, *j, &class.cands[k]);
                     }
@@ -188,7 +189,7 @@ fn run(inst: &Instance, deadline: Option<Instant>) -> Result<(Sol, Bound), Strin
             Vars::Split(per_job) => {
                 for (vs, &j) in per_job.iter().zip(&class.jobs) {
                     for (k, &(x, _)) in vs.iter().enumerate() {
-                        let vms = sol2.value(x).round() as u32;
+                        let vms = solution.value(x).round() as u32;
                         if vms > 0 {
                             sol.fill(inst, j, &class.cands[k], vms);
                         }
@@ -198,16 +199,87 @@ fn run(inst: &Instance, deadline: Option<Instant>) -> Result<(Sol, Bound), Strin
         }
     }
     sol.fill_waiting(inst);
-    Ok((sol, Bound { weight: best_weight, cost: cost_bound.map(|c| c.max(0.0)) }))
+    sol
 }
 
-/// `Method::Best` with `--features highs`.
+/// What HiGHS found: its plan, and the bound it proved (none when the time limit stopped the weight
+/// phase: the plan is then HiGHS's best incumbent, which started from `start`).
+fn run(inst: &Instance, deadline: Option<Instant>, start: &Sol) -> Result<(Sol, Option<Bound>), String> {
+    if inst.classes.iter().all(|c| c.cands.is_empty()) {
+        return Ok((Sol::new(inst), Some(Bound { weight: 0.0, cost: Some(0.0) })));
+    }
+    let mut pv = ProblemVariables::new();
+    let m = build(inst, &mut pv);
+    let phase1 = configure(pv.maximise(m.weight.clone()).using(highs), deadline)?
+        .set_mip_abs_gap(0.5)
+        .map_err(|e| e.to_string())?
+        .set_mip_rel_gap(0.0)
+        .map_err(|e| e.to_string())?
+        .with_initial_solution(start_values(inst, &m, start));
+    let sol1 = phase1.with_all(m.rows.clone()).solve().map_err(|e| format!("highs phase 1: {e}"))?;
+    // GapLimit here means within the absolute gap of 0.5, which for integer weights is optimal.
+    if !matches!(sol1.status(), SolutionStatus::Optimal | SolutionStatus::GapLimit) {
+        return Ok((replay(inst, &m, &sol1), None));
+    }
+    let best_weight = sol1.eval(&m.weight).round();
+    let incumbent = replay(inst, &m, &sol1);
+
+    let mut pv = ProblemVariables::new();
+    let m = build(inst, &mut pv);
+    let weight_row = m.weight.clone().geq(best_weight - 0.5);
+    // Start the cost phase from the cheaper of the two plans that reach the proven weight.
+    let start2 =
+        if start.weight(inst) >= best_weight - 0.5 && start.cost() < incumbent.cost() { start } else { &incumbent };
+    let phase2 = configure(pv.minimise(m.cost.clone()).using(highs), deadline)
+        .map_err(|_| "time limit after highs phase 1".to_string());
+    let phase2 = match phase2 {
+        Ok(p) => p.set_mip_rel_gap(COST_GAP).map_err(|e| e.to_string())?,
+        Err(_) => return Ok((incumbent, Some(Bound { weight: best_weight, cost: None }))),
+    };
+    let phase2 = phase2.with_initial_solution(start_values(inst, &m, start2));
+    let sol2 = match phase2.with_all(m.rows.clone()).with(weight_row).solve() {
+        Ok(s) => s,
+        // Out of time without a better plan: the weight stays proven.
+        Err(_) => return Ok((incumbent, Some(Bound { weight: best_weight, cost: None }))),
+    };
+    let cost = sol2.eval(&m.cost);
+    // HiGHS stops within COST_GAP of its dual bound: that bound, from the incumbent's cost, is what is
+    // proven. At the time limit the incumbent (of the proven maximum weight) is kept, with no cost bound.
+    let cost_bound = match sol2.status() {
+        SolutionStatus::Optimal => Some(cost),
+        SolutionStatus::GapLimit => Some(cost * (1.0 - f64::from(COST_GAP))),
+        _ => None,
+    };
+    Ok((replay(inst, &m, &sol2), Some(Bound { weight: best_weight, cost: cost_bound.map(|c| c.max(0.0)) })))
+}
+
+/// `Method::Best` with `--features highs`: the LP-rounding plan first (HiGHS's starting incumbent,
+/// and the answer if HiGHS fails), then HiGHS with the time left; the better plan wins and every bound
+/// proven on the way counts for `gap`.
 pub(crate) fn solve(problem: &Problem, options: &SolveOptions) -> Plan {
     let start = Instant::now();
     let deadline = options.time_limit_ms.map(|ms| start + std::time::Duration::from_millis(ms));
     let inst = Instance::new(problem);
-    match run(&inst, deadline) {
-        Ok((sol, bound)) => finish(&inst, &sol, "highs", &[trivial_bounds(&inst), bound], start),
-        Err(why) => finish(&inst, &greedy(&inst), &format!("greedy ({why})"), &[trivial_bounds(&inst)], start),
+    let (base, base_label, mut bounds) = lp_round(&inst, deadline);
+    match run(&inst, deadline, &base) {
+        Ok((sol, bound)) => {
+            let label = if bound.is_some() { "highs" } else { "highs (time limit in the weight phase)" };
+            // HiGHS proved a maximum weight below the LP's but no cost bound (its cost phase ran out
+            // of time): the LP's least cost at that weight still bounds every plan of that weight. This
+            // one LP may run past the time limit (it takes what the lp-round phase 2 took): a plan
+            // reported with gap 1.0 for want of it would be useless.
+            if let Some(Bound { weight, cost: None }) = bound
+                && bounds.iter().all(|b| b.weight > weight + 0.5)
+                && let Ok((cost, _)) = crate::lp::min_cost_at(&inst, weight, None)
+            {
+                bounds.push(Bound { weight, cost: Some(cost) });
+            }
+            bounds.extend(bound);
+            let sol = pick(&inst, sol, base);
+            finish(&inst, &sol, label, &bounds, start)
+        }
+        // No time left for HiGHS at all: the plan is what the time allowed, named as such.
+        Err(why) if why == "time limit" => finish(&inst, &base, &base_label, &bounds, start),
+        Err(why) => finish(&inst, &base, &format!("{base_label} (highs: {why})"), &bounds, start),
     }
 }

@@ -32,6 +32,7 @@ pub(crate) enum Mismatch {
     Region,
     Denied,
     Spot,
+    Regular,
     MinGpus,
 }
 
@@ -53,6 +54,9 @@ pub(crate) fn mismatch(job: &JobDemand, offer: &Offer) -> Option<Mismatch> {
     }
     if job.spot == SpotPolicy::Never && offer.priority == Priority::Spot {
         return Some(Mismatch::Spot);
+    }
+    if job.spot == SpotPolicy::Only && offer.priority == Priority::Regular {
+        return Some(Mismatch::Regular);
     }
     if job.min_gpus_per_vm.is_some_and(|m| offer.gpus_per_vm < m) {
         return Some(Mismatch::MinGpus);
@@ -221,7 +225,7 @@ impl<'a> Instance<'a> {
     pub fn rank(&self, j: usize, a: &Cand, b: &Cand) -> Ordering {
         let job = &self.p.jobs[j];
         let key = |c: &Cand| if job.gang { c.cost } else { c.cost_per_gpu() };
-        let spot_first = job.spot == SpotPolicy::Preferred;
+        let spot_first = matches!(job.spot, SpotPolicy::Preferred | SpotPolicy::Only);
         let tier = |c: &Cand| {
             let spot = self.p.offers[c.offer].priority == Priority::Spot;
             if spot == spot_first { 0 } else { 1 }
@@ -441,7 +445,92 @@ impl Sol {
                 None => self.take(inst, old),
             }
         }
+        // Waiting jobs first, so that re-placing split jobs cannot take quota they would have used
+        // (it never lowers a job's GPUs, so the weight stays); then again for what it frees.
         self.fill_waiting(inst);
+        self.improve_splittable(inst);
+        self.fill_waiting(inst);
+    }
+
+    /// Re-places each non-gang job, dearest per GPU first, on the offers that cover its GPUs most
+    /// cheaply *at the size it actually needs*: ranking by cost per GPU at full use puts a one-GPU
+    /// remainder on an eight-GPU VM when that VM is cheaper per GPU, paying for seven idle GPUs. The
+    /// new placement is kept only if it places at least as many GPUs for less.
+    fn improve_splittable(&mut self, inst: &Instance) {
+        let mut jobs: Vec<usize> = (0..inst.p.jobs.len())
+            .filter(|&j| !inst.job(j).gang && self.job_gpus[j] > 0 && self.could_be_cheaper(inst, j))
+            .collect();
+        jobs.sort_by(|&a, &b| {
+            let per_gpu = |j: usize| self.job_cost[j] / f64::from(self.job_gpus[j]);
+            per_gpu(b).total_cmp(&per_gpu(a)).then(a.cmp(&b))
+        });
+        for j in jobs {
+            let (gpus, cost) = (self.job_gpus[j], self.job_cost[j]);
+            let mut old = Vec::new();
+            while let Some(i) = self.assigns.iter().rposition(|a| a.job == j) {
+                old.push(self.release(inst, i));
+            }
+            self.place_snug(inst, j);
+            if self.job_gpus[j] > gpus || (self.job_gpus[j] == gpus && self.job_cost[j] < cost - EPS) {
+                continue;
+            }
+            while let Some(i) = self.assigns.iter().rposition(|a| a.job == j) {
+                self.release(inst, i);
+            }
+            for a in old.into_iter().rev() {
+                self.take(inst, a);
+            }
+        }
+    }
+
+    /// Whether some candidate covers a non-gang job's placed GPUs for less than it pays now, ignoring
+    /// what is free: a cheap test that skips jobs already placed as cheaply as they can be.
+    fn could_be_cheaper(&self, inst: &Instance, j: usize) -> bool {
+        let gpus = self.job_gpus[j];
+        let best = inst
+            .cands_of(j)
+            .iter()
+            .map(|c| {
+                let per_gpu = c.cost_per_gpu();
+                // At most one VM is partly idle; a job smaller than one VM pays for the whole VM.
+                if gpus < c.gpus { c.cost + c.egress_per_gpu * f64::from(gpus) } else { per_gpu * f64::from(gpus) }
+            })
+            .fold(f64::INFINITY, f64::min);
+        self.job_cost[j] > best + EPS
+    }
+
+    /// Places what it can of non-gang job `j`, each step on the candidate with the lowest cost per GPU
+    /// it would actually cover (the remaining demand and the free room decide how much of its last VM
+    /// is used).
+    fn place_snug(&mut self, inst: &Instance, j: usize) {
+        let cands = inst.cands_of(j);
+        let mut excluded = vec![false; cands.len()];
+        loop {
+            let remaining = inst.job(j).gpus - self.job_gpus[j];
+            if remaining == 0 {
+                return;
+            }
+            let mut best: Option<(f64, usize, u32)> = None;
+            for (k, c) in cands.iter().enumerate() {
+                if excluded[k] {
+                    continue;
+                }
+                let room = self.room(inst, c.offer);
+                if room == 0 {
+                    continue;
+                }
+                let covered = remaining.min(room.saturating_mul(c.gpus));
+                let vms = covered.div_ceil(c.gpus);
+                let ratio = (f64::from(vms) * c.cost + c.egress_per_gpu * f64::from(covered)) / f64::from(covered);
+                if best.is_none_or(|(r, _, _)| ratio < r - 1e-12) {
+                    best = Some((ratio, k, vms));
+                }
+            }
+            let Some((_, k, vms)) = best else { return };
+            if self.fill(inst, j, &cands[k], vms) == 0 {
+                excluded[k] = true;
+            }
+        }
     }
 
     /// Greedy pass over jobs not (fully) placed: priority order, best-ranked candidate first.

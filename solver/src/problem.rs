@@ -103,6 +103,9 @@ pub enum SpotPolicy {
     Allowed,
     /// Spot or regular; spot wins ties.
     Preferred,
+    /// Spot VMs only: what a deadline policy asks for while the job has slack to ride spot, so
+    /// that it waits rather than lands on regular capacity it chose not to pay for.
+    Only,
 }
 
 /// One pending job as the solver sees it.

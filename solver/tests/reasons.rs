@@ -319,3 +319,19 @@ fn a_zero_time_limit_falls_back_to_greedy() {
     assert_eq!(plan.solver, "greedy (time limit)");
     assert_eq!(plan.placements.len(), 1);
 }
+
+#[test]
+fn a_spot_only_job_takes_spot_even_when_regular_is_cheaper_and_waits_without_it() {
+    let mut j = job("ride-spot", 2);
+    j.spot = SpotPolicy::Only;
+    // Spot dearer than regular here (a high eviction rate): an `allowed` job would take regular.
+    let with_spot = problem(vec![nc24("eastus"), spot(nc24("eastus"), 3.5, 0.5)], vec![], vec![j.clone()]);
+    for plan in [best(&with_spot), greedy(&with_spot)] {
+        assert_eq!(plan.placements.len(), 1, "{plan:?}");
+        assert_eq!(plan.placements[0].priority, Priority::Spot);
+    }
+    let regular_only = problem(vec![nc24("eastus")], vec![], vec![j]);
+    let plan = best(&regular_only);
+    assert!(plan.placements.is_empty());
+    assert_eq!(reasons(&plan, "ride-spot"), vec!["spot: only, and every matching offer is regular".to_string()]);
+}

@@ -157,12 +157,152 @@ pub(crate) fn index_keys(table: &StoredTable, key: &str, json: &[u8]) -> Result<
     if table.indexes.is_empty() {
         return Ok(Vec::new());
     }
-    let value: Value = serde_json::from_slice(json).map_err(|e| StoreError::Decode {
-        table: table.name.clone(),
-        what: format!("record {key}"),
-        reason: e.to_string(),
-    })?;
-    Ok(table.indexes.iter().map(|ix| index_value(&value, &ix.pointer).map(|v| index_key(&v, key))).collect())
+    let mut out = Vec::with_capacity(table.indexes.len());
+    for ix in &table.indexes {
+        let v = pointer_value(json, &ix.pointer).map_err(|e| StoreError::Decode {
+            table: table.name.clone(),
+            what: format!("record {key}"),
+            reason: e.to_string(),
+        })?;
+        out.push(v.map(|v| index_key(&v, key)));
+    }
+    Ok(out)
+}
+
+/// [`index_value`] read straight from JSON bytes: only the value the pointer names is built, the
+/// rest is skipped. Index upkeep runs on every write and every indexed read, and building a whole
+/// `Value` (one allocation per string and map) was most of its cost. Pointers into arrays, and the
+/// empty pointer, fall back to a full parse so the result is always `index_value`'s.
+pub(crate) fn pointer_value(json: &[u8], pointer: &str) -> Result<Option<String>, serde_json::Error> {
+    let segments: Option<Vec<String>> =
+        pointer.strip_prefix('/').map(|p| p.split('/').map(|s| s.replace("~1", "/").replace("~0", "~")).collect());
+    let Some(segments) = segments else {
+        let value: Value = serde_json::from_slice(json)?;
+        return Ok(index_value(&value, pointer));
+    };
+    let early = std::cell::Cell::new(None);
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let found = match serde::de::DeserializeSeed::deserialize(PointerSeed { path: &segments, early: &early }, &mut de) {
+        Ok(found) => {
+            de.end()?;
+            found
+        }
+        // The walk stops at the value it was looking for: the rest of the record is not read.
+        Err(e) => early.take().ok_or(e)?,
+    };
+    match found {
+        Found::Leaf(v) => Ok(match v {
+            Value::Null => None,
+            Value::String(s) => Some(s),
+            other => Some(other.to_string()),
+        }),
+        Found::Nothing => Ok(None),
+        Found::NeedsFullParse => {
+            let value: Value = serde_json::from_slice(json)?;
+            Ok(index_value(&value, pointer))
+        }
+    }
+}
+
+/// What a walk down a pointer found.
+enum Found {
+    Leaf(Value),
+    Nothing,
+    /// The path went through an array: left to `Value::pointer`'s rules.
+    NeedsFullParse,
+}
+
+/// Compares a map key with a pointer segment without allocating it.
+struct KeyIs<'p>(&'p str);
+
+impl<'de> serde::de::DeserializeSeed<'de> for KeyIs<'_> {
+    type Value = bool;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for KeyIs<'_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a map key")
+    }
+
+    fn visit_str<E>(self, k: &str) -> Result<bool, E> {
+        Ok(k == self.0)
+    }
+}
+
+/// Walks `path` down a JSON document. Once the value is found it is put in `early` and the walk
+/// is abandoned with an error, so the bytes after it are never scanned (the first of repeated keys
+/// wins; serde_json never writes repeated keys).
+struct PointerSeed<'p> {
+    path: &'p [String],
+    early: &'p std::cell::Cell<Option<Found>>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for PointerSeed<'_> {
+    type Value = Found;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Found, D::Error> {
+        if self.path.is_empty() {
+            let leaf = Value::deserialize(d)?;
+            self.early.set(Some(Found::Leaf(leaf)));
+            return Err(serde::de::Error::custom("found"));
+        }
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for PointerSeed<'_> {
+    type Value = Found;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Found, A::Error> {
+        let (head, rest) = (&self.path[0], &self.path[1..]);
+        let mut found = Found::Nothing;
+        while let Some(is_head) = map.next_key_seed(KeyIs(head))? {
+            if is_head {
+                found = map.next_value_seed(PointerSeed { path: rest, early: self.early })?;
+                if matches!(found, Found::NeedsFullParse) {
+                    self.early.set(Some(Found::NeedsFullParse));
+                    return Err(serde::de::Error::custom("array"));
+                }
+            } else {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        Ok(found)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Found, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(Found::NeedsFullParse)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Found, E> {
+        Ok(Found::Nothing)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Found, E> {
+        Ok(Found::Nothing)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Found, E> {
+        Ok(Found::Nothing)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Found, E> {
+        Ok(Found::Nothing)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Found, E> {
+        Ok(Found::Nothing)
+    }
+    fn visit_unit<E>(self) -> Result<Found, E> {
+        Ok(Found::Nothing)
+    }
 }
 
 #[cfg(test)]
@@ -186,6 +326,41 @@ mod tests {
         assert_eq!(index_value(&v, "/z"), None);
         assert_eq!(index_value(&v, "/missing"), None);
         assert_eq!(index_value(&v, "/o").as_deref(), Some(r#"{"k":[1,2]}"#));
+    }
+
+    #[test]
+    fn pointer_values_read_from_bytes_match_index_value() {
+        let v = serde_json::json!({
+            "s": "x", "n": 3, "f": 1.5, "b": true, "z": null, "o": {"k": [1, 2], "a/b": "slash", "t~": "tilde"},
+            "arr": [{"id": "first"}, {"id": "second"}], "esc": "q\"uote\u{e9}", "e\"k": "escaped key", "deep": {"x": {"y": "z"}}
+        });
+        let bytes = serde_json::to_vec(&v).unwrap();
+        for p in [
+            "/s",
+            "/n",
+            "/f",
+            "/b",
+            "/z",
+            "/missing",
+            "/o",
+            "/o/k",
+            "/o/a~1b",
+            "/o/t~0",
+            "/arr/1/id",
+            "/arr/9",
+            "/esc",
+            "/e\"k",
+            "/deep/x/y",
+            "/deep/x/y/w",
+            "/s/inner",
+            "",
+        ] {
+            assert_eq!(pointer_value(&bytes, p).unwrap(), index_value(&v, p), "pointer {p:?}");
+        }
+        // Bad JSON before the value, or around a value that is not there, is an error.
+        assert!(pointer_value(br#"{"t":"a" "s":"b"}"#, "/s").is_err());
+        assert!(pointer_value(br#"{"s":"a""#, "/t").is_err());
+        assert!(pointer_value(br#"{"s":"a"} x"#, "/t").is_err());
     }
 
     #[test]

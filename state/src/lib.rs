@@ -91,7 +91,7 @@ mod tx;
 pub use check::{CheckReport, IndexReport, TableReport};
 pub use dump::DumpSummary;
 pub use error::StoreError;
-pub use store::{Migration, Migrator, SCHEMA, Schema, Store};
+pub use store::{CACHE_BYTES, Migration, Migrator, SCHEMA, Schema, Store};
 pub use tx::{Tx, TxAbort};
 
 /// A table: its name and its secondary indexes. Names use `a-z`, `0-9` and `_`.

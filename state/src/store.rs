@@ -13,7 +13,7 @@ use sled::transaction::{ConflictableTransactionError, TransactionError};
 use crate::commit::GroupCommit;
 use crate::encoding::{
     EVENTS_TREE, META_IMPORT_INCOMPLETE, META_LAST_SEQ, META_SCHEMA_VERSION, META_TABLE_PREFIX, META_TREE,
-    SETTINGS_TREE, StoredTable, decode, encode, index_keys, index_prefix, index_tree, index_value, open_envelope,
+    SETTINGS_TREE, StoredTable, decode, encode, index_keys, index_prefix, index_tree, open_envelope, pointer_value,
     split_index_key, table_tree,
 };
 use crate::tx::{AbortKind, Tx, TxAbort, read_seq};
@@ -181,6 +181,17 @@ impl Store {
 
     /// [`Store::open`] with an explicit schema (its version and migrations).
     pub fn open_with(dir: &Path, schema: &'static Schema) -> Result<Store, StoreError> {
+        Store::open_inner(dir, schema, true)
+    }
+
+    /// [`Store::open`] for a throwaway store whose contents need not outlive the process (the
+    /// what-if simulator's): sled's background flusher, which writes the log to disk every half
+    /// second, is off. [`Store::flush`] still writes everything when called.
+    pub fn open_scratch(dir: &Path) -> Result<Store, StoreError> {
+        Store::open_inner(dir, &SCHEMA, false)
+    }
+
+    fn open_inner(dir: &Path, schema: &'static Schema, background_flush: bool) -> Result<Store, StoreError> {
         let path = dir.to_path_buf();
         prepare_dir(&path)?;
         let marker = path.join(MARKER_FILE);
@@ -188,7 +199,7 @@ impl Store {
         if initialized && !path.join("db").exists() {
             return Err(StoreError::Open { path, reason: "its database file `db` is missing".into() });
         }
-        let db = open_sled(&path)?;
+        let db = open_sled(&path, background_flush)?;
         let meta = db.open_tree(META_TREE)?;
         if meta.get(META_IMPORT_INCOMPLETE)?.is_some() {
             return Err(StoreError::PartialImport { path });
@@ -309,15 +320,16 @@ impl Store {
             // A transaction may be committing between the index read and this one; only records that
             // have the value now are returned.
             let Some(bytes) = reg.trees[h.tree].get(key.as_bytes())? else { continue };
-            let json: Value = decode(&bytes, R::TABLE.name, key)?;
-            if index_value(&json, pointer).as_deref() != Some(value) {
-                continue;
-            }
-            out.push(serde_json::from_value(json).map_err(|e| StoreError::Decode {
+            let json = open_envelope(&bytes, R::TABLE.name, key)?;
+            let decode_err = |e: serde_json::Error| StoreError::Decode {
                 table: R::TABLE.name.into(),
                 what: key.into(),
                 reason: e.to_string(),
-            })?);
+            };
+            if pointer_value(json, pointer).map_err(decode_err)?.as_deref() != Some(value) {
+                continue;
+            }
+            out.push(serde_json::from_slice(json).map_err(decode_err)?);
         }
         Ok(out)
     }
@@ -337,6 +349,59 @@ impl Store {
             n += 1;
         }
         Ok(n)
+    }
+
+    /// The last `n` records (in key order) whose index `index` has the value `value`, read from the
+    /// end of the index: a page of the newest records costs `n` reads, not the whole history, when
+    /// keys grow with time (as generated job ids do).
+    pub fn last_by_index<R: Record>(&self, index: &str, value: &str, n: usize) -> Result<Vec<R>, StoreError> {
+        let reg = self.ensure_table(&R::TABLE)?;
+        let h = &reg.tables[R::TABLE.name];
+        let Some(pos) = h.def.indexes.iter().position(|i| i.name == index) else {
+            return Err(StoreError::UnknownIndex { table: R::TABLE.name.into(), index: index.into() });
+        };
+        let pointer = &h.def.indexes[pos].pointer;
+        let mut out = Vec::new();
+        for kv in reg.trees[h.indexes[pos]].scan_prefix(index_prefix(value)).rev() {
+            if out.len() >= n {
+                break;
+            }
+            let (k, _) = kv?;
+            let Some((_, key)) = split_index_key(&k) else { continue };
+            // As in `by_index`: only records that have the value now.
+            let Some(bytes) = reg.trees[h.tree].get(key.as_bytes())? else { continue };
+            let json = open_envelope(&bytes, R::TABLE.name, key)?;
+            let decode_err = |e: serde_json::Error| StoreError::Decode {
+                table: R::TABLE.name.into(),
+                what: key.into(),
+                reason: e.to_string(),
+            };
+            if pointer_value(json, pointer).map_err(decode_err)?.as_deref() != Some(value) {
+                continue;
+            }
+            out.push(serde_json::from_slice(json).map_err(decode_err)?);
+        }
+        out.reverse();
+        Ok(out)
+    }
+
+    /// The last `n` records of a table, in key order.
+    pub fn last<R: Record>(&self, n: usize) -> Result<Vec<R>, StoreError> {
+        let reg = self.ensure_table(&R::TABLE)?;
+        let h = &reg.tables[R::TABLE.name];
+        let mut out = Vec::new();
+        for kv in reg.trees[h.tree].iter().rev().take(n) {
+            let (k, v) = kv?;
+            out.push(decode(&v, R::TABLE.name, &String::from_utf8_lossy(&k))?);
+        }
+        out.reverse();
+        Ok(out)
+    }
+
+    /// How many records a table holds.
+    pub fn count<R: Record>(&self) -> Result<usize, StoreError> {
+        let reg = self.ensure_table(&R::TABLE)?;
+        Ok(reg.trees[reg.tables[R::TABLE.name].tree].len())
     }
 
     /// Runs `f` atomically over every table, index, the settings and the event log: after a crash
@@ -638,13 +703,13 @@ fn prepare_dir(path: &Path) -> Result<(), StoreError> {
 
 /// Opens sled, turning its failures (and panics, which some corruptions cause) into errors that name
 /// the path; never deletes or recreates anything.
-fn open_sled(path: &Path) -> Result<sled::Db, StoreError> {
+fn open_sled(path: &Path, background_flush: bool) -> Result<sled::Db, StoreError> {
     // sled releases its directory lock from background threads a moment after the last handle is
     // dropped, so reopening in the same process right after a close can briefly see the lock held:
     // retry for a short while before calling the store in use.
     let give_up = std::time::Instant::now() + std::time::Duration::from_secs(3);
     loop {
-        match open_sled_once(path) {
+        match open_sled_once(path, background_flush) {
             Err(StoreError::InUse { .. }) if std::time::Instant::now() < give_up => {
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
@@ -653,8 +718,17 @@ fn open_sled(path: &Path) -> Result<sled::Db, StoreError> {
     }
 }
 
-fn open_sled_once(path: &Path) -> Result<sled::Db, StoreError> {
-    let config = sled::Config::new().path(path);
+/// sled's page cache, in bytes. sled's default (1 GiB) lets a server that reads its whole job history
+/// (listing, exports) grow its memory with the data for ever; every read of the store is on the
+/// control loop's or an API request's path, and a bounded cache keeps the server's memory flat (the
+/// sustained load run in RELIABILITY.md measures it).
+pub const CACHE_BYTES: u64 = 64 * 1024 * 1024;
+
+fn open_sled_once(path: &Path, background_flush: bool) -> Result<sled::Db, StoreError> {
+    let mut config = sled::Config::new().path(path).cache_capacity(CACHE_BYTES);
+    if !background_flush {
+        config = config.flush_every_ms(None);
+    }
     let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| config.open()));
     match opened {
         Ok(Ok(db)) => Ok(db),

@@ -126,6 +126,46 @@ fn an_aborted_transaction_writes_nothing_and_returns_the_callers_error() {
 }
 
 #[test]
+fn a_scratch_store_indexes_like_a_durable_one_and_keeps_what_was_flushed() {
+    let dir = TempDir::new("scratch");
+    {
+        let store = Store::open_scratch(dir.path()).unwrap();
+        for i in 0..20 {
+            store.put(&job(&format!("j{i:02}"), if i % 3 == 0 { "running" } else { "pending" })).unwrap();
+        }
+        store.put(&job("j01", "running")).unwrap();
+        let running: Vec<String> =
+            store.by_index::<Job>("state", "running").unwrap().into_iter().map(|j| j.id).collect();
+        assert_eq!(running, ["j00", "j01", "j03", "j06", "j09", "j12", "j15", "j18"]);
+        assert_eq!(store.count_by_index::<Job>("state", "pending").unwrap(), 12);
+        store.flush().unwrap();
+    }
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.get::<Job>("j01").unwrap().map(|j| j.state).as_deref(), Some("running"));
+    assert_eq!(store.by_index::<Job>("state", "running").unwrap().len(), 8);
+    assert!(store.check_all().unwrap().is_consistent(), "indexes match the tables after reopening");
+}
+
+#[test]
+fn the_last_records_of_an_index_and_of_a_table_are_read_from_the_end() {
+    let dir = TempDir::new("last");
+    let store = Store::open(dir.path()).unwrap();
+    for i in 0..30 {
+        store.put(&job(&format!("j{i:02}"), if i % 2 == 0 { "running" } else { "pending" })).unwrap();
+    }
+    // j28 leaves `running`: its stale index entry, if any, must not be returned.
+    store.put(&job("j28", "pending")).unwrap();
+    let ids = |v: Vec<Job>| v.into_iter().map(|j| j.id).collect::<Vec<_>>();
+    assert_eq!(ids(store.last_by_index::<Job>("state", "running", 3).unwrap()), ["j22", "j24", "j26"]);
+    assert_eq!(ids(store.last_by_index::<Job>("state", "pending", 2).unwrap()), ["j28", "j29"]);
+    assert_eq!(store.last_by_index::<Job>("state", "running", 100).unwrap().len(), 14);
+    assert!(store.last_by_index::<Job>("state", "gone", 5).unwrap().is_empty());
+    assert_eq!(ids(store.last::<Job>(2).unwrap()), ["j28", "j29"]);
+    assert_eq!(store.count::<Job>().unwrap(), 30);
+    assert!(matches!(store.last_by_index::<Job>("nope", "x", 1), Err(StoreError::UnknownIndex { .. })));
+}
+
+#[test]
 fn events_are_read_from_a_sequence_and_numbering_survives_reopening() {
     let dir = TempDir::new("events");
     {

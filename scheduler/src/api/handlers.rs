@@ -21,6 +21,9 @@ use crate::model::{Attempt, FieldErrors, Job, JobState};
 /// Longest accepted `Idempotency-Key`.
 const MAX_IDEMPOTENCY_KEY: usize = 200;
 
+/// Largest event sequence number a client may send (`from`, `Last-Event-ID`): int64's maximum.
+const MAX_SEQ: u64 = i64::MAX as u64;
+
 /// Reads a request body up to the configured limit.
 async fn read_body(state: &ApiState, headers: &HeaderMap, body: Body) -> Result<axum::body::Bytes, ApiError> {
     let limit = state.config().max_body_bytes;
@@ -92,8 +95,9 @@ fn require_admin(caller: &Caller) -> Result<(), ApiError> {
 /// already used for the same spec, 200 and the job the first request created.
 #[utoipa::path(
     post, path = "/v1/jobs", tag = "jobs",
-    request_body(content = Object, description = "A job spec (see the README's field table); unknown fields are errors"),
-    params(("Idempotency-Key" = Option<String>, Header, description = "Makes a retried submission return the same job")),
+    request_body(content = crate::model::JobSpec, description = "A job spec (see the README's field table); unknown fields are errors"),
+    params(("Idempotency-Key" = Option<String>, Header, nullable = false, pattern = "^[!-~]{1,200}$",
+        description = "Makes a retried submission return the same job (1 to 200 printable ASCII characters)")),
     responses(
         (status = 201, description = "Accepted and durable", body = Object),
         (status = 200, description = "An earlier submission with this Idempotency-Key", body = Object),
@@ -153,13 +157,16 @@ pub(crate) async fn submit_job(
 
 /// Query of `GET /v1/jobs`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ListQuery {
     /// Only jobs in this state (pending, provisioning, running, migrating, succeeded, failed, cancelled).
+    #[param(pattern = "^(|pending|provisioning|running|migrating|succeeded|failed|cancelled)$")]
     state: Option<String>,
     /// Only this tenant's jobs.
     tenant: Option<String>,
     /// At most this many of the newest jobs (default 1000, at most 100000).
+    #[param(minimum = 1, maximum = 100000)]
     limit: Option<usize>,
 }
 
@@ -202,13 +209,9 @@ pub(crate) async fn list_jobs(
         (None, asked) => asked,
     };
     let jobs = state.jobs().clone();
-    let mut all = blocking(move || jobs.list(job_state, tenant.as_deref()).map_err(ApiError::from)).await?;
-    let total = all.len();
-    let truncated = total > limit;
-    if truncated {
-        all.drain(..total - limit);
-    }
-    Ok(Json(JobList { jobs: all, total, truncated }))
+    let (page, total) =
+        blocking(move || jobs.newest(job_state, tenant.as_deref(), limit).map_err(ApiError::from)).await?;
+    Ok(Json(JobList { jobs: page, total, truncated: total > limit }))
 }
 
 /// Everything about one job.
@@ -327,9 +330,11 @@ pub(crate) async fn plan(
 
 /// Query of `GET /v1/events`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct EventsQuery {
     /// First sequence number to send (the stream starts with the next new event when absent).
+    #[param(maximum = 9223372036854775807_i64)]
     from: Option<u64>,
     /// Only this job's events.
     job: Option<String>,
@@ -337,13 +342,26 @@ pub(crate) struct EventsQuery {
     kinds: Option<String>,
 }
 
+/// One frame of the `GET /v1/events` stream, as its fields appear on the wire. The document
+/// describes the `text/event-stream` body by its frames, because that is what a client parses
+/// (and what property-based testers check each event against); found by `fuzz/http_fuzz.sh`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct EventFrame {
+    /// The event's sequence number; send it back as `Last-Event-ID` to resume after it.
+    pub id: String,
+    /// The event's kind (`submitted`, `running`, `failover`, …).
+    pub event: String,
+    /// The event as JSON: `seq`, `at_ms`, `kind`, `job_id`, `tenant`, `message`, `data`.
+    pub data: String,
+}
+
 /// The event log as server-sent events (`id` = sequence number, `event` = kind, `data` = the
 /// event as JSON). Resume with `?from=SEQ` or `Last-Event-ID`; tenant-bound tokens see only their
 /// tenant's events.
 #[utoipa::path(
     get, path = "/v1/events", tag = "events", params(EventsQuery,
-        ("Last-Event-ID" = Option<u64>, Header, description = "Resume after this sequence number")),
-    responses((status = 200, description = "text/event-stream", content_type = "text/event-stream", body = String), (status = 400, body = ErrorBody))
+        ("Last-Event-ID" = Option<u64>, Header, nullable = false, maximum = 9223372036854775807_i64, description = "Resume after this sequence number")),
+    responses((status = 200, description = "text/event-stream; each frame has `id`, `event` and `data`", content_type = "text/event-stream", body = EventFrame), (status = 400, body = ErrorBody))
 )]
 pub(crate) async fn events(
     State(state): State<ApiState>,
@@ -352,14 +370,18 @@ pub(crate) async fn events(
     q: Result<Query<EventsQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let q = query(q)?;
+    // Sequence numbers are published as int64 (what most clients can hold): refuse what the
+    // document says is out of range instead of silently accepting it.
+    if q.from.is_some_and(|f| f > MAX_SEQ) {
+        return Err(ApiError::bad_field("from", format!("must be an event sequence number (0 to {MAX_SEQ})")));
+    }
     let last_event_id = match headers.get("last-event-id") {
         None => None,
-        Some(v) => Some(
-            v.to_str()
-                .ok()
-                .and_then(|s| s.trim().parse::<u64>().ok())
-                .ok_or_else(|| ApiError::bad_field("Last-Event-ID", "must be an event sequence number"))?,
-        ),
+        Some(v) => {
+            Some(v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok()).filter(|&n| n <= MAX_SEQ).ok_or_else(
+                || ApiError::bad_field("Last-Event-ID", format!("must be an event sequence number (0 to {MAX_SEQ})")),
+            )?)
+        }
     };
     let store = state.jobs().store().clone();
     let next_seq = match (last_event_id, q.from) {
@@ -436,9 +458,11 @@ pub struct CreateToken {
     pub role: Role,
     /// The tenant to bind to (required for submitters, optional for viewers, none for admins).
     #[serde(default)]
+    #[schema(pattern = "^[A-Za-z0-9._-]+$", min_length = 1, max_length = 63)]
     pub tenant: Option<String>,
-    /// A label for people.
+    /// A label for people (no control characters).
     #[serde(default)]
+    #[schema(max_length = 100)]
     pub name: Option<String>,
 }
 
@@ -486,7 +510,14 @@ fn token_error(e: TokenError) -> ApiError {
 /// Create a token (admin only). The answer holds the token; the server keeps only its hash.
 #[utoipa::path(
     post, path = "/v1/tokens", tag = "tokens", request_body = CreateToken,
-    responses((status = 201, body = TokenCreated), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody))
+    responses(
+        (status = 201, body = TokenCreated),
+        (status = 400, description = "Empty body or malformed JSON", body = ErrorBody),
+        (status = 403, body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 422, description = "Invalid request; every problem names its field", body = ErrorBody),
+        (status = 503, description = "Store unavailable; no token was created", body = ErrorBody),
+    )
 )]
 pub(crate) async fn create_token(
     State(state): State<ApiState>,

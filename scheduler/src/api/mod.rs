@@ -237,10 +237,42 @@ fn document(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
     doc
 }
 
+/// Adds the answers the auth middleware gives before any handler runs (401 without a valid token,
+/// 429 over the rate limit) to every operation of the protected routes: the handlers' annotations
+/// cannot know them, and a document missing them misleads generated clients (found by the
+/// schemathesis run, `fuzz/http_fuzz.sh`).
+fn add_auth_responses(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+    let error = |description: &str| {
+        RefOr::T(
+            ResponseBuilder::new()
+                .description(description)
+                .content(
+                    "application/json",
+                    ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build(),
+                )
+                .build(),
+        )
+    };
+    for item in doc.paths.paths.values_mut() {
+        let ops = [&mut item.get, &mut item.put, &mut item.post, &mut item.delete, &mut item.patch];
+        for op in ops.into_iter().flatten() {
+            let responses = &mut op.responses.responses;
+            responses.entry("401".into()).or_insert_with(|| error("Missing, unknown or revoked bearer token"));
+            responses
+                .entry("429".into())
+                .or_insert_with(|| error("Rate limit exceeded for this token; see Retry-After"));
+        }
+    }
+}
+
 /// The OpenAPI document of every route, generated from the handlers' annotations (the same
 /// routers that serve the requests, so it cannot drift).
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    let (_, doc) = protected_routes().merge(public_routes()).split_for_parts();
+    let (_, mut doc) = protected_routes().split_for_parts();
+    add_auth_responses(&mut doc);
+    let (_, public) = public_routes().split_for_parts();
+    doc.merge(public);
     document(doc)
 }
 

@@ -46,28 +46,15 @@ impl DemandPart {
     }
 }
 
-/// Time a new placement takes before it does useful work (provisioning and start-up).
+/// Time a new placement takes before it does useful work (provisioning and start-up); the restart
+/// overhead the deadline policies plan with.
 pub const RESTART_MARGIN_HOURS: f64 = 0.1;
 
-/// Deadline safety net (the rule behind "Can't Be Late"): a job that may use spot must switch
-/// to regular capacity once its remaining work, plus what one more eviction would cost it (a
-/// restart, and the work since its last checkpoint), no longer fits in the time left before its
-/// deadline. Short jobs with frequent checkpoints keep spot until close to the deadline; a job
-/// without checkpoints risks all its progress, so it leaves spot sooner.
-pub fn deadline_forces_regular(job: &Job, now_ms: i64) -> bool {
-    let (Some(deadline), Some(remaining)) = (job.spec.deadline, job.remaining_hours()) else { return false };
-    let deadline_ms = (deadline.unix_timestamp_nanos() / 1_000_000) as i64;
-    let hours_left = (deadline_ms - now_ms) as f64 / 3_600_000.0;
-    let at_risk = match job.spec.checkpoint_interval_minutes {
-        Some(m) => (m as f64 / 60.0).min(remaining),
-        None => job.progress_hours.max(remaining.min(1.0)),
-    };
-    remaining + RESTART_MARGIN_HOURS + at_risk >= hours_left
-}
-
-/// Builds the solver demands for a job whose healthy attempts carry `healthy_gpus`, at `now_ms`.
-/// The job's budget is what remains of it after what the job has cost so far.
-pub fn demands(job: &Job, catalog: &Catalog, healthy_gpus: u32, now_ms: i64) -> Vec<solver::JobDemand> {
+/// Builds the solver demands for a job whose healthy attempts carry `healthy_gpus`.
+/// The job's budget is what remains of it after what the job has cost so far. For a deadline job
+/// the loop then narrows them to its deadline policy's choice
+/// ([`apply_deadline_choice`](super::apply_deadline_choice)).
+pub fn demands(job: &Job, catalog: &Catalog, healthy_gpus: u32) -> Vec<solver::JobDemand> {
     let spec = &job.spec;
     let sizes = spec.acceptable_sizes(catalog);
     if sizes.is_empty() {
@@ -84,7 +71,6 @@ pub fn demands(job: &Job, catalog: &Catalog, healthy_gpus: u32, now_ms: i64) -> 
     gpu_models.dedup();
     let size_names: Vec<String> = sizes.iter().map(|s| s.name.clone()).collect();
     let spot = match spec.spot_policy() {
-        _ if deadline_forces_regular(job, now_ms) => solver::SpotPolicy::Never,
         SpotPolicy::Never => solver::SpotPolicy::Never,
         SpotPolicy::Allowed => solver::SpotPolicy::Allowed,
         SpotPolicy::Preferred => solver::SpotPolicy::Preferred,

@@ -11,6 +11,7 @@
 //! - Only `Cloud` and `Clock` are seen: the simulator runs this same code in virtual time.
 
 mod breaker;
+mod deadline;
 mod demand;
 mod driver;
 mod metrics;
@@ -18,11 +19,12 @@ mod round;
 mod world;
 
 pub use breaker::{BreakerConfig, BreakerState, RegionBreakers};
-pub use demand::{DemandPart, MIN_REPLICA_BOOST, RESTART_MARGIN_HOURS, deadline_forces_regular, demands};
+pub use deadline::{DeadlineChoice, apply_deadline_choice, deadline_managed};
+pub use demand::{DemandPart, MIN_REPLICA_BOOST, RESTART_MARGIN_HOURS, demands};
 pub use driver::{DriverConfig, run_forever};
 pub use metrics::{ClassLabel, ControlMetrics, OfferLabel, StateLabel};
 pub use round::RoundReport;
-pub use world::{PoolView, WorldView, our_usage};
+pub use world::{PoolView, SPOT_HISTORY_TICKS, SpotHistory, WorldView, our_usage};
 
 use std::sync::Arc;
 
@@ -56,6 +58,12 @@ pub struct ControlConfig {
     pub breaker: BreakerConfig,
     /// Factor applied to the price of offers in a shunned region so they rank last.
     pub shunned_price_factor: f64,
+    /// The policy that decides, every round, whether a deadline job with spot allowed holds spot
+    /// in a region, regular in a region, or nothing (see `crate::deadline`).
+    pub deadline_policy: crate::deadline::DeadlinePolicyKind,
+    /// The deadline policies' tick: spot availability is observed once per tick per region, and
+    /// the policies' slack arithmetic counts whole ticks.
+    pub deadline_tick_ms: i64,
 }
 
 impl Default for ControlConfig {
@@ -70,6 +78,8 @@ impl Default for ControlConfig {
             durable: true,
             breaker: BreakerConfig::default(),
             shunned_price_factor: 1_000.0,
+            deadline_policy: crate::deadline::DeadlinePolicyKind::Spillway,
+            deadline_tick_ms: 60_000,
         }
     }
 }
@@ -101,6 +111,10 @@ pub(crate) struct LoopState {
     pub(crate) breakers: RegionBreakers,
     pub(crate) adopted: bool,
     pub(crate) loaded_blocks: bool,
+    pub(crate) deadline: deadline::DeadlineState,
+    /// The last problem solved and its plan: a round whose problem is the same (no new job, no
+    /// capacity, quota or block change) reuses the plan instead of solving again.
+    pub(crate) last_solve: Option<(solver::Problem, solver::Plan)>,
 }
 
 /// The control loop over one store and one cloud.

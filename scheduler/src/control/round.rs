@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 use state::{EventDraft, StoreError};
 
+use super::deadline::apply_deadline_choice;
 use super::demand::{DemandPart, demands};
 use super::metrics::{ClassLabel, OfferLabel, StateLabel};
 use super::world::our_usage;
@@ -125,6 +126,7 @@ impl Controller {
         }
         self.watch_running(&mut st, now, &mut report).await?;
         self.clean_up_finished(now, &mut report).await?;
+        self.decide_deadlines(&mut st, now, &mut report).await?;
         for _ in 0..self.config.max_replans_per_round.max(1) {
             if self.plan_and_provision(&mut st, now, &mut report).await? == 0 {
                 break;
@@ -384,9 +386,10 @@ impl Controller {
             .into_iter()
             .filter(|x| x.number != a.number && x.is_active())
             .collect();
-        let degraded: Vec<Attempt> = siblings.iter().filter(|x| is_degraded(x, now, grace)).cloned().collect();
-        let all_running =
-            siblings.iter().filter(|x| !is_degraded(x, now, grace)).all(|x| x.state == AttemptState::Running);
+        // A deadline job moved by its policy retires the placement it moved from, the same way.
+        let replaced_by_a = |x: &Attempt| is_degraded(x, now, grace) || st.deadline.replaces(&a, x);
+        let degraded: Vec<Attempt> = siblings.iter().filter(|x| replaced_by_a(x)).cloned().collect();
+        let all_running = siblings.iter().filter(|x| !replaced_by_a(x)).all(|x| x.state == AttemptState::Running);
         let replaced: Vec<Attempt> = self.store.transaction(|tx| {
             tx.put(&a)?;
             let Some(mut job) = tx.get::<Job>(&a.job_id)? else { return Ok(Vec::new()) };
@@ -411,6 +414,19 @@ impl Controller {
         for mut old in replaced {
             if self.cloud.delete_fleet(&old.fleet_name).await.is_ok() {
                 report.fleets_deleted += 1;
+                // A healthy placement left by a deadline policy ran until now: bill it up to the move.
+                if old.state == AttemptState::Running
+                    && st.deadline.replaces(&a, &old)
+                    && let Some(mut job) = self.store.get::<Job>(&old.job_id)?
+                {
+                    let mut tenant = self.tenant(&job.spec.tenant)?;
+                    self.account(&mut old, &mut job, &mut tenant, now);
+                    self.store.transaction(|tx| {
+                        tx.put(&job)?;
+                        tx.put(&tenant)?;
+                        Ok(())
+                    })?;
+                }
                 old.state = AttemptState::Replaced;
                 old.ended_at_ms = Some(now);
                 self.store.put(&old)?;
@@ -481,7 +497,7 @@ impl Controller {
     }
 
     /// Accrues cost and progress of a running attempt up to `now` at its last known VM count.
-    fn account(&self, a: &mut Attempt, job: &mut Job, tenant: &mut Tenant, now: i64) {
+    pub(crate) fn account(&self, a: &mut Attempt, job: &mut Job, tenant: &mut Tenant, now: i64) {
         let from = a.accounted_until_ms.or(a.running_since_ms).unwrap_or(now);
         if now <= from {
             return;
@@ -538,6 +554,7 @@ impl Controller {
                         self.metrics.evictions.inc();
                         if a.priority == Priority::Spot {
                             job.evictions += 1;
+                            st.deadline.evicted_spot.insert(a.region.clone());
                         }
                         let lost =
                             roll_back_to_checkpoint(&mut job, lost_vms as f64 * a.gpus as f64 / a.vms.max(1) as f64);
@@ -720,7 +737,7 @@ impl Controller {
         let grace = self.config.below_min_grace_ms;
         let mut healthy: BTreeMap<&str, u32> = BTreeMap::new();
         for a in &attempts {
-            if !is_degraded(a, now, grace) {
+            if !is_degraded(a, now, grace) && !st.deadline.retiring(a) {
                 *healthy.entry(a.job_id.as_str()).or_default() += a.gpus;
             }
         }
@@ -738,9 +755,16 @@ impl Controller {
         let mut problem_jobs = Vec::new();
         let mut reasons: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for job in &jobs {
-            let d = demands(job, &self.catalog, healthy.get(job.id.as_str()).copied().unwrap_or(0), now);
+            let mut d = demands(job, &self.catalog, healthy.get(job.id.as_str()).copied().unwrap_or(0));
             if d.is_empty() {
                 continue;
+            }
+            if let Some(choice) = st.deadline.choices.get(&job.id) {
+                if choice.hold.is_none() {
+                    reasons.entry(job.id.clone()).or_default().push(choice.waiting_reason());
+                    continue;
+                }
+                apply_deadline_choice(&mut d, choice);
             }
             if let Some(why) = over_budget.get(&job.spec.tenant) {
                 reasons.entry(job.id.clone()).or_default().push(why.clone());
@@ -798,17 +822,26 @@ impl Controller {
         let mut plan = None;
         if !problem_jobs.is_empty() {
             let problem = solver::Problem { offers, quotas, jobs: problem_jobs, egress: Vec::new() };
-            let started = std::time::Instant::now();
-            let p = solver::solve(
-                &problem,
-                &solver::SolveOptions {
-                    method: solver::Method::Best,
-                    time_limit_ms: Some(self.config.solve_time_limit_ms),
-                },
-            );
-            let secs = started.elapsed().as_secs_f64();
-            report.solve_ms += secs * 1000.0;
-            self.metrics.solve_seconds.observe(secs);
+            // The plan depends only on the problem (bar the solver's time limit, rarely reached): a
+            // round that sees the same problem as the last solve reuses its plan.
+            let p = match &st.last_solve {
+                Some((last, plan)) if *last == problem => plan.clone(),
+                _ => {
+                    let started = std::time::Instant::now();
+                    let p = solver::solve(
+                        &problem,
+                        &solver::SolveOptions {
+                            method: solver::Method::Best,
+                            time_limit_ms: Some(self.config.solve_time_limit_ms),
+                        },
+                    );
+                    let secs = started.elapsed().as_secs_f64();
+                    report.solve_ms += secs * 1000.0;
+                    self.metrics.solve_seconds.observe(secs);
+                    st.last_solve = Some((problem, p.clone()));
+                    p
+                }
+            };
             for u in &p.unplaced {
                 let (job_id, _) = DemandPart::parse(&u.job);
                 reasons.entry(job_id.to_string()).or_default().extend(u.reasons.iter().cloned());
@@ -851,6 +884,11 @@ impl Controller {
             let (job_id, _) = DemandPart::parse(&p.job);
             let Some(job) = self.store.get::<Job>(job_id)? else { continue };
             if job.state.is_final() {
+                continue;
+            }
+            // The solver's filters (spot only, one region) already keep a deadline job to its
+            // policy's choice; a placement outside it would undo the policy, so it is never made.
+            if st.deadline.choices.get(job_id).is_some_and(|c| !c.allows(&p.region, p.priority)) {
                 continue;
             }
             let price = real_prices

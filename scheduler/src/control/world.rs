@@ -6,7 +6,7 @@
 //! counts against quota the moment its intent is written (reserve before create) and stops counting
 //! the moment its attempt fails (release on failure), whatever the cloud's next read says.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use serde::Serialize;
 
@@ -163,8 +163,126 @@ impl WorldView {
         self.blocked.iter().find(|b| b.is_active(now_ms) && b.covers(region, size, family, priority))
     }
 
+    /// Free vCPUs of one pool (by key: a normalised family, `cores`, `lowprioritycores`) after our
+    /// current usage; `None` when the pool was never read (the cloud then decides).
+    pub fn free_vcpus(&self, region: &str, key: &str, ours: &BTreeMap<(String, String), (u64, u64)>) -> Option<u64> {
+        let k = (region.to_string(), key.to_string());
+        let e = self.pools.get(&k)?;
+        let us = ours.get(&k).map_or(0, |x| x.0);
+        Some(e.limit.saturating_sub(e.others).saturating_sub(us))
+    }
+
     /// True when the subscription may not use the size anywhere in the region.
     pub fn restricted(&self, region: &str, size: &str) -> bool {
         self.restrictions.iter().any(|r| r.region == region && r.zones.is_empty() && r.size.eq_ignore_ascii_case(size))
+    }
+}
+
+/// Observations kept per region by [`SpotHistory`]: the policies' estimates look at most this far
+/// back (at the default one-minute tick, about 16 hours).
+pub const SPOT_HISTORY_TICKS: usize = 1000;
+
+/// Spot availability per region as the control loop observed it, one entry per deadline tick (the
+/// input of the deadline policies' history estimates).
+///
+/// **The rule**: region `r` counts as spot-*unavailable* during a tick if, in any round of that
+/// tick, the cloud listed no spot GPU offer in `r` with room (capacity not known to be 0), or a capacity block (a spot allocation failure
+/// or a spot eviction, see `BlockedOffer`) covered a spot offer in `r`, or a spot VM of ours in `r`
+/// lost VMs in that round; it counts as available otherwise. Ticks that passed without a round
+/// take the next round's observation. Only the last [`SPOT_HISTORY_TICKS`] ticks are kept, and only
+/// in memory: after a restart the history starts empty, and the policies start from their priors.
+#[derive(Debug, Default, Clone)]
+pub struct SpotHistory {
+    /// Absolute index of the last tick observed (`now ÷ tick`), if any.
+    last_tick: Option<i64>,
+    /// Ticks observed since the history began (the absolute count the windows end at).
+    observed: u64,
+    regions: BTreeMap<String, VecDeque<bool>>,
+}
+
+impl SpotHistory {
+    /// Records one round's observation at `now_ms`: `available` says, per region the round looked
+    /// at, whether spot counts as available (regions known before and absent now count as
+    /// unavailable). A second round in the same tick can only turn the tick unavailable.
+    pub fn observe(&mut self, now_ms: i64, tick_ms: i64, available: &BTreeMap<String, bool>) {
+        let tick = now_ms.div_euclid(tick_ms.max(1));
+        for region in available.keys() {
+            self.regions.entry(region.clone()).or_default();
+        }
+        let new_ticks = match self.last_tick {
+            Some(last) if tick <= last => 0,
+            Some(last) => (tick - last) as u64,
+            None => 1,
+        };
+        for (region, window) in &mut self.regions {
+            let up = available.get(region).copied().unwrap_or(false);
+            if new_ticks == 0 {
+                if let Some(last) = window.back_mut() {
+                    *last &= up;
+                } else {
+                    window.push_back(up);
+                }
+                continue;
+            }
+            for _ in 0..new_ticks.min(SPOT_HISTORY_TICKS as u64) {
+                if window.len() == SPOT_HISTORY_TICKS {
+                    window.pop_front();
+                }
+                window.push_back(up);
+            }
+            window.make_contiguous();
+        }
+        self.observed += new_ticks;
+        self.last_tick = Some(self.last_tick.map_or(tick, |l| l.max(tick)));
+    }
+
+    /// Ticks observed since the history began.
+    pub fn observed(&self) -> u64 {
+        self.observed
+    }
+
+    /// A region's window, oldest first, ending with the current tick (empty if never observed).
+    pub fn window(&self, region: &str) -> &[bool] {
+        self.regions.get(region).map_or(&[], |w| w.as_slices().0)
+    }
+}
+
+#[cfg(test)]
+mod spot_history_tests {
+    use super::*;
+
+    fn obs(pairs: &[(&str, bool)]) -> BTreeMap<String, bool> {
+        pairs.iter().map(|(r, a)| (r.to_string(), *a)).collect()
+    }
+
+    #[test]
+    fn one_entry_per_tick_and_a_bad_round_spoils_its_tick() {
+        let mut h = SpotHistory::default();
+        h.observe(0, 60_000, &obs(&[("a", true), ("b", true)]));
+        // A second round in the same tick sees an eviction in b: the tick counts as unavailable.
+        h.observe(30_000, 60_000, &obs(&[("a", true), ("b", false)]));
+        h.observe(45_000, 60_000, &obs(&[("a", true), ("b", true)]));
+        assert_eq!(h.observed(), 1);
+        assert_eq!(h.window("b"), &[false]);
+        // Three ticks later: the two ticks without a round take this round's observation.
+        h.observe(3 * 60_000, 60_000, &obs(&[("a", false), ("b", true)]));
+        assert_eq!(h.observed(), 4);
+        assert_eq!(h.window("a"), &[true, false, false, false]);
+        assert_eq!(h.window("b"), &[false, true, true, true]);
+        assert_eq!(h.window("c"), &[] as &[bool]);
+    }
+
+    #[test]
+    fn the_window_is_bounded_and_a_region_gone_from_the_offers_counts_as_unavailable() {
+        let mut h = SpotHistory::default();
+        for t in 0..(SPOT_HISTORY_TICKS as i64 + 5) {
+            h.observe(t * 1000, 1000, &obs(&[("a", t % 2 == 0)]));
+        }
+        assert_eq!(h.observed(), SPOT_HISTORY_TICKS as u64 + 5);
+        assert_eq!(h.window("a").len(), SPOT_HISTORY_TICKS);
+        assert_eq!(h.window("a").last(), Some(&true), "tick 1004 is even");
+        h.observe(2_000_000, 1000, &obs(&[]));
+        assert_eq!(h.window("a").last(), Some(&false));
+        assert_eq!(h.window("a").len(), SPOT_HISTORY_TICKS);
     }
 }

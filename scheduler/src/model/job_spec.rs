@@ -13,7 +13,7 @@ use super::size::{Workload, gpu_model_matches};
 use crate::catalog::Catalog;
 
 /// What kind of work a job is; it sets the defaults for gang, spot and the sizes considered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum JobKind {
     /// Model training: gang by default, training sizes (NC/ND).
@@ -35,7 +35,7 @@ impl JobKind {
 }
 
 /// Whether a job may run on spot VMs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SpotPolicy {
     /// Regular VMs only.
@@ -47,12 +47,14 @@ pub enum SpotPolicy {
 }
 
 /// Replica counts of an inference service.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Replicas {
     /// Replicas that must run at all times when capacity exists anywhere.
+    #[schema(minimum = 1, maximum = 1000)]
     pub min: u32,
-    /// Replicas wanted when capacity allows.
+    /// Replicas wanted when capacity allows (at least `min`).
+    #[schema(minimum = 1, maximum = 1000)]
     pub desired: u32,
 }
 
@@ -77,17 +79,23 @@ impl SpecFormat {
 }
 
 /// A job as submitted. Optional fields left out take the defaults of the job's `kind`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+// The `schema` attributes publish in `/openapi.json` the per-field limits that `validate` enforces,
+// so that clients (and property-based testers) know them; the checks against the catalog and the
+// clock cannot be expressed there and stay in `validate` alone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JobSpec {
     /// A short name for people; need not be unique.
+    #[schema(pattern = "^[A-Za-z0-9._-]+$", min_length = 1, max_length = 63)]
     pub name: String,
     /// The team the job belongs to (budgets and visibility are per tenant).
     #[serde(default = "default_tenant")]
+    #[schema(pattern = "^[A-Za-z0-9._-]+$", min_length = 1, max_length = 63, default = "default")]
     pub tenant: String,
     /// Training, batch or inference.
     pub kind: JobKind,
     /// GPUs wanted (per replica for inference).
+    #[schema(minimum = 1, maximum = 4096)]
     pub gpus: u32,
     /// Acceptable GPU models (any of); a family prefix such as `A100` matches every A100 model.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -97,12 +105,14 @@ pub struct JobSpec {
     pub sizes: Vec<String>,
     /// Smallest acceptable GPUs per VM (e.g. 8 for an NVLink-bound model).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 8)]
     pub min_gpus_per_vm: Option<u32>,
     /// All-or-nothing in one region on one size; defaults to true for training.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gang: Option<bool>,
     /// Regions allowed; absent = any region in the catalog.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_items = 1)]
     pub regions: Option<Vec<String>>,
     /// Regions never to use.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -112,27 +122,34 @@ pub struct JobSpec {
     pub data_region: Option<String>,
     /// Data moved when the job runs outside `data_region`, in GB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0)]
     pub data_gb: Option<f64>,
     /// Spot policy; defaults to `allowed` for batch and `never` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spot: Option<SpotPolicy>,
     /// Cap on the job's total price per hour (all its VMs), USD.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(exclusive_minimum = 0)]
     pub max_price_per_hour: Option<f64>,
     /// Cap on the job's expected total cost, USD.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(exclusive_minimum = 0)]
     pub budget: Option<f64>,
     /// Estimated run time in hours (used for cost and deadlines).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(exclusive_minimum = 0, maximum = 8784)]
     pub duration_hours: Option<f64>,
     /// When the job must be finished, RFC 3339.
     #[serde(default, skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub deadline: Option<OffsetDateTime>,
     /// How often the job checkpoints; bounds the work lost on an eviction.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
     pub checkpoint_interval_minutes: Option<u32>,
     /// Relative importance, 1 to 1000 (higher places first).
     #[serde(default = "default_priority")]
+    #[schema(minimum = 1, maximum = 1000, default = 1)]
     pub priority: u32,
     /// Inference only: replica counts.
     #[serde(default, skip_serializing_if = "Option::is_none")]

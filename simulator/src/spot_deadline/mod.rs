@@ -21,14 +21,16 @@
 //!   spent in it plus the remaining work, and the deadline is met if it is within `deadline_hours`.
 //!   A run that has not finished when the shortest trace ends stops there (deadline missed).
 //! - Migrations are the starts after the first one.
+//!
+//! The policies and their interface live in the scheduler crate ([`scheduler::deadline`]), where
+//! the control loop uses them too; they are re-exported here under their former paths. The engine
+//! builds each tick's [`TickView`] from the experiment.
 
 pub mod experiment;
-pub mod policies;
-pub mod policy;
 pub mod run;
 pub mod trace;
 
 pub use experiment::{Egress, Experiment, Job, Region, SpotPrice};
-pub use policy::{Choice, DeadlinePolicy, TickView};
 pub use run::{PolicySummary, Report, RunError, RunResult, run_experiment, run_once, run_policy};
+pub use scheduler::deadline::{Choice, DeadlinePolicy, RegionTick, TickView, policies, policy};
 pub use trace::TraceConvention;

@@ -2,9 +2,9 @@
 
 use serde::Serialize;
 
+use scheduler::deadline::{Choice, DeadlinePolicy, RegionTick, TickView, policies};
+
 use super::experiment::{Experiment, KIND};
-use super::policies;
-use super::policy::{Choice, DeadlinePolicy, TickView};
 
 /// What one run of one policy from one start offset did.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -96,6 +96,10 @@ pub fn run_once(
     let mut overhead_left_ms = 0i64;
     let mut checkpoint: Option<usize> = None;
     let mut starts = 0u32;
+    let n = experiment.regions.len();
+    let egress: Vec<f64> =
+        (0..n).flat_map(|from| (0..n).map(move |to| experiment.egress_usd_per_gb(from, to))).collect();
+    let mut regions: Vec<RegionTick<'_>> = Vec::with_capacity(n);
 
     for now in start..horizon {
         let tick = now - start;
@@ -107,9 +111,20 @@ pub fn run_once(
             overhead_left_ms = 0;
             result.preemptions += 1;
         }
+        regions.clear();
+        regions.extend(experiment.regions.iter().map(|r| RegionTick {
+            name: &r.name,
+            regular_price: r.regular_price_per_hour,
+            spot_price: r.spot_price_at(now),
+            regular_available: r.regular_available,
+            // The trace from its beginning up to and including now: never the future.
+            spot_history: &r.spot_available[..=now],
+            spot_observed: now as u64 + 1,
+        }));
         let view = TickView {
-            experiment,
-            now,
+            regions: &regions,
+            egress_usd_per_gb: &egress,
+            checkpoint_gb: job.checkpoint_gb,
             tick,
             tick_ms,
             work_ms,
@@ -118,6 +133,8 @@ pub fn run_once(
             progress_ms,
             running,
             overhead_left_ms,
+            // Progress is never lost in the experiment's semantics.
+            spot_loss_ms: 0,
             checkpoint_region: checkpoint,
         };
         let choice = policy.choose(&view);

@@ -7,6 +7,7 @@
 //! - `spillway` and `regular-only`: the production `Controller` (`auto_complete: true`,
 //!   `durable: false`), driven through the `Cloud` and `Clock` traits, with jobs submitted through
 //!   `JobService::submit_with_id`. `regular-only` submits every job with `spot = "never"`.
+//!   The store is a throwaway one opened with `Store::open_scratch` (no background flushing).
 //!   Finished jobs (final, no fleet left) are archived out of the throwaway store after each round:
 //!   their outcome is recorded and their records deleted, as a retention policy would, so a round
 //!   costs what the open work costs and not what the history does.
@@ -309,7 +310,7 @@ pub(crate) async fn run_policy(
             let base = opts.temp_dir.clone().unwrap_or_else(std::env::temp_dir);
             let dir = base.join(format!("spillway-whatif-{}-{n}", std::process::id()));
             let _ = std::fs::remove_dir_all(&dir);
-            let store = Store::open(&dir).map_err(|e| WhatIfError::Store(format!("{}: {e}", dir.display())))?;
+            let store = Store::open_scratch(&dir).map_err(|e| WhatIfError::Store(format!("{}: {e}", dir.display())))?;
             guard = Some(TempStore { dir });
             Box::new(LoopDriver::new(
                 store,
@@ -630,7 +631,7 @@ impl Driver for LoopDriver {
     fn queue(&self) -> Result<u64, WhatIfError> {
         let mut n = 0;
         for s in [JobState::Pending, JobState::Provisioning] {
-            n += self.store.by_index::<Job>("state", s.as_str()).map_err(store_err)?.len() as u64;
+            n += self.store.count_by_index::<Job>("state", s.as_str()).map_err(store_err)? as u64;
         }
         Ok(n)
     }
@@ -650,5 +651,70 @@ impl Driver for LoopDriver {
         let mut f = std::mem::take(&mut self.failovers);
         f.sort_by(|a, b| a.at_hours.total_cmp(&b.at_hours).then(a.job.cmp(&b.job)));
         Ok((out, f))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim_cloud::SimCloudConfig;
+    use scheduler::model::{JobSpec, SpecFormat};
+
+    const A100_GANG: &str = r#"
+name = "ft"
+tenant = "research"
+kind = "training"
+gpus = 8
+gpu_models = ["A100-80GB"]
+sizes = ["Standard_NC96ads_A100_v4"]
+regions = ["eastus"]
+duration_hours = 2.0
+"#;
+
+    /// The engine's long traces lean on this: a round whose solver problem is the last one's (a job
+    /// waiting for quota, nothing changed) reuses the plan rather than solving again, and a change
+    /// (here, quota granted) is solved afresh and placed.
+    #[tokio::test]
+    async fn an_unchanged_problem_is_not_solved_again_and_a_change_is() {
+        let dir = std::env::temp_dir().join(format!("spillway-whatif-plan-cache-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let _guard = TempStore { dir: dir.clone() };
+        let mut cfg = SimCloudConfig::modest(["eastus"]);
+        cfg.default_quota.cores = 800;
+        cfg.default_quota.low_priority_cores = 800;
+        cfg.default_quota.family = 0;
+        let clock = Arc::new(ManualClock::new(1_800_000_000_000));
+        let cloud = Arc::new(SimCloud::new(cfg, Catalog::builtin(), clock.clone()).expect("valid cloud"));
+        let store = Store::open_scratch(&dir).expect("store opens");
+        let catalog = Arc::new(Catalog::builtin());
+        let jobs = JobService::new(store.clone(), catalog.clone(), clock.clone() as Arc<dyn Clock>).without_flush();
+        let ctl = Controller::new(
+            store,
+            cloud.clone() as Arc<dyn Cloud>,
+            clock.clone() as Arc<dyn Clock>,
+            catalog,
+            ControlConfig { durable: false, ..ControlConfig::default() },
+            ControlMetrics::unregistered(),
+        );
+        let spec = JobSpec::parse(A100_GANG, SpecFormat::Toml).expect("spec parses");
+        let job = jobs.submit(spec, None).expect("accepted").job;
+
+        let first = ctl.reconcile().await.expect("round");
+        assert_eq!((first.placements, first.pending), (0, 1), "no A100 family quota: {first:?}");
+        assert!(first.solve_ms > 0.0, "the first round solves: {first:?}");
+        let reasons = jobs.get(&job.id).unwrap().unwrap().pending_reasons;
+        assert!(!reasons.is_empty());
+
+        clock.advance_ms(60_000);
+        let second = ctl.reconcile().await.expect("round");
+        assert_eq!((second.placements, second.pending), (0, 1), "{second:?}");
+        assert_eq!(second.solve_ms, 0.0, "same problem, no second solve: {second:?}");
+        assert_eq!(jobs.get(&job.id).unwrap().unwrap().pending_reasons, reasons, "the reused plan's reasons");
+
+        cloud.set_quota_limit("eastus", &QuotaPool::Family("standardNCADSA100v4Family".into()), 400).unwrap();
+        clock.advance_ms(ControlConfig::default().quota_refresh_ms);
+        let third = ctl.reconcile().await.expect("round");
+        assert!(third.solve_ms > 0.0, "quota changed, so the problem did: {third:?}");
+        assert_eq!(third.placements, 1, "{third:?}");
     }
 }

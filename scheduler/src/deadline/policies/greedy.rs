@@ -1,7 +1,7 @@
 //! `greedy`, the published baseline.
 
 use super::{HOME, safety_net};
-use crate::spot_deadline::policy::{Choice, DeadlinePolicy, TickView};
+use crate::deadline::policy::{Choice, DeadlinePolicy, TickView};
 
 /// Spot in the home region whenever available, otherwise nothing; once the safety net triggers
 /// (see [`super::safety_net`]), regular until the end, keeping a running spot VM as long as that

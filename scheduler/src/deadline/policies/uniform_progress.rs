@@ -1,7 +1,7 @@
 //! `uniform-progress`, the published NSDI'24 rule.
 
 use super::{HOME, safety_net};
-use crate::spot_deadline::policy::{Choice, DeadlinePolicy, TickView};
+use crate::deadline::policy::{Choice, DeadlinePolicy, TickView};
 
 /// Keeps progress at or above the straight line from zero (at the start) to the whole work (at the
 /// deadline), evaluated at the start of each tick: spot in the home region whenever available;

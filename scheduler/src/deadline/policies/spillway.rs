@@ -1,6 +1,6 @@
 //! `spillway`: spillway's own deadline-aware spot policy.
 
-use crate::spot_deadline::policy::{Choice, DeadlinePolicy, TickView};
+use crate::deadline::policy::{Choice, DeadlinePolicy, RegionTick, TickView};
 
 /// Prior pseudo-observation for the history estimates: one spot run of this many hours, up and
 /// down, so that a trace with no history yet reads as "one hour up, one hour down".
@@ -76,6 +76,21 @@ impl HistoryStats {
         }
     }
 
+    /// Adds the ticks of a region's (possibly windowed) history not seen yet. Ticks that left the
+    /// window before they were seen are skipped: the estimate then starts from the window.
+    pub fn update_window(&mut self, region: &RegionTick<'_>) {
+        let start = region.history_start() as usize;
+        self.seen = self.seen.max(start);
+        for t in self.seen..region.spot_observed as usize {
+            self.push(region.spot_at(t as u64).unwrap_or(false));
+        }
+    }
+
+    /// Ticks observed so far (absolute: windows skipped count as seen).
+    pub fn seen(&self) -> usize {
+        self.seen
+    }
+
     /// Mean length of a spot run (available stretch), in ticks: the censored estimate
     /// `(up ticks + prior) / (losses + 1)`.
     pub fn mean_uptime_ticks(&self, prior_ticks: f64) -> f64 {
@@ -92,12 +107,21 @@ impl Spillway {
     fn observe(&mut self, view: &TickView<'_>) {
         let n = view.regions();
         self.regions.resize_with(n, HistoryStats::default);
-        for (r, stats) in self.regions.iter_mut().enumerate() {
-            stats.update(view.spot_history(r));
+        for (stats, region) in self.regions.iter_mut().zip(view.regions) {
+            stats.update_window(region);
         }
-        let len = view.spot_history(0).len();
-        for t in self.any.seen..len {
-            self.any.push((0..n).any(|r| view.spot_history(r)[t]));
+        // "Spot available in some region", over the ticks every window covers from its start.
+        let observed = view.regions.iter().map(|r| r.spot_observed).max().unwrap_or(0) as usize;
+        let first = view
+            .regions
+            .iter()
+            .filter(|r| !r.spot_history.is_empty())
+            .map(|r| r.history_start() as usize)
+            .min()
+            .unwrap_or(observed);
+        self.any.seen = self.any.seen.max(first);
+        for t in self.any.seen..observed {
+            self.any.push(view.regions.iter().any(|r| r.spot_at(t as u64) == Some(true)));
         }
     }
 }

@@ -1,0 +1,461 @@
+//! Deadline jobs in the control loop: every round, each job with a deadline, known work and spot
+//! allowed gets its configured [`DeadlinePolicy`](crate::deadline::DeadlinePolicy) (the same code
+//! the `spot-deadline` simulator experiment runs), fed with the spot availability the loop has
+//! observed per region; the policy's choice (spot in a region, regular in a region, or nothing)
+//! narrows the job's solver demand, and a change of choice moves a running job make-before-break.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
+
+use solver::Priority;
+use state::StoreError;
+
+use super::demand::RESTART_MARGIN_HOURS;
+use super::world::{SpotHistory, our_usage};
+use super::{Controller, LoopState, RoundReport};
+use crate::cloud::FailureClass;
+use crate::deadline::{Choice, DeadlinePolicy, DeadlinePolicyKind, RegionTick, TickView};
+use crate::jobs::record_event;
+use crate::model::{Attempt, AttemptState, Job, JobKind, JobState, SpotPolicy, normalize_family};
+use crate::records::Tenant;
+
+/// True when the loop runs the configured deadline policy for this job: it has a deadline, known
+/// work (`duration_hours`), may use spot, and is not an inference service (which has no end).
+pub fn deadline_managed(job: &Job) -> bool {
+    job.spec.deadline.is_some()
+        && job.spec.duration_hours.is_some()
+        && job.spec.spot_policy() != SpotPolicy::Never
+        && job.spec.kind != JobKind::Inference
+}
+
+/// What a deadline job's policy wants it to hold this round.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadlineChoice {
+    /// The policy that chose.
+    pub policy: &'static str,
+    /// Where to run (`Spot` or `Regular` in a region), or `None` to wait with nothing placed.
+    pub hold: Option<(Priority, String)>,
+}
+
+impl DeadlineChoice {
+    /// Whether a placement in `region` at `priority` carries out this choice.
+    pub fn allows(&self, region: &str, priority: Priority) -> bool {
+        self.hold.as_ref().is_some_and(|(p, r)| *p == priority && r == region)
+    }
+
+    /// Why the job waits when the choice is to hold nothing.
+    pub fn waiting_reason(&self) -> String {
+        format!("waiting for spot: the {} deadline policy has slack to spare", self.policy)
+    }
+}
+
+impl std::fmt::Display for DeadlineChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.hold {
+            Some((p, r)) => write!(f, "{p} in {r}"),
+            None => f.write_str("nothing (wait)"),
+        }
+    }
+}
+
+/// Narrows a deadline job's demands to its policy's choice: spot in `r` becomes spot only
+/// ([`solver::SpotPolicy::Only`]) in `r` only, regular in `r` becomes regular in `r` only. A choice
+/// to hold nothing leaves the demands alone: the loop does not pass them on.
+pub fn apply_deadline_choice(demands: &mut [solver::JobDemand], choice: &DeadlineChoice) {
+    let Some((priority, region)) = &choice.hold else { return };
+    for d in demands {
+        d.regions = Some(vec![region.clone()]);
+        d.deny_regions.retain(|r| r != region);
+        d.spot = match priority {
+            Priority::Spot => solver::SpotPolicy::Only,
+            Priority::Regular => solver::SpotPolicy::Never,
+        };
+    }
+}
+
+/// A deadline job's policy instance and the regions its indices refer to.
+struct JobPolicy {
+    kind: DeadlinePolicyKind,
+    regions: Vec<String>,
+    policy: Box<dyn DeadlinePolicy>,
+}
+
+/// The control loop's in-memory deadline state: the spot availability history it observes, one
+/// policy instance per deadline job, and this round's choices. Lost on a restart (the history then
+/// starts empty and policies afresh: their latches re-trigger from the job's slack).
+#[derive(Default)]
+pub(crate) struct DeadlineState {
+    pub(crate) history: SpotHistory,
+    /// Regions where one of our spot fleets lost VMs in this round.
+    pub(crate) evicted_spot: BTreeSet<String>,
+    policies: BTreeMap<String, JobPolicy>,
+    pub(crate) choices: BTreeMap<String, DeadlineChoice>,
+}
+
+impl std::fmt::Debug for DeadlineState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeadlineState")
+            .field("history", &self.history)
+            .field("evicted_spot", &self.evicted_spot)
+            .field("jobs", &self.policies.keys().collect::<Vec<_>>())
+            .field("choices", &self.choices)
+            .finish()
+    }
+}
+
+impl DeadlineState {
+    /// True when `a` holds something other than what its job's policy chose (and the policy chose
+    /// to run somewhere): the job is placed again, and `a` is retired once the new attempt runs.
+    pub(crate) fn retiring(&self, a: &Attempt) -> bool {
+        self.choices.get(&a.job_id).is_some_and(|c| c.hold.is_some() && !c.allows(&a.region, to_solver(a.priority)))
+    }
+
+    /// True when `new`, now running, carries out its job's choice and `old` does not: make before
+    /// break, `old` goes now.
+    pub(crate) fn replaces(&self, new: &Attempt, old: &Attempt) -> bool {
+        new.job_id == old.job_id
+            && self.choices.get(&new.job_id).is_some_and(|c| {
+                c.allows(&new.region, to_solver(new.priority)) && !c.allows(&old.region, to_solver(old.priority))
+            })
+    }
+}
+
+fn to_solver(p: crate::model::Priority) -> Priority {
+    match p {
+        crate::model::Priority::Regular => Priority::Regular,
+        crate::model::Priority::Spot => Priority::Spot,
+    }
+}
+
+const HOUR_MS: f64 = 3_600_000.0;
+
+/// The cheapest offer of one tier in one region for a job: USD per hour for the whole job, and
+/// whether it can be used now.
+#[derive(Clone, Copy)]
+struct TierOffer {
+    price: f64,
+    usable: bool,
+}
+
+impl Controller {
+    /// Observes spot availability for this round, then asks each deadline job's policy what the
+    /// job holds this round (recorded in `st.deadline.choices`; `plan_input` narrows the job's
+    /// demands to it). A change of choice is recorded as a `deadline_choice` event.
+    pub(crate) async fn decide_deadlines(
+        &self,
+        st: &mut LoopState,
+        now: i64,
+        report: &mut RoundReport,
+    ) -> Result<(), StoreError> {
+        let tick_ms = self.config.deadline_tick_ms.max(1);
+        // The rule of `SpotHistory`: a spot GPU offer with room is listed, no capacity block covers
+        // a spot offer there, and none of our spot fleets there lost VMs this round.
+        let mut available: BTreeMap<String, bool> = BTreeMap::new();
+        for o in &st.world.offers {
+            let listed = o.priority == crate::model::Priority::Spot
+                && o.price_per_hour.is_some()
+                && o.capacity_vms != Some(0)
+                && self.catalog.size(&o.size).is_some_and(|s| s.gpus > 0);
+            let e = available.entry(o.region.clone()).or_insert(false);
+            *e |= listed;
+        }
+        for (region, up) in available.iter_mut() {
+            let blocked = st.world.blocked.iter().any(|b| {
+                b.is_active(now)
+                    && b.zone.is_none()
+                    && &b.region == region
+                    && b.class == FailureClass::Capacity
+                    && b.priority.is_none_or(|p| p == crate::model::Priority::Spot)
+            });
+            if blocked || st.deadline.evicted_spot.contains(region) {
+                *up = false;
+            }
+        }
+        st.deadline.evicted_spot.clear();
+        st.deadline.history.observe(now, tick_ms, &available);
+
+        let mut jobs = Vec::new();
+        for s in [JobState::Pending, JobState::Provisioning, JobState::Running, JobState::Migrating] {
+            jobs.extend(self.store.by_index::<Job>("state", s.as_str())?.into_iter().filter(deadline_managed));
+        }
+        let open: BTreeSet<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+        st.deadline.policies.retain(|id, _| open.contains(id.as_str()));
+        let previous = std::mem::take(&mut st.deadline.choices);
+        if jobs.is_empty() {
+            return Ok(());
+        }
+        let active = self.active_attempts()?;
+        let ours = our_usage(active.iter());
+        for job in jobs {
+            let attempts = self.store.by_index::<Attempt>("job", &job.id)?;
+            let Some(choice) = self.choose_for(st, &job, &attempts, &ours, now, tick_ms) else { continue };
+            if previous.get(&job.id) != Some(&choice) {
+                let msg = format!("{} deadline policy: {choice}", choice.policy);
+                self.store.transaction(|tx| {
+                    let Some(j) = tx.get::<Job>(&job.id)? else { return Ok(()) };
+                    if !j.state.is_final() {
+                        record_event(tx, &j, now, "deadline_choice", msg.clone(), serde_json::Value::Null)?;
+                    }
+                    Ok(())
+                })?;
+            }
+            self.retire_leftovers(&job, &attempts, &choice, now, report).await?;
+            st.deadline.choices.insert(job.id.clone(), choice);
+        }
+        Ok(())
+    }
+
+    /// Once an attempt that carries out the job's choice runs (or, with a choice to hold nothing,
+    /// once any runs), the job's other active attempts (left from an earlier choice, e.g. a
+    /// placement still being created when the choice changed back) are deleted: a job never keeps
+    /// two placements after a move. A running one is billed up to now first.
+    async fn retire_leftovers(
+        &self,
+        job: &Job,
+        attempts: &[Attempt],
+        choice: &DeadlineChoice,
+        now: i64,
+        report: &mut RoundReport,
+    ) -> Result<(), StoreError> {
+        // The attempt to keep: a running one that carries out the choice; with a choice to hold
+        // nothing, the newest running one (what runs is kept, but only one placement of it).
+        let keep = match &choice.hold {
+            Some(_) => attempts
+                .iter()
+                .filter(|a| a.state == AttemptState::Running && choice.allows(&a.region, to_solver(a.priority)))
+                .max_by_key(|a| a.number),
+            None => attempts.iter().filter(|a| a.state == AttemptState::Running).max_by_key(|a| a.number),
+        };
+        let Some(keep) = keep else { return Ok(()) };
+        let carried = |a: &Attempt| match &choice.hold {
+            Some(_) => choice.allows(&a.region, to_solver(a.priority)),
+            None => a.number == keep.number,
+        };
+        for old in attempts.iter().filter(|a| a.is_active() && !carried(a)) {
+            if self.cloud.delete_fleet(&old.fleet_name).await.is_err() {
+                continue; // retried next round
+            }
+            report.fleets_deleted += 1;
+            let mut old = old.clone();
+            let Some(mut current) = self.store.get::<Job>(&job.id)? else { continue };
+            let mut tenant = self.store.get::<Tenant>(&current.spec.tenant)?.unwrap_or(Tenant {
+                name: current.spec.tenant.clone(),
+                budget_usd: None,
+                spent_usd: 0.0,
+            });
+            if old.state == AttemptState::Running {
+                self.account(&mut old, &mut current, &mut tenant, now);
+            }
+            old.state = AttemptState::Replaced;
+            old.ended_at_ms = Some(now);
+            old.operation = None;
+            let msg = format!("attempt {} ({} in {}) retired: the job moved", old.number, old.priority, old.region);
+            self.store.transaction(|tx| {
+                tx.put(&old)?;
+                tx.put(&current)?;
+                tx.put(&tenant)?;
+                record_event(tx, &current, now, "fleet_deleted", msg.clone(), serde_json::Value::Null)?;
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Builds the job's view (see `deadline::TickView`) and runs its policy. `None` when the job
+    /// has no region with an offer for it.
+    fn choose_for(
+        &self,
+        st: &mut LoopState,
+        job: &Job,
+        attempts: &[Attempt],
+        ours: &BTreeMap<(String, String), (u64, u64)>,
+        now: i64,
+        tick_ms: i64,
+    ) -> Option<DeadlineChoice> {
+        let spec = &job.spec;
+        let deadline = spec.deadline?;
+        let work_h = spec.duration_hours?;
+        let sizes = spec.acceptable_sizes(&self.catalog);
+        let wanted = job.wanted_gpus().max(1);
+        let mut names = Vec::new();
+        let mut tiers: Vec<(Option<TierOffer>, Option<TierOffer>)> = Vec::new();
+        for region in spec.allowed_regions(&self.catalog) {
+            let mut regular: Option<TierOffer> = None;
+            let mut spot: Option<TierOffer> = None;
+            for o in st.world.offers.iter().filter(|o| o.region == region) {
+                let Some(size) = sizes.iter().find(|s| s.name == o.size) else { continue };
+                let Some(price) = o.price_per_hour else { continue };
+                if size.gpus == 0
+                    || spec.min_gpus_per_vm.is_some_and(|m| size.gpus < m)
+                    || st.world.restricted(&region, &size.name)
+                {
+                    continue;
+                }
+                let vms = wanted.div_ceil(size.gpus);
+                let vcpus = vms as u64 * size.vcpus as u64;
+                let pools: Vec<String> = match o.priority {
+                    crate::model::Priority::Regular => vec![normalize_family(&size.family), "cores".into()],
+                    crate::model::Priority::Spot => vec!["lowprioritycores".into()],
+                };
+                let usable = st.world.block_for(&region, &size.name, &size.family, o.priority, now).is_none()
+                    && o.capacity_vms.is_none_or(|c| c >= vms)
+                    && pools.iter().all(|k| st.world.free_vcpus(&region, k, ours).is_none_or(|f| f >= vcpus));
+                let offer = TierOffer { price: price * vms as f64, usable };
+                let slot = match o.priority {
+                    crate::model::Priority::Regular => &mut regular,
+                    crate::model::Priority::Spot => &mut spot,
+                };
+                // Usable offers first, then the cheapest.
+                if slot.is_none_or(|s| (!s.usable && usable) || (s.usable == usable && offer.price < s.price)) {
+                    *slot = Some(offer);
+                }
+            }
+            if regular.is_some() || spot.is_some() {
+                names.push(region);
+                tiers.push((regular, spot));
+            }
+        }
+        if names.is_empty() {
+            return None;
+        }
+        // A region whose history says "available" but whose spot offers this job cannot use now
+        // (quota, a block on its sizes) shows this job an unavailable current tick.
+        let observed = st.deadline.history.observed();
+        let histories: Vec<Cow<'_, [bool]>> = names
+            .iter()
+            .zip(&tiers)
+            .map(|(name, (_, spot))| match spot {
+                None => Cow::Borrowed(&[][..]),
+                Some(s) => {
+                    let window = st.deadline.history.window(name);
+                    if !s.usable && window.last() == Some(&true) {
+                        let mut owned = window.to_vec();
+                        if let Some(last) = owned.last_mut() {
+                            *last = false;
+                        }
+                        Cow::Owned(owned)
+                    } else {
+                        Cow::Borrowed(window)
+                    }
+                }
+            })
+            .collect();
+        let regions: Vec<RegionTick<'_>> = names
+            .iter()
+            .zip(&tiers)
+            .zip(&histories)
+            .map(|((name, (regular, spot)), history)| RegionTick {
+                name,
+                regular_price: regular.map_or(f64::INFINITY, |r| r.price),
+                spot_price: spot.map_or(f64::INFINITY, |s| s.price),
+                regular_available: regular.is_some_and(|r| r.usable),
+                spot_history: history,
+                spot_observed: observed,
+            })
+            .collect();
+        let egress = vec![0.0; names.len() * names.len()];
+        let index = |region: &str| names.iter().position(|n| n == region);
+        let overhead_ms = (RESTART_MARGIN_HOURS * HOUR_MS).round() as i64;
+        let newest_active = attempts.iter().filter(|a| a.is_active()).max_by_key(|a| a.number);
+        let (running, overhead_left_ms) = match newest_active.and_then(|a| index(&a.region).map(|i| (a, i))) {
+            Some((a, i)) => {
+                let c = match a.priority {
+                    crate::model::Priority::Spot => Choice::Spot(i),
+                    crate::model::Priority::Regular => Choice::Regular(i),
+                };
+                let left = match a.state {
+                    AttemptState::Provisioning => (overhead_ms - (now - a.started_at_ms)).clamp(0, overhead_ms),
+                    _ => 0,
+                };
+                (c, left)
+            }
+            None => (Choice::Idle, 0),
+        };
+        let checkpoint_region = attempts.iter().max_by_key(|a| a.number).and_then(|a| index(&a.region));
+        let start = job.submitted_at_ms;
+        let deadline_at = (deadline.unix_timestamp_nanos() / 1_000_000) as i64;
+        let work_ms = (work_h * HOUR_MS).round() as i64;
+        // Rounded up: the view never believes more time is left than there is.
+        let tick = ((now - start).max(0) + tick_ms - 1) / tick_ms;
+        let tick = tick as usize;
+        // What an eviction would cost on top of the restart: the work since the last checkpoint,
+        // at worst a whole interval; without checkpoints, everything done so far (at least an hour's
+        // worth, as the work to come is not saved either).
+        let remaining_h = job.remaining_hours().unwrap_or(work_h);
+        let at_risk_h = match spec.checkpoint_interval_minutes {
+            Some(m) => (m as f64 / 60.0).min(remaining_h),
+            None => job.progress_hours.max(remaining_h.min(1.0)),
+        };
+        let view = TickView {
+            regions: &regions,
+            egress_usd_per_gb: &egress,
+            checkpoint_gb: 0.0,
+            tick,
+            tick_ms,
+            work_ms,
+            deadline_ms: deadline_at - start,
+            overhead_ms,
+            progress_ms: ((job.progress_hours * HOUR_MS).round() as i64).clamp(0, work_ms),
+            running,
+            overhead_left_ms,
+            spot_loss_ms: (at_risk_h * HOUR_MS).round() as i64,
+            checkpoint_region,
+        };
+        let kind = self.config.deadline_policy;
+        let entry = st.deadline.policies.entry(job.id.clone()).or_insert_with(|| JobPolicy {
+            kind,
+            regions: names.clone(),
+            policy: kind.make(),
+        });
+        if entry.kind != kind || entry.regions != names {
+            *entry = JobPolicy { kind, regions: names.clone(), policy: kind.make() };
+        }
+        let chosen = entry.policy.choose(&view);
+        let hold = match chosen {
+            Choice::Spot(r) => Some((Priority::Spot, names.get(r)?.clone())),
+            Choice::Regular(r) => Some((Priority::Regular, names.get(r)?.clone())),
+            Choice::Idle => None,
+        };
+        Some(DeadlineChoice { policy: kind.name(), hold })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn demand() -> solver::JobDemand {
+        solver::JobDemand {
+            id: "j".into(),
+            regions: Some(vec!["eastus".into(), "westus3".into()]),
+            deny_regions: vec!["westus3".into()],
+            spot: solver::SpotPolicy::Allowed,
+            ..solver::JobDemand::default()
+        }
+    }
+
+    #[test]
+    fn a_choice_narrows_the_demand_to_one_region_and_one_tier() {
+        let spot = DeadlineChoice { policy: "spillway", hold: Some((Priority::Spot, "westus3".into())) };
+        let mut d = vec![demand()];
+        apply_deadline_choice(&mut d, &spot);
+        assert_eq!(d[0].regions, Some(vec!["westus3".to_string()]));
+        assert!(d[0].deny_regions.is_empty(), "the chosen region is not denied");
+        assert_eq!(d[0].spot, solver::SpotPolicy::Only);
+        assert!(spot.allows("westus3", Priority::Spot));
+        assert!(!spot.allows("westus3", Priority::Regular), "spot only");
+        assert!(!spot.allows("eastus", Priority::Spot), "that region only");
+
+        let regular = DeadlineChoice { policy: "greedy", hold: Some((Priority::Regular, "eastus".into())) };
+        let mut d = vec![demand()];
+        apply_deadline_choice(&mut d, &regular);
+        assert_eq!((d[0].regions.clone(), d[0].spot), (Some(vec!["eastus".to_string()]), solver::SpotPolicy::Never));
+
+        let idle = DeadlineChoice { policy: "spillway", hold: None };
+        let mut d = vec![demand()];
+        apply_deadline_choice(&mut d, &idle);
+        assert_eq!(d, vec![demand()]);
+        assert!(!idle.allows("eastus", Priority::Regular));
+        assert!(idle.waiting_reason().contains("waiting for spot"));
+    }
+}
