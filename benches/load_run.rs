@@ -17,7 +17,10 @@
 //! `--cancel-rate R` (`SPILLWAY_LOAD_CANCEL_RATE`, 5/s, of jobs the run submitted recently),
 //! `--tenants N` (`SPILLWAY_LOAD_TENANTS`, 4: one submitter token each), `--speedup X`
 //! (`SPILLWAY_LOAD_SPEEDUP`, 60), `--max-rss-growth F` (`SPILLWAY_LOAD_MAX_RSS_GROWTH`, 0.5),
-//! `--json FILE` (`SPILLWAY_LOAD_JSON`: the summary as JSON).
+//! `--json FILE` (`SPILLWAY_LOAD_JSON`: the summary as JSON), `--retain-finished-hours H`
+//! (`SPILLWAY_LOAD_RETAIN_FINISHED_HOURS`: passed to `serve`, in simulated hours; reads then pick
+//! among the jobs submitted within half that window, which the server still holds; without it the
+//! server keeps its default of 168 h, longer than any run).
 //!
 //! Exit status: 0 when every request got its expected status (201 for a submission, 200 for reads,
 //! 200 or 409 "already ended" for a cancellation) with no transport error, and the server's RSS at
@@ -86,6 +89,8 @@ struct Options {
     speedup: f64,
     max_rss_growth: f64,
     json: Option<PathBuf>,
+    /// Passed to `serve --retain-finished-hours` (simulated hours) when set.
+    retain_finished_hours: Option<f64>,
 }
 
 fn parse_options() -> Result<Options, String> {
@@ -106,6 +111,7 @@ fn parse_options() -> Result<Options, String> {
         ("--speedup", "SPILLWAY_LOAD_SPEEDUP"),
         ("--max-rss-growth", "SPILLWAY_LOAD_MAX_RSS_GROWTH"),
         ("--json", "SPILLWAY_LOAD_JSON"),
+        ("--retain-finished-hours", "SPILLWAY_LOAD_RETAIN_FINISHED_HOURS"),
     ] {
         if let Some(v) = env(var) {
             raw.insert(opt, v);
@@ -121,6 +127,7 @@ fn parse_options() -> Result<Options, String> {
         "--speedup",
         "--max-rss-growth",
         "--json",
+        "--retain-finished-hours",
     ];
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -152,6 +159,7 @@ fn parse_options() -> Result<Options, String> {
         speedup: get("--speedup").map(|v| num("--speedup", v)).transpose()?.unwrap_or(60.0),
         max_rss_growth: get("--max-rss-growth").map(|v| num("--max-rss-growth", v)).transpose()?.unwrap_or(0.5),
         json: get("--json").map(PathBuf::from),
+        retain_finished_hours: get("--retain-finished-hours").map(|v| num("--retain-finished-hours", v)).transpose()?,
     };
     if o.seconds < 20 {
         return Err(format!("--seconds: {} is too short; at least 20 (10 of them warm-up)", o.seconds));
@@ -243,6 +251,8 @@ struct Shared {
     cancellable: Mutex<VecDeque<(String, usize)>>,
     in_flight: AtomicUsize,
     rng: AtomicU64,
+    /// How many of the newest submissions reads pick from (`None`: all of them).
+    read_window: Option<usize>,
 }
 
 impl Shared {
@@ -320,7 +330,11 @@ async fn one_request(shared: Arc<Shared>, op: Op, n: u64, scheduled: Instant) {
         Op::GetJob | Op::Cancel => {
             let pick = if op == Op::GetJob {
                 let all = shared.submitted.lock().unwrap();
-                if all.is_empty() { None } else { Some(all[(shared.random() % all.len() as u64) as usize].clone()) }
+                // With a retention the server forgets finished jobs: read among those submitted
+                // within half the retention (in real seconds), which it still has.
+                let window = shared.read_window.unwrap_or(usize::MAX).min(all.len());
+                let from = all.len() - window;
+                if window == 0 { None } else { Some(all[from + (shared.random() % window as u64) as usize].clone()) }
             } else {
                 let mut recent = shared.cancellable.lock().unwrap();
                 if recent.is_empty() {
@@ -549,6 +563,7 @@ fn main() {
         .arg(&scenario)
         .arg("--data-dir")
         .arg(&data_dir)
+        .args(opts.retain_finished_hours.map(|h| format!("--retain-finished-hours={h}")))
         .env("SPILLWAY_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -644,6 +659,9 @@ async fn run(opts: Options, url: String, admin: String, pid: u32, data_dir: Path
         cancellable: Mutex::new(VecDeque::new()),
         in_flight: AtomicUsize::new(0),
         rng: AtomicU64::new(0x5EED),
+        read_window: opts
+            .retain_finished_hours
+            .map(|h| (h * 3_600.0 / opts.speedup / 2.0 * opts.submit_rate).max(1.0) as usize),
     });
     let metrics_before = scrape_metrics(&http, &url, &admin).await;
     let started = Instant::now();

@@ -564,3 +564,36 @@ max_price_per_hour = 12.0
         assert!(cap >= a.price_per_hour && a.vms as f64 * cap <= 12.0 + 1e-9, "{a:?}");
     }
 }
+
+#[tokio::test]
+async fn finished_jobs_are_forgotten_after_the_retention_and_tenant_spend_is_kept() {
+    let cfg = ControlConfig { auto_complete: true, retain_finished_ms: Some(3_600_000), ..config() };
+    let h = harness_with("retention", two_regions(), cfg);
+    let done = h.submit(A100_GANG);
+    h.round().await;
+    h.step(61).await;
+    for _ in 0..13 {
+        h.step(600).await;
+    }
+    assert_eq!(h.job(&done.id).state, JobState::Succeeded);
+    let spent = h.store.get::<scheduler::records::Tenant>("research").unwrap().expect("tenant record").spent_usd;
+    assert!(spent > 0.0);
+    let seq_before = h.store.last_seq();
+    // Within the hour the finished job is still there to be read.
+    h.step(1_800).await;
+    assert!(h.jobs.get(&done.id).unwrap().is_some(), "kept within the retention");
+    // A job still running is never forgotten, however old.
+    let open = h.submit(&A100_GANG.replace("duration_hours = 2.0", "duration_hours = 100.0"));
+    h.step(1).await;
+    h.step(2_000).await;
+    assert!(h.jobs.get(&done.id).unwrap().is_none(), "forgotten past the retention");
+    assert!(h.store.by_index::<Attempt>("job", &done.id).unwrap().is_empty(), "its attempts went with it");
+    assert!(h.store.by_index::<scheduler::jobs::JobEvent>("job", &done.id).unwrap().is_empty(), "and its events");
+    assert!(h.jobs.get(&open.id).unwrap().is_some(), "an open job stays");
+    let after = h.store.get::<scheduler::records::Tenant>("research").unwrap().expect("tenant record").spent_usd;
+    assert!(after >= spent, "what the tenant spent is kept: {after} < {spent}");
+    // The global log lost the events older than the hour but keeps numbering on.
+    let events = h.store.events_from(0, 1_000_000).unwrap();
+    assert!(events.iter().all(|e| e.at_ms >= h.clock.now_ms() - 3_600_000 - 60_000), "old events trimmed");
+    assert!(h.store.last_seq() >= seq_before);
+}

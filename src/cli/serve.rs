@@ -96,6 +96,10 @@ pub struct ServeArgs {
     /// PEM private key (PKCS#8, PKCS#1 or SEC1) of --tls-cert.
     #[arg(long, requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// Hours a finished job, its attempts and events (and the event log) are kept after it ends
+    /// (0 = for ever) [default: 168]. What tenants spent is kept regardless.
+    #[arg(long)]
+    pub retain_finished_hours: Option<f64>,
 }
 
 /// `[serve]` of the config file.
@@ -142,6 +146,8 @@ struct Settings {
     config_path: Option<PathBuf>,
     /// Certificate chain and key files when serving HTTPS.
     tls: Option<(PathBuf, PathBuf)>,
+    /// How long finished jobs are kept (`None`: for ever).
+    retain_finished_ms: Option<i64>,
 }
 
 fn settings(args: ServeArgs) -> Result<Settings, String> {
@@ -185,7 +191,14 @@ fn settings(args: ServeArgs) -> Result<Settings, String> {
     if let Some(b) = args.rate_burst {
         api.rate_limit.burst = b.max(1);
     }
+    let retain_finished_ms = match args.retain_finished_hours {
+        None => ControlConfig::default().retain_finished_ms,
+        Some(h) if h.is_finite() && h == 0.0 => None,
+        Some(h) if h.is_finite() && h > 0.0 => Some((h * 3_600_000.0).round() as i64),
+        Some(h) => return Err(format!("--retain-finished-hours: expected hours ≥ 0 (0 keeps everything), got {h}")),
+    };
     Ok(Settings {
+        retain_finished_ms,
         data_dir: args.data_dir.or(f.data_dir).unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
         listen,
         cloud: args.cloud.or(f.cloud).unwrap_or(CloudKind::Sim),
@@ -296,7 +309,11 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
     let catalog = Arc::new(catalog);
     let mut registry = Registry::default();
     let metrics = ControlMetrics::register(&mut registry);
-    let control = ControlConfig { auto_complete: simulated, ..ControlConfig::default() };
+    let control = ControlConfig {
+        auto_complete: simulated,
+        retain_finished_ms: settings.retain_finished_ms,
+        ..ControlConfig::default()
+    };
     let controller = Arc::new(Controller::new(store.clone(), cloud, clock.clone(), catalog.clone(), control, metrics));
     let jobs = JobService::new(store.clone(), catalog, clock.clone());
     let tokens = TokenStore::open(store.clone()).map_err(|e| e.to_string())?;
@@ -620,6 +637,7 @@ mod tests {
             rate_burst: None,
             tls_cert: None,
             tls_key: None,
+            retain_finished_hours: None,
         };
         assert!(settings(args("0.0.0.0:7878", false)).unwrap_err().contains("loopback"));
         assert!(settings(args("0.0.0.0:7878", true)).is_ok());

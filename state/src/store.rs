@@ -355,6 +355,24 @@ impl Store {
     /// end of the index: a page of the newest records costs `n` reads, not the whole history, when
     /// keys grow with time (as generated job ids do).
     pub fn last_by_index<R: Record>(&self, index: &str, value: &str, n: usize) -> Result<Vec<R>, StoreError> {
+        let mut out = self.page_by_index(index, value, n, true)?;
+        out.reverse();
+        Ok(out)
+    }
+
+    /// The first `n` records (in key order) whose index `index` has the value `value`: the oldest,
+    /// when keys grow with time.
+    pub fn first_by_index<R: Record>(&self, index: &str, value: &str, n: usize) -> Result<Vec<R>, StoreError> {
+        self.page_by_index(index, value, n, false)
+    }
+
+    fn page_by_index<R: Record>(
+        &self,
+        index: &str,
+        value: &str,
+        n: usize,
+        from_end: bool,
+    ) -> Result<Vec<R>, StoreError> {
         let reg = self.ensure_table(&R::TABLE)?;
         let h = &reg.tables[R::TABLE.name];
         let Some(pos) = h.def.indexes.iter().position(|i| i.name == index) else {
@@ -362,7 +380,10 @@ impl Store {
         };
         let pointer = &h.def.indexes[pos].pointer;
         let mut out = Vec::new();
-        for kv in reg.trees[h.indexes[pos]].scan_prefix(index_prefix(value)).rev() {
+        let scan = reg.trees[h.indexes[pos]].scan_prefix(index_prefix(value));
+        let keys: Box<dyn Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>> =
+            if from_end { Box::new(scan.rev()) } else { Box::new(scan) };
+        for kv in keys {
             if out.len() >= n {
                 break;
             }
@@ -381,7 +402,6 @@ impl Store {
             }
             out.push(serde_json::from_slice(json).map_err(decode_err)?);
         }
-        out.reverse();
         Ok(out)
     }
 
@@ -505,6 +525,27 @@ impl Store {
             out.push(decode(&v, "events", &what)?);
         }
         Ok(out)
+    }
+
+    /// Removes the events of the log that happened before `before_ms`, oldest first, at most `max` of
+    /// them; returns how many went. Sequence numbers are never reused: a reader resuming from a
+    /// removed event gets the oldest one kept.
+    pub fn trim_events_before(&self, before_ms: i64, max: usize) -> Result<usize, StoreError> {
+        let events = &self.inner.registry().trees[EVENTS_IX];
+        let mut n = 0;
+        for kv in events.iter() {
+            if n >= max {
+                break;
+            }
+            let (k, v) = kv?;
+            let event: Event = decode(&v, "events", &format!("event {:?}", k.as_ref()))?;
+            if event.at_ms >= before_ms {
+                break;
+            }
+            events.remove(k)?;
+            n += 1;
+        }
+        Ok(n)
     }
 
     /// The sequence number of the newest event (0 when there is none).

@@ -163,6 +163,24 @@ fn the_last_records_of_an_index_and_of_a_table_are_read_from_the_end() {
     assert_eq!(ids(store.last::<Job>(2).unwrap()), ["j28", "j29"]);
     assert_eq!(store.count::<Job>().unwrap(), 30);
     assert!(matches!(store.last_by_index::<Job>("nope", "x", 1), Err(StoreError::UnknownIndex { .. })));
+    assert_eq!(ids(store.first_by_index::<Job>("state", "running", 2).unwrap()), ["j00", "j02"]);
+}
+
+#[test]
+fn old_events_are_trimmed_and_numbering_goes_on() {
+    let dir = TempDir::new("trim");
+    let store = Store::open(dir.path()).unwrap();
+    for i in 0..10 {
+        let mut d = draft("job.submitted", &format!("j{i}"));
+        d.at_ms = 1_000 * i64::from(i);
+        store.transaction(|tx| tx.append_event(d.clone())).unwrap();
+    }
+    assert_eq!(store.trim_events_before(4_000, 2).unwrap(), 2, "at most `max` per call");
+    assert_eq!(store.trim_events_before(4_000, 100).unwrap(), 2);
+    let kept: Vec<i64> = store.events_from(0, 100).unwrap().into_iter().map(|e| e.at_ms).collect();
+    assert_eq!(kept, [4_000, 5_000, 6_000, 7_000, 8_000, 9_000]);
+    let next = store.transaction(|tx| tx.append_event(draft("job.submitted", "j10"))).unwrap();
+    assert_eq!(next, 11, "sequence numbers are never reused");
 }
 
 #[test]

@@ -15,6 +15,7 @@ mod deadline;
 mod demand;
 mod driver;
 mod metrics;
+mod retention;
 mod round;
 mod world;
 
@@ -58,6 +59,9 @@ pub struct ControlConfig {
     pub breaker: BreakerConfig,
     /// Factor applied to the price of offers in a shunned region so they rank last.
     pub shunned_price_factor: f64,
+    /// How long a finished job (with its attempts and events) and the event log are kept after it
+    /// ends; `None` keeps everything for ever. What tenants spent is kept regardless.
+    pub retain_finished_ms: Option<i64>,
     /// The policy that decides, every round, whether a deadline job with spot allowed holds spot
     /// in a region, regular in a region, or nothing (see `crate::deadline`).
     pub deadline_policy: crate::deadline::DeadlinePolicyKind,
@@ -78,6 +82,7 @@ impl Default for ControlConfig {
             durable: true,
             breaker: BreakerConfig::default(),
             shunned_price_factor: 1_000.0,
+            retain_finished_ms: Some(7 * 24 * 3_600_000),
             deadline_policy: crate::deadline::DeadlinePolicyKind::Spillway,
             deadline_tick_ms: 60_000,
         }
@@ -115,6 +120,8 @@ pub(crate) struct LoopState {
     /// The last problem solved and its plan: a round whose problem is the same (no new job, no
     /// capacity, quota or block change) reuses the plan instead of solving again.
     pub(crate) last_solve: Option<(solver::Problem, solver::Plan)>,
+    /// When the last retention pass ran (loop time).
+    pub(crate) retention_pass_at_ms: Option<i64>,
 }
 
 /// The control loop over one store and one cloud.

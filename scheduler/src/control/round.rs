@@ -126,6 +126,7 @@ impl Controller {
         }
         self.watch_running(&mut st, now, &mut report).await?;
         self.clean_up_finished(now, &mut report).await?;
+        self.forget_finished(&mut st, now)?;
         self.decide_deadlines(&mut st, now, &mut report).await?;
         for _ in 0..self.config.max_replans_per_round.max(1) {
             if self.plan_and_provision(&mut st, now, &mut report).await? == 0 {
