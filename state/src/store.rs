@@ -307,31 +307,7 @@ impl Store {
     /// The records whose index `index` has the value `value` (see [`IndexDef`](crate::IndexDef) for
     /// how values are written), in key order.
     pub fn by_index<R: Record>(&self, index: &str, value: &str) -> Result<Vec<R>, StoreError> {
-        let reg = self.ensure_table(&R::TABLE)?;
-        let h = &reg.tables[R::TABLE.name];
-        let Some(pos) = h.def.indexes.iter().position(|i| i.name == index) else {
-            return Err(StoreError::UnknownIndex { table: R::TABLE.name.into(), index: index.into() });
-        };
-        let pointer = &h.def.indexes[pos].pointer;
-        let mut out = Vec::new();
-        for kv in reg.trees[h.indexes[pos]].scan_prefix(index_prefix(value)) {
-            let (k, _) = kv?;
-            let Some((_, key)) = split_index_key(&k) else { continue };
-            // A transaction may be committing between the index read and this one; only records that
-            // have the value now are returned.
-            let Some(bytes) = reg.trees[h.tree].get(key.as_bytes())? else { continue };
-            let json = open_envelope(&bytes, R::TABLE.name, key)?;
-            let decode_err = |e: serde_json::Error| StoreError::Decode {
-                table: R::TABLE.name.into(),
-                what: key.into(),
-                reason: e.to_string(),
-            };
-            if pointer_value(json, pointer).map_err(decode_err)?.as_deref() != Some(value) {
-                continue;
-            }
-            out.push(serde_json::from_slice(json).map_err(decode_err)?);
-        }
-        Ok(out)
+        self.page_by_index(index, value, usize::MAX, false)
     }
 
     /// How many records the index lists under `value`, without reading the records: cheap enough for
@@ -389,7 +365,8 @@ impl Store {
             }
             let (k, _) = kv?;
             let Some((_, key)) = split_index_key(&k) else { continue };
-            // As in `by_index`: only records that have the value now.
+            // A transaction may be committing between the index read and this one; only records that
+            // have the value now are returned.
             let Some(bytes) = reg.trees[h.tree].get(key.as_bytes())? else { continue };
             let json = open_envelope(&bytes, R::TABLE.name, key)?;
             let decode_err = |e: serde_json::Error| StoreError::Decode {
