@@ -3,68 +3,20 @@
 //! fleets, and costs.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
-use std::sync::Arc;
 
-use scheduler::Catalog;
-use scheduler::clock::{Clock, ManualClock};
+use scheduler::clock::Clock;
 use scheduler::cloud::{Cloud, FleetRequest, TAG_ATTEMPT, TAG_JOB};
-use scheduler::control::{ControlConfig, ControlMetrics, Controller, RoundReport};
-use scheduler::jobs::{JobDetail, JobService};
+use scheduler::control::{ControlConfig, RoundReport};
+use scheduler::jobs::JobDetail;
 use scheduler::model::{Attempt, AttemptState, Job, JobSpec, JobState, Priority, QuotaPool, SpecFormat};
-use simulator::sim_cloud::{SimCloud, SimCloudConfig};
-use state::Store;
+use simulator::sim_cloud::SimCloudConfig;
 
-const START_MS: i64 = 1_800_000_000_000;
+mod support;
 
-struct Harness {
-    clock: Arc<ManualClock>,
-    cloud: Arc<SimCloud>,
-    store: Store,
-    jobs: JobService,
-    ctl: Controller,
-    dir: PathBuf,
-}
-
-impl Drop for Harness {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("spillway-ctl-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
-
-fn controller(store: &Store, cloud: &Arc<SimCloud>, clock: &Arc<ManualClock>, config: ControlConfig) -> Controller {
-    Controller::new(
-        store.clone(),
-        cloud.clone() as Arc<dyn Cloud>,
-        clock.clone() as Arc<dyn Clock>,
-        Arc::new(Catalog::builtin()),
-        config,
-        ControlMetrics::unregistered(),
-    )
-}
-
-fn config() -> ControlConfig {
-    ControlConfig { durable: false, ..ControlConfig::default() }
-}
+use support::{Harness, START_MS, config, controller, harness_with};
 
 fn harness(name: &str, cloud_config: SimCloudConfig) -> Harness {
     harness_with(name, cloud_config, config())
-}
-
-fn harness_with(name: &str, cloud_config: SimCloudConfig, cfg: ControlConfig) -> Harness {
-    let dir = temp_dir(name);
-    let clock = Arc::new(ManualClock::new(START_MS));
-    let cloud = Arc::new(SimCloud::new(cloud_config, Catalog::builtin(), clock.clone()).expect("valid cloud"));
-    let store = Store::open(&dir).expect("store opens");
-    let jobs = JobService::new(store.clone(), Arc::new(Catalog::builtin()), clock.clone()).without_flush();
-    let ctl = controller(&store, &cloud, &clock, cfg);
-    Harness { clock, cloud, store, jobs, ctl, dir }
 }
 
 impl Harness {

@@ -3,56 +3,25 @@
 //! with its slack gone it runs regular; with spot gone everywhere it waits, then runs regular in
 //! time; and when spot comes back it moves there, make before break.
 
-use std::path::PathBuf;
-use std::sync::Arc;
-
-use scheduler::Catalog;
-use scheduler::clock::{Clock, ManualClock};
-use scheduler::cloud::Cloud;
-use scheduler::control::{ControlConfig, ControlMetrics, Controller};
+use scheduler::clock::Clock;
+use scheduler::control::ControlConfig;
 use scheduler::deadline::DeadlinePolicyKind;
-use scheduler::jobs::{JobDetail, JobService};
+use scheduler::jobs::JobDetail;
 use scheduler::model::{AttemptState, Job, JobSpec, JobState, Priority, SpecFormat};
-use simulator::sim_cloud::{OfferCapacity, SimCloud, SimCloudConfig};
-use state::Store;
+use simulator::sim_cloud::{OfferCapacity, SimCloudConfig};
 
-const START_MS: i64 = 1_800_000_000_000;
+mod support;
+
+use support::{Harness, START_MS, harness_with};
+
 const SIZE: &str = "Standard_NC24ads_A100_v4";
 /// One round per deadline tick (the default one minute).
 const ROUND_SECS: i64 = 60;
 
-struct Harness {
-    clock: Arc<ManualClock>,
-    cloud: Arc<SimCloud>,
-    jobs: JobService,
-    ctl: Controller,
-    dir: PathBuf,
-}
-
-impl Drop for Harness {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 fn harness(name: &str, cloud_config: SimCloudConfig, policy: DeadlinePolicyKind) -> Harness {
-    let dir = std::env::temp_dir().join(format!("spillway-dlctl-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let clock = Arc::new(ManualClock::new(START_MS));
-    let cloud = Arc::new(SimCloud::new(cloud_config, Catalog::builtin(), clock.clone()).expect("valid cloud"));
-    let store = Store::open(&dir).expect("store opens");
-    let jobs = JobService::new(store.clone(), Arc::new(Catalog::builtin()), clock.clone()).without_flush();
     let config =
         ControlConfig { durable: false, auto_complete: true, deadline_policy: policy, ..ControlConfig::default() };
-    let ctl = Controller::new(
-        store,
-        cloud.clone() as Arc<dyn Cloud>,
-        clock.clone() as Arc<dyn Clock>,
-        Arc::new(Catalog::builtin()),
-        config,
-        ControlMetrics::unregistered(),
-    );
-    Harness { clock, cloud, jobs, ctl, dir }
+    harness_with(&format!("dl-{name}"), cloud_config, config)
 }
 
 impl Harness {
