@@ -313,13 +313,20 @@ pub(crate) async fn plan(
         .await
         .map_err(|e| ApiError::unavailable(format!("cannot compute a plan now ({e}); retry later")))?;
     if let Some(t) = caller.tenant.clone() {
+        // Only the jobs the plan names (open work) are looked up, not the tenant's whole history.
         let jobs = state.jobs().clone();
-        let mine: std::collections::HashSet<String> =
-            blocking(move || jobs.list(None, Some(&t)).map_err(ApiError::from))
-                .await?
-                .into_iter()
-                .map(|j| j.id)
-                .collect();
+        let named: std::collections::BTreeSet<String> =
+            plan.placements.iter().map(|p| p.job.clone()).chain(plan.unplaced.iter().map(|u| u.job.clone())).collect();
+        let mine = blocking(move || -> Result<std::collections::HashSet<String>, ApiError> {
+            let mut mine = std::collections::HashSet::new();
+            for id in named {
+                if jobs.get(&id)?.is_some_and(|j| j.spec.tenant == t) {
+                    mine.insert(id);
+                }
+            }
+            Ok(mine)
+        })
+        .await?;
         plan.placements.retain(|p| mine.contains(&p.job));
         plan.unplaced.retain(|u| mine.contains(&u.job));
         // Totals are recomputed over what the tenant may see; the weight stays global (it names no job).
