@@ -549,3 +549,45 @@ async fn finished_jobs_are_forgotten_after_the_retention_and_tenant_spend_is_kep
     assert!(events.iter().all(|e| e.at_ms >= h.clock.now_ms() - 3_600_000 - 60_000), "old events trimmed");
     assert!(h.store.last_seq() >= seq_before);
 }
+
+/// Accounting of unchanged running work is written at most every `settle_interval_ms`, and what is
+/// written is exact: a controller that restarts from the store in between (as after a crash) bills
+/// the same as one that settles every round, and `settle_accounts` brings the store up to the clock.
+#[tokio::test]
+async fn running_costs_are_settled_every_interval_and_a_restart_loses_nothing() {
+    let every_round = ControlConfig { settle_interval_ms: Some(0), ..config() };
+    let lazy = ControlConfig { settle_interval_ms: Some(600_000), ..config() };
+    let eager = harness_with("settle-eager", two_regions(), every_round);
+    let mut h = harness_with("settle-lazy", two_regions(), lazy.clone());
+    let (a, b) = (eager.submit(A100_GANG), h.submit(A100_GANG));
+    for x in [&eager, &h] {
+        x.round().await;
+        x.step(61).await;
+    }
+    assert_eq!(h.job(&b.id).state, JobState::Running);
+    let cost = |x: &Harness, id: &str| x.job(id).cost_usd;
+    let mut last_written = cost(&h, &b.id);
+    for step in 1..=12 {
+        eager.step(60).await;
+        h.step(60).await;
+        if step == 7 {
+            // A new controller over the same store and cloud: only what is on disk survives.
+            h.ctl = controller(&h.store, &h.cloud, &h.clock, lazy.clone());
+        }
+        let now = cost(&h, &b.id);
+        // Eagerly settled: exact every round; lazily: written no more than every ten minutes.
+        assert!(cost(&eager, &a.id) > 0.0);
+        if now != last_written {
+            assert!(step == 10, "step {step}: written at {now}, last {last_written}");
+            last_written = now;
+        }
+    }
+    assert!(cost(&h, &b.id) < cost(&eager, &a.id), "the lazy store lags before settling");
+    h.ctl.settle_accounts().await.expect("settles");
+    let (e, l) = (cost(&eager, &a.id), cost(&h, &b.id));
+    assert!((e - l).abs() < 1e-6 * e, "eager {e} vs lazy {l}");
+    let progress = |x: &Harness, id: &str| x.job(id).progress_hours;
+    assert!((progress(&eager, &a.id) - progress(&h, &b.id)).abs() < 1e-9);
+    let spent = |x: &Harness| x.store.get::<scheduler::records::Tenant>("research").unwrap().unwrap().spent_usd;
+    assert!((spent(&eager) - spent(&h)).abs() < 1e-6 * e, "tenant spend {} vs {}", spent(&eager), spent(&h));
+}

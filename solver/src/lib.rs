@@ -76,12 +76,20 @@ pub fn solve_lp_round(problem: &Problem, options: &SolveOptions) -> Plan {
 /// and why), and the bounds proven on the way.
 pub(crate) fn lp_round(inst: &Instance, deadline: Option<Instant>) -> (Sol, String, Vec<Bound>) {
     let mut greedy = greedy(inst);
+    greedy.improve(inst);
     let trivial = trivial_bounds(inst);
-    match lp::solve_lp(inst, deadline) {
+    // When nothing shared binds (every job fits where it alone would be cheapest), the greedy plan
+    // meets the bound that ignores capacity and quota: it is optimal, and the LPs would only say so
+    // again. Most rounds of a scheduler that keeps up are like this.
+    if meets(inst, &greedy, &trivial) {
+        return (greedy, "greedy (proven optimal)".to_string(), vec![trivial]);
+    }
+    // A plan placing everything that can be placed has the maximum weight: only cost is left to prove.
+    let known_weight = (greedy.weight(inst) >= trivial.weight - 0.5).then_some((trivial.weight, &greedy));
+    match lp::solve_lp(inst, deadline, known_weight) {
         Ok(lp) => {
             let mut rounded = lp::round(inst, &lp);
             rounded.improve(inst);
-            greedy.improve(inst);
             let sol = pick(inst, rounded, greedy);
             (sol, "lp-round".to_string(), vec![trivial, Bound { weight: lp.weight_bound, cost: lp.cost_bound }])
         }
@@ -117,9 +125,15 @@ pub(crate) struct Bound {
     pub cost: Option<f64>,
 }
 
-/// Bounds that need no optimiser: every job with a feasible candidate placed in full, each on its
-/// cheapest candidate (per GPU for non-gang jobs). A plan reaching that weight places every such job in
-/// full, so it pays at least the sum of their cheapest costs.
+/// Whether a plan provably reaches the optimum by meeting `bound` in weight and in cost.
+fn meets(inst: &Instance, sol: &Sol, bound: &Bound) -> bool {
+    let cost = sol.cost();
+    sol.weight(inst) >= bound.weight - 0.5 && bound.cost.is_some_and(|b| cost <= b + 1e-9 * b.abs().max(1.0))
+}
+
+/// Bounds that need no optimiser: every job with a feasible candidate placed in full, each as cheaply
+/// as it could be alone (capacity and quota ignored). A plan reaching that weight places every such job
+/// in full, so it pays at least the sum of those costs.
 fn trivial_bounds(inst: &Instance) -> Bound {
     let mut weight = 0.0;
     let mut cost = 0.0;
@@ -129,7 +143,7 @@ fn trivial_bounds(inst: &Instance) -> Bound {
         let cheapest = if job.gang {
             class.cands.iter().map(|c| c.cost).fold(f64::INFINITY, f64::min)
         } else {
-            class.cands.iter().map(|c| c.cost_per_gpu() * f64::from(job.gpus)).fold(f64::INFINITY, f64::min)
+            cheapest_cover(&class.cands, job.gpus)
         };
         if cheapest.is_finite() {
             weight += n * f64::from(job.priority) * f64::from(job.gpus);
@@ -137,6 +151,32 @@ fn trivial_bounds(inst: &Instance) -> Bound {
         }
     }
     Bound { weight, cost: Some(cost) }
+}
+
+/// Above this many GPUs a job's cover cost is bounded per GPU rather than computed exactly (the
+/// dynamic programme grows with the GPU count).
+const MAX_EXACT_COVER_GPUS: u32 = 1_024;
+
+/// The least a non-gang job of `gpus` GPUs can pay on these candidates with unlimited room: whole VMs
+/// (a partly used VM is paid in full), egress per GPU placed. Exact by dynamic programming over the
+/// GPUs still to cover; `INFINITY` without candidates.
+fn cheapest_cover(cands: &[model::Cand], gpus: u32) -> f64 {
+    if gpus > MAX_EXACT_COVER_GPUS {
+        // Cost per GPU at full use never exceeds what a GPU costs in any placement: still a bound.
+        return cands.iter().map(|c| c.cost_per_gpu() * f64::from(gpus)).fold(f64::INFINITY, f64::min);
+    }
+    let mut best = vec![f64::INFINITY; gpus as usize + 1];
+    best[0] = 0.0;
+    for k in 1..=gpus {
+        for c in cands {
+            let used = k.min(c.gpus);
+            let v = c.cost + c.egress_per_gpu * f64::from(used) + best[(k - used) as usize];
+            if v < best[k as usize] {
+                best[k as usize] = v;
+            }
+        }
+    }
+    best[gpus as usize]
 }
 
 /// Rounds money to micro-dollars so that the JSON does not show float noise.

@@ -36,13 +36,31 @@ pub(crate) struct LpResult {
 const BOUND_SLACK: f64 = 1e-7;
 
 struct Model {
-    vars: Vec<Vec<Variable>>,
+    /// Per class, per candidate: the variable, or `None` for a candidate left out of a restricted model.
+    vars: Vec<Vec<Option<Variable>>>,
     weight: Expression,
     cost: Expression,
-    rows: Vec<good_lp::Constraint>,
+    rows: Vec<(good_lp::Constraint, Row)>,
 }
 
+/// What a row of the model constrains (every row is `≤` its right-hand side).
+#[derive(Clone, Copy, Debug)]
+enum Row {
+    Demand(usize),
+    Price(usize),
+    Budget(usize),
+    Pool(usize),
+    Capacity(usize),
+}
+
+/// The whole model: every candidate of every class.
 fn build(inst: &Instance, problem_vars: &mut ProblemVariables) -> Model {
+    let all: Vec<Vec<bool>> = inst.classes.iter().map(|c| vec![true; c.cands.len()]).collect();
+    build_over(inst, problem_vars, &all)
+}
+
+/// The model over the `active` candidates only (a restricted master for column generation).
+fn build_over(inst: &Instance, problem_vars: &mut ProblemVariables, active: &[Vec<bool>]) -> Model {
     let p = inst.p;
     let mut weight = Expression::default();
     let mut cost = Expression::default();
@@ -52,7 +70,7 @@ fn build(inst: &Instance, problem_vars: &mut ProblemVariables) -> Model {
     let mut cap_rows: Vec<Expression> = vec![Expression::default(); p.offers.len()];
     let mut cap_any = vec![false; p.offers.len()];
     let mut vars = Vec::with_capacity(inst.classes.len());
-    for class in &inst.classes {
+    for (k, class) in inst.classes.iter().enumerate() {
         let job = inst.job(class.rep);
         let count = class.jobs.len() as f64;
         let prio = f64::from(job.priority);
@@ -60,10 +78,16 @@ fn build(inst: &Instance, problem_vars: &mut ProblemVariables) -> Model {
         let mut demand = Expression::default();
         let mut price = Expression::default();
         let mut spend = Expression::default();
-        for c in &class.cands {
+        let mut any = false;
+        for (i, c) in class.cands.iter().enumerate() {
+            if !active[k][i] {
+                class_vars.push(None);
+                continue;
+            }
+            any = true;
             let offer = &p.offers[c.offer];
             let v = problem_vars.add(variable().min(0.0));
-            class_vars.push(v);
+            class_vars.push(Some(v));
             let vms = f64::from(c.vms);
             if job.gang {
                 weight.add_mul(prio * f64::from(c.gpus), v);
@@ -87,16 +111,16 @@ fn build(inst: &Instance, problem_vars: &mut ProblemVariables) -> Model {
                 cap_any[c.offer] = true;
             }
         }
-        if !class.cands.is_empty() {
+        if any {
             if job.gang {
-                rows.push(demand.leq(count));
+                rows.push((demand.leq(count), Row::Demand(k)));
             } else {
-                rows.push(demand.leq(count * f64::from(job.gpus)));
+                rows.push((demand.leq(count * f64::from(job.gpus)), Row::Demand(k)));
                 if let Some(cap) = job.max_price_per_hour {
-                    rows.push(price.leq(count * cap));
+                    rows.push((price.leq(count * cap), Row::Price(k)));
                 }
                 if let Some(budget) = job.budget {
-                    rows.push(spend.leq(count * budget));
+                    rows.push((spend.leq(count * budget), Row::Budget(k)));
                 }
             }
         }
@@ -104,12 +128,12 @@ fn build(inst: &Instance, problem_vars: &mut ProblemVariables) -> Model {
     }
     for (q, row) in pool_rows.into_iter().enumerate() {
         if pool_any[q] {
-            rows.push(row.leq(inst.pool_limit[q] as f64));
+            rows.push((row.leq(inst.pool_limit[q] as f64), Row::Pool(q)));
         }
     }
     for (o, row) in cap_rows.into_iter().enumerate() {
         if cap_any[o] {
-            rows.push(row.leq(f64::from(p.offers[o].capacity_vms.unwrap_or(0))));
+            rows.push((row.leq(f64::from(p.offers[o].capacity_vms.unwrap_or(0))), Row::Capacity(o)));
         }
     }
     Model { vars, weight, cost, rows }
@@ -126,13 +150,23 @@ fn seconds_left(deadline: Option<Instant>) -> Result<Option<f64>, String> {
 }
 
 /// Solves both phases. `Err` carries why (time limit, numerical trouble); the caller falls back.
-pub(crate) fn solve_lp(inst: &Instance, deadline: Option<Instant>) -> Result<LpResult, String> {
+/// `known_weight`: the maximum placed weight when the caller has already proven it, with the plan that
+/// reaches it (it seeds the cost phase), so that phase 1 is skipped.
+pub(crate) fn solve_lp(
+    inst: &Instance,
+    deadline: Option<Instant>,
+    known_weight: Option<(f64, &Sol)>,
+) -> Result<LpResult, String> {
     if inst.classes.iter().all(|c| c.cands.is_empty()) {
         return Ok(LpResult {
             weight_bound: 0.0,
             cost_bound: Some(0.0),
             values: inst.classes.iter().map(|_| Vec::new()).collect(),
         });
+    }
+    if let Some((weight_bound, seed)) = known_weight {
+        let (cost_bound, values) = min_cost_at(inst, weight_bound, deadline, Some(seed))?;
+        return Ok(LpResult { weight_bound, cost_bound: Some(cost_bound), values });
     }
     // Phase 1: maximise weight.
     let mut pv = ProblemVariables::new();
@@ -142,19 +176,19 @@ pub(crate) fn solve_lp(inst: &Instance, deadline: Option<Instant>) -> Result<LpR
     if let Some(s) = seconds_left(deadline)? {
         phase1.settings().time_limit(s);
     }
-    let sol1 = phase1.with_all(m.rows).solve().map_err(|e| format!("LP phase 1: {e}"))?;
+    let sol1 = phase1.with_all(m.rows.into_iter().map(|(r, _)| r)).solve().map_err(|e| format!("LP phase 1: {e}"))?;
     let inner = sol1.inner();
     // Clarabel minimised −W: the larger of −primal and −dual is an upper bound on W.
     let w_lp = (-inner.obj_val).max(-inner.obj_val_dual);
     let weight_bound = (w_lp * (1.0 + BOUND_SLACK) + BOUND_SLACK).floor().max(0.0);
 
-    let last_error = match min_cost_at(inst, weight_bound, deadline) {
+    let last_error = match min_cost_at(inst, weight_bound, deadline, None) {
         Ok((cost_bound, values)) => return Ok(LpResult { weight_bound, cost_bound: Some(cost_bound), values }),
         Err(e) => e,
     };
     seconds_left(deadline).map_err(|_| last_error)?;
     // The weight bound stands; round the phase-1 solution instead.
-    let values = phase1_vars.iter().map(|vs| vs.iter().map(|&v| sol1.value(v).max(0.0)).collect()).collect();
+    let values = values_of(&phase1_vars, &sol1);
     Ok(LpResult { weight_bound, cost_bound: None, values })
 }
 
@@ -162,32 +196,171 @@ pub(crate) fn solve_lp(inst: &Instance, deadline: Option<Instant>) -> Result<LpR
 /// every plan of that weight, and the LP solution. The row `W ≥ weight − δ` admits every plan of weight
 /// `weight` for any δ ≥ 0; a tiny δ keeps the bound tight and the row numerically feasible when the LP
 /// optimum is exactly `weight`; should the solver still fail, δ = ½ (still valid, looser) is tried.
+///
+/// With a `seed` plan that reaches `weight`, the LP is solved by column generation: first over the
+/// few best-ranked candidates of each class and those the seed uses, then adding the candidates whose
+/// reduced cost (from the duals) is negative, until none is. Most candidates of a many-region problem
+/// are never worth pricing in, and the LP over the rest is a fraction of the size.
 pub(crate) fn min_cost_at(
     inst: &Instance,
     weight: f64,
     deadline: Option<Instant>,
+    seed: Option<&Sol>,
 ) -> Result<(f64, Vec<Vec<f64>>), String> {
     let mut last_error = String::new();
     for delta in [1e-7 * weight.max(1.0), 0.5] {
-        let mut pv = ProblemVariables::new();
-        let m = build(inst, &mut pv);
-        let weight_row = m.weight.clone().geq(weight - delta);
-        let mut phase2 = pv.minimise(m.cost.clone()).using(clarabel);
-        if let Some(s) = seconds_left(deadline)? {
-            phase2.settings().time_limit(s);
+        match cost_phase(inst, weight - delta, deadline, seed) {
+            Ok(found) => return Ok(found),
+            Err(e) => last_error = e,
         }
-        match phase2.with_all(m.rows).with(weight_row).solve() {
-            Ok(sol2) => {
-                let inner = sol2.inner();
-                let c_lp = inner.obj_val.min(inner.obj_val_dual);
-                let cost_bound = (c_lp * (1.0 - BOUND_SLACK)).max(0.0);
-                let values = m.vars.iter().map(|vs| vs.iter().map(|&v| sol2.value(v).max(0.0)).collect()).collect();
-                return Ok((cost_bound, values));
-            }
-            Err(e) => last_error = format!("LP phase 2: {e}"),
-        }
+        seconds_left(deadline).map_err(|_| last_error.clone())?;
     }
     Err(last_error)
+}
+
+/// Candidates per class in the first restricted model, best-ranked first.
+const FIRST_COLUMNS: usize = 4;
+/// Candidates added per class per pricing round, most negative reduced cost first.
+const COLUMNS_PER_ROUND: usize = 4;
+/// Pricing rounds at most; the bound is valid after any of them, only less tight.
+const MAX_PRICING_ROUNDS: usize = 25;
+
+/// The duals of the cost phase's rows, clamped to their valid signs (`≤` rows non-positive, the
+/// weight row non-negative); a row absent from a restricted model has dual 0.
+struct Duals {
+    demand: Vec<f64>,
+    price: Vec<f64>,
+    budget: Vec<f64>,
+    pool: Vec<f64>,
+    capacity: Vec<f64>,
+    weight: f64,
+}
+
+fn cost_phase(
+    inst: &Instance,
+    floor: f64,
+    deadline: Option<Instant>,
+    seed: Option<&Sol>,
+) -> Result<(f64, Vec<Vec<f64>>), String> {
+    use good_lp::solvers::{DualValues, SolutionWithDual};
+    let p = inst.p;
+    let all: Vec<Vec<bool>> = inst.classes.iter().map(|c| vec![true; c.cands.len()]).collect();
+    let mut active = match seed {
+        None => all.clone(),
+        Some(sol) => {
+            let mut active: Vec<Vec<bool>> =
+                inst.classes.iter().map(|c| (0..c.cands.len()).map(|i| i < FIRST_COLUMNS).collect()).collect();
+            for a in &sol.assigns {
+                let k = inst.job_class[a.job];
+                if let Some(i) = inst.classes[k].cands.iter().position(|c| c.offer == a.offer) {
+                    active[k][i] = true;
+                }
+            }
+            active
+        }
+    };
+    for round in 0.. {
+        let restricted = active != all;
+        let mut pv = ProblemVariables::new();
+        let m = build_over(inst, &mut pv, &active);
+        let mut model = pv.minimise(m.cost.clone()).using(clarabel);
+        if let Some(s) = seconds_left(deadline)? {
+            model.settings().time_limit(s);
+        }
+        let refs: Vec<_> = m.rows.into_iter().map(|(r, kind)| (model.add_constraint(r), kind)).collect();
+        let weight_ref = model.add_constraint(m.weight.clone().geq(floor));
+        let mut sol = match model.solve() {
+            Ok(sol) => sol,
+            // The restricted model may not reach the weight at all: solve the whole one.
+            Err(_) if restricted => {
+                active = all.clone();
+                continue;
+            }
+            Err(e) => return Err(format!("LP phase 2: {e}")),
+        };
+        let values = values_of(&m.vars, &sol);
+        let dual = sol.compute_dual();
+        let mut y = Duals {
+            demand: vec![0.0; inst.classes.len()],
+            price: vec![0.0; inst.classes.len()],
+            budget: vec![0.0; inst.classes.len()],
+            pool: vec![0.0; inst.pool_limit.len()],
+            capacity: vec![0.0; p.offers.len()],
+            weight: dual.dual(weight_ref).max(0.0),
+        };
+        // Lagrangian bound: Σ duals × right-hand sides, plus every candidate's most negative
+        // contribution within its bounds. Valid for any duals of the right signs, so the bound does
+        // not depend on how exactly the solver converged, nor on every candidate having been priced in.
+        let mut bound = y.weight * floor;
+        for (r, kind) in &refs {
+            let d = dual.dual(r.clone()).min(0.0);
+            let (slot, rhs) = match *kind {
+                Row::Demand(k) => {
+                    let class = &inst.classes[k];
+                    let job = inst.job(class.rep);
+                    let n = class.jobs.len() as f64;
+                    (&mut y.demand[k], if job.gang { n } else { n * f64::from(job.gpus) })
+                }
+                Row::Price(k) => {
+                    let class = &inst.classes[k];
+                    let n = class.jobs.len() as f64;
+                    (&mut y.price[k], n * inst.job(class.rep).max_price_per_hour.unwrap_or(0.0))
+                }
+                Row::Budget(k) => {
+                    let class = &inst.classes[k];
+                    let n = class.jobs.len() as f64;
+                    (&mut y.budget[k], n * inst.job(class.rep).budget.unwrap_or(0.0))
+                }
+                Row::Pool(q) => (&mut y.pool[q], inst.pool_limit[q] as f64),
+                Row::Capacity(o) => (&mut y.capacity[o], f64::from(p.offers[o].capacity_vms.unwrap_or(0))),
+            };
+            *slot = d;
+            bound += d * rhs;
+        }
+        let mut added = false;
+        for (k, class) in inst.classes.iter().enumerate() {
+            let job = inst.job(class.rep);
+            let n = class.jobs.len() as f64;
+            let mut entering: Vec<(f64, usize)> = Vec::new();
+            for (i, c) in class.cands.iter().enumerate() {
+                let offer = &p.offers[c.offer];
+                let vms = f64::from(c.vms);
+                let gpus = f64::from(c.gpus);
+                let (cost, demand, limit) = if job.gang {
+                    (c.cost, 1.0, n)
+                } else {
+                    (c.cost + c.egress_per_gpu * gpus, gpus, n * f64::from(job.gpus) / gpus)
+                };
+                let limit = offer.capacity_vms.map_or(limit, |cap| limit.min(f64::from(cap) / vms));
+                let mut reduced = cost - y.demand[k] * demand - y.weight * f64::from(job.priority) * gpus;
+                if !job.gang {
+                    reduced -= y.price[k] * offer.price_per_hour + y.budget[k] * cost;
+                }
+                for &q in &inst.offer_pools[c.offer] {
+                    reduced -= y.pool[q] * vms * f64::from(offer.vcpus_per_vm);
+                }
+                reduced -= y.capacity[c.offer] * vms;
+                bound += reduced.min(0.0) * limit;
+                if !active[k][i] && reduced < -1e-7 * (1.0 + cost) {
+                    entering.push((reduced, i));
+                }
+            }
+            entering.sort_by(|a, b| a.0.total_cmp(&b.0));
+            for &(_, i) in entering.iter().take(COLUMNS_PER_ROUND) {
+                active[k][i] = true;
+                added = true;
+            }
+        }
+        if !added || round + 1 >= MAX_PRICING_ROUNDS {
+            return Ok(((bound * (1.0 - BOUND_SLACK)).max(0.0), values));
+        }
+    }
+    unreachable!("the pricing loop returns")
+}
+
+/// The solution's values per class and candidate (0 for candidates left out of the model).
+fn values_of(vars: &[Vec<Option<Variable>>], sol: &impl Solution) -> Vec<Vec<f64>> {
+    vars.iter().map(|vs| vs.iter().map(|v| v.map_or(0.0, |v| sol.value(v).max(0.0))).collect()).collect()
 }
 
 /// Turns the LP solution into a plan: first the whole jobs the LP places on one candidate (always

@@ -270,7 +270,7 @@ pub(crate) fn solve(problem: &Problem, options: &SolveOptions) -> Plan {
             // reported with gap 1.0 for want of it would be useless.
             if let Some(Bound { weight, cost: None }) = bound
                 && bounds.iter().all(|b| b.weight > weight + 0.5)
-                && let Ok((cost, _)) = crate::lp::min_cost_at(&inst, weight, None)
+                && let Ok((cost, _)) = crate::lp::min_cost_at(&inst, weight, None, None)
             {
                 bounds.push(Bound { weight, cost: Some(cost) });
             }

@@ -313,11 +313,35 @@ fn egress_is_charged_outside_the_data_region() {
 
 #[test]
 fn a_zero_time_limit_falls_back_to_greedy() {
-    let p = problem(vec![nc24("eastus")], vec![], vec![job("a", 1)]);
+    // Two jobs for one VM: capacity binds, so greedy alone cannot prove its plan optimal.
+    let mut offer = nc24("eastus");
+    offer.capacity_vms = Some(1);
+    let p = problem(vec![offer], vec![], vec![job("a", 1), job("b", 1)]);
     let plan = solve(&p, &SolveOptions { method: Method::Best, time_limit_ms: Some(0) });
     check(&p, &plan).expect("feasible");
     assert_eq!(plan.solver, "greedy (time limit)");
     assert_eq!(plan.placements.len(), 1);
+}
+
+#[test]
+fn an_uncontended_problem_is_proven_optimal_without_the_lp() {
+    // Room for everyone: each job where it alone is cheapest is the optimum, and says so.
+    let mut one = job("one-gpu", 1);
+    one.duration_hours = 2.0;
+    let mut three = job("three-gpus", 3);
+    three.duration_hours = 2.0;
+    // The 4-GPU VM is cheaper per GPU (2.50 vs 3.60 an hour): right for three GPUs (20.00 for two
+    // hours vs 21.60 on three small VMs), wrong for one (20.00 vs 7.20).
+    let offers = vec![
+        a100("eastus", "Standard_NC24ads_A100_v4", 1, 24, 3.6),
+        a100("eastus", "Standard_NC96ads_A100_v4", 4, 96, 10.0),
+    ];
+    let p = problem(offers, vec![], vec![one, three]);
+    let plan = solve(&p, &SolveOptions { method: Method::Best, time_limit_ms: Some(0) });
+    check(&p, &plan).expect("feasible");
+    assert_eq!(plan.solver, "greedy (proven optimal)");
+    assert!(plan.optimal && plan.gap == 0.0, "{plan:?}");
+    assert!((plan.expected_cost - (7.2 + 20.0)).abs() < 1e-6, "{plan:?}");
 }
 
 #[test]

@@ -68,6 +68,12 @@ pub struct ControlConfig {
     /// The deadline policies' tick: spot availability is observed once per tick per region, and
     /// the policies' slack arithmetic counts whole ticks.
     pub deadline_tick_ms: i64,
+    /// How often the cost and progress of an attempt that runs unchanged are written to the store
+    /// (any change — VMs lost or back, a state change, the job ending — is written in the round that
+    /// sees it). `None`: only on changes and [`Controller::settle_accounts`]. Readers of the store see
+    /// a running job's cost at most this stale; nothing is lost by a crash, because accrual is linear
+    /// between changes and resumes from the stored `accounted_until_ms`.
+    pub settle_interval_ms: Option<i64>,
 }
 
 impl Default for ControlConfig {
@@ -85,6 +91,7 @@ impl Default for ControlConfig {
             retain_finished_ms: Some(7 * 24 * 3_600_000),
             deadline_policy: crate::deadline::DeadlinePolicyKind::Spillway,
             deadline_tick_ms: 60_000,
+            settle_interval_ms: Some(60_000),
         }
     }
 }

@@ -531,6 +531,8 @@ impl Controller {
             if job.state.is_final() {
                 continue;
             }
+            let settled_until = a.accounted_until_ms.or(a.running_since_ms).unwrap_or(now);
+            let before = (a.running_vms, a.below_min_since_ms, job.state, job.awaiting_failover, job.evictions);
             let observed = match self.cloud.get_fleet(&a.fleet_name).await {
                 Ok(f) if matches!(f.provisioning_state, ProvisioningState::Failed | ProvisioningState::Deleting) => 0,
                 Ok(f) => f.running_vms.unwrap_or(a.vms),
@@ -540,8 +542,10 @@ impl Controller {
                     a.running_vms
                 }
             };
-            let mut tenant = self.tenant(&job.spec.tenant)?;
-            self.account(&mut a, &mut job, &mut tenant, now);
+            // What the tenant owes for this stretch; added to the stored tenant only if this round
+            // writes the attempt's accounting (they are settled together or not at all).
+            let mut accrued = Tenant { name: job.spec.tenant.clone(), budget_usd: None, spent_usd: 0.0 };
+            self.account(&mut a, &mut job, &mut accrued, now);
             let mut events: Vec<(&str, String)> = Vec::new();
             let mut delete_now = false;
             if observed < a.vms {
@@ -612,12 +616,14 @@ impl Controller {
             } else if self.config.auto_complete && job.remaining_hours() == Some(0.0) {
                 finished = Some((JobState::Succeeded, "work done".to_string()));
             }
-            let only_active = !self
-                .store
-                .by_index::<Attempt>("job", &a.job_id)?
-                .iter()
-                .any(|x| x.number != a.number && x.is_active());
-            if delete_now && only_active && finished.is_none() {
+            if delete_now
+                && finished.is_none()
+                && !self
+                    .store
+                    .by_index::<Attempt>("job", &a.job_id)?
+                    .iter()
+                    .any(|x| x.number != a.number && x.is_active())
+            {
                 job.set_state(JobState::Pending, now);
             }
             if let Some((state, why)) = &finished {
@@ -626,6 +632,19 @@ impl Controller {
                 events.push((state.as_str(), why.clone()));
             }
             let block = st.world.blocked.last().filter(|b| delete_now && b.since_ms == now).cloned();
+            // Accrual is linear between changes, so a stretch left unwritten is accrued the same
+            // later (or after a crash) from the stored `accounted_until_ms`: write only when
+            // something changed or the settle interval has passed.
+            let changed = delete_now
+                || finished.is_some()
+                || !events.is_empty()
+                || before != (a.running_vms, a.below_min_since_ms, job.state, job.awaiting_failover, job.evictions);
+            let settle_due = self.config.settle_interval_ms.is_some_and(|i| now - settled_until >= i);
+            if !changed && !settle_due {
+                continue;
+            }
+            let mut tenant = self.tenant(&job.spec.tenant)?;
+            tenant.spent_usd += accrued.spent_usd;
             self.store.transaction(|tx| {
                 // The user may have cancelled or completed the job since we read it: their word wins.
                 if let Some(current) = tx.get::<Job>(&job.id)?
@@ -655,6 +674,34 @@ impl Controller {
             if delete_now {
                 let _ = self.cloud.delete_fleet(&a.fleet_name).await;
             }
+        }
+        Ok(())
+    }
+
+    /// Writes the cost and progress of every running attempt up to now, however recently they were
+    /// settled (see [`super::ControlConfig::settle_interval_ms`]): before reading costs that must be
+    /// exact, e.g. at the end of a simulated run.
+    pub async fn settle_accounts(&self) -> Result<(), ControlError> {
+        let _round = self.state.lock().await;
+        let now = self.clock.now_ms();
+        for a in self.store.by_index::<Attempt>("state", "running")? {
+            if a.accounted_until_ms.or(a.running_since_ms).unwrap_or(now) >= now {
+                continue;
+            }
+            self.store.transaction(|tx| {
+                let Some(mut job) = tx.get::<Job>(&a.job_id)? else { return Ok(()) };
+                let mut tenant = tx.get::<Tenant>(&job.spec.tenant)?.unwrap_or_else(|| Tenant {
+                    name: job.spec.tenant.clone(),
+                    budget_usd: None,
+                    spent_usd: 0.0,
+                });
+                let mut a = a.clone();
+                self.account(&mut a, &mut job, &mut tenant, now);
+                tx.put(&job)?;
+                tx.put(&a)?;
+                tx.put(&tenant)?;
+                Ok(())
+            })?;
         }
         Ok(())
     }

@@ -244,6 +244,10 @@ pub(crate) trait Driver {
     fn queue(&self) -> Result<u64, WhatIfError>;
     /// True when no job is open (nothing to do until the next arrival).
     fn idle(&self) -> bool;
+    /// Brings what the store says of running work up to the clock (before `finish`).
+    async fn settle(&mut self) -> Result<(), WhatIfError> {
+        Ok(())
+    }
     /// Every submitted job's outcome, and the failovers, at the end.
     fn finish(&mut self, end_ms: i64) -> Result<(Vec<JobOutcome>, Vec<Failover>), WhatIfError>;
 }
@@ -387,6 +391,7 @@ pub(crate) async fn run_policy(
         }
         t = next;
     }
+    driver.settle_dyn().await?;
     let (outcomes, failovers) = driver.finish(end)?;
     series.failovers = failovers;
     let counters = cloud.counters();
@@ -457,6 +462,7 @@ pub(crate) trait DynDriver {
         job: &'a TraceJob,
     ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), WhatIfError>> + 'a>>;
     fn round_dyn(&mut self) -> std::pin::Pin<Box<dyn Future<Output = Result<RoundState, WhatIfError>> + '_>>;
+    fn settle_dyn(&mut self) -> std::pin::Pin<Box<dyn Future<Output = Result<(), WhatIfError>> + '_>>;
     fn queue(&self) -> Result<u64, WhatIfError>;
     fn idle(&self) -> bool;
     fn finish(&mut self, end_ms: i64) -> Result<(Vec<JobOutcome>, Vec<Failover>), WhatIfError>;
@@ -471,6 +477,9 @@ impl<D: Driver> DynDriver for D {
     }
     fn round_dyn(&mut self) -> std::pin::Pin<Box<dyn Future<Output = Result<RoundState, WhatIfError>> + '_>> {
         Box::pin(Driver::round(self))
+    }
+    fn settle_dyn(&mut self) -> std::pin::Pin<Box<dyn Future<Output = Result<(), WhatIfError>> + '_>> {
+        Box::pin(Driver::settle(self))
     }
     fn queue(&self) -> Result<u64, WhatIfError> {
         Driver::queue(self)
@@ -510,7 +519,10 @@ impl LoopDriver {
     ) -> LoopDriver {
         let start_ms = clock.now_ms();
         let jobs = JobService::new(store.clone(), catalog.clone(), clock.clone() as Arc<dyn Clock>).without_flush();
-        let config = ControlConfig { auto_complete: true, durable: false, ..ControlConfig::default() };
+        // Nobody reads a throwaway store mid-run: running work is settled only when it changes and
+        // once at the end (`settle`), not every interval.
+        let config =
+            ControlConfig { auto_complete: true, durable: false, settle_interval_ms: None, ..ControlConfig::default() };
         let ctl = Controller::new(
             store.clone(),
             cloud as Arc<dyn Cloud>,
@@ -638,6 +650,10 @@ impl Driver for LoopDriver {
 
     fn idle(&self) -> bool {
         self.open == 0
+    }
+
+    async fn settle(&mut self) -> Result<(), WhatIfError> {
+        self.ctl.settle_accounts().await.map_err(|e| WhatIfError::Control(e.to_string()))
     }
 
     fn finish(&mut self, _end_ms: i64) -> Result<(Vec<JobOutcome>, Vec<Failover>), WhatIfError> {
