@@ -5,7 +5,7 @@
 //! file's header). Users load their own file to replace it or extend it (new regions, negotiated
 //! prices). A price the source does not know stays `None`: an unknown price is never invented.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -96,7 +96,11 @@ pub struct CatalogEntry {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Catalog {
     sizes: Vec<VmSize>,
-    prices: BTreeMap<(String, String), PriceRow>,
+    /// Position in `sizes` by exact name: the control loop and the simulated cloud look sizes up
+    /// many times a round, and almost always by their canonical spelling.
+    by_name: HashMap<String, usize>,
+    /// Price rows by size, then region (nested so that a lookup by `&str` needs no allocation).
+    prices: BTreeMap<String, BTreeMap<String, PriceRow>>,
 }
 
 /// Errors loading a catalog file.
@@ -169,7 +173,7 @@ impl Catalog {
     }
 
     fn from_parts(sizes: Vec<VmSize>, prices: Vec<PriceRow>) -> Catalog {
-        let mut cat = Catalog { sizes: Vec::new(), prices: BTreeMap::new() };
+        let mut cat = Catalog { sizes: Vec::new(), by_name: HashMap::new(), prices: BTreeMap::new() };
         cat.extend(sizes, prices);
         cat
     }
@@ -178,14 +182,16 @@ impl Catalog {
     /// overrides the priorities it states).
     pub fn extend(&mut self, sizes: Vec<VmSize>, prices: Vec<PriceRow>) {
         for s in sizes {
-            match self.sizes.iter_mut().find(|x| x.name == s.name) {
-                Some(slot) => *slot = s,
-                None => self.sizes.push(s),
+            match self.by_name.get(&s.name) {
+                Some(&i) => self.sizes[i] = s,
+                None => {
+                    self.by_name.insert(s.name.clone(), self.sizes.len());
+                    self.sizes.push(s);
+                }
             }
         }
         for p in prices {
-            let key = (p.size.clone(), p.region.clone());
-            match self.prices.get_mut(&key) {
+            match self.prices.entry(p.size.clone()).or_default().get_mut(&p.region) {
                 Some(existing) => {
                     if p.regular.is_some() {
                         existing.regular = p.regular;
@@ -195,7 +201,7 @@ impl Catalog {
                     }
                 }
                 None => {
-                    self.prices.insert(key, p);
+                    self.prices.entry(p.size.clone()).or_default().insert(p.region.clone(), p);
                 }
             }
         }
@@ -222,7 +228,7 @@ impl Catalog {
                 errs.push(f("gpu_fraction"), "only for sizes with 0 whole GPUs");
             }
         }
-        for p in self.prices.values() {
+        for p in self.prices() {
             let field = format!("prices[{} {}]", p.size, p.region);
             if self.size(&p.size).is_none() {
                 errs.push(&field, format!("unknown size {}", p.size));
@@ -245,23 +251,26 @@ impl Catalog {
 
     /// A size by name (case-insensitive, as Azure treats them).
     pub fn size(&self, name: &str) -> Option<&VmSize> {
-        self.sizes.iter().find(|s| s.name.eq_ignore_ascii_case(name))
+        match self.by_name.get(name) {
+            Some(&i) => Some(&self.sizes[i]),
+            None => self.sizes.iter().find(|s| s.name.eq_ignore_ascii_case(name)),
+        }
     }
 
     /// The price row of a size in a region.
     pub fn price(&self, size: &str, region: &str) -> Option<&PriceRow> {
-        let name = self.size(size).map(|s| s.name.clone()).unwrap_or_else(|| size.to_string());
-        self.prices.get(&(name, region.to_string()))
+        let name = self.size(size).map_or(size, |s| s.name.as_str());
+        self.prices.get(name)?.get(region)
     }
 
-    /// All price rows.
+    /// All price rows, by size then region.
     pub fn prices(&self) -> impl Iterator<Item = &PriceRow> {
-        self.prices.values()
+        self.prices.values().flat_map(|by_region| by_region.values())
     }
 
     /// Every region that has at least one price, sorted.
     pub fn regions(&self) -> Vec<String> {
-        let set: BTreeSet<&String> = self.prices.keys().map(|(_, r)| r).collect();
+        let set: BTreeSet<&String> = self.prices().map(|p| &p.region).collect();
         set.into_iter().cloned().collect()
     }
 
@@ -279,7 +288,7 @@ impl Catalog {
             if gpu.is_some_and(|g| !s.matches_gpu_model(g)) {
                 continue;
             }
-            for p in self.prices.values().filter(|p| p.size == s.name) {
+            for p in self.prices.get(&s.name).into_iter().flat_map(|by_region| by_region.values()) {
                 if region.is_some_and(|r| r != p.region) {
                     continue;
                 }

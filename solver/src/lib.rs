@@ -9,7 +9,10 @@
 //! Methods ([`Method`]):
 //! - `Best` in the default build: the LP relaxation over job classes (identical jobs grouped, dominated
 //!   offers pruned), solved with clarabel, then rounding, repair and greedy fill; the LP optima give a
-//!   proven bound and so the reported `gap`. With `--features highs`: an exact MILP through HiGHS,
+//!   proven bound and so the reported `gap`. The LPs run only when needed: a greedy plan that meets
+//!   the capacity-blind bound (each job where it alone is cheapest) is optimal as it stands; one that
+//!   places every placeable job has proven the maximum weight, so only the cost LP runs, by column
+//!   generation from that plan's candidates. With `--features highs`: an exact MILP through HiGHS,
 //!   started from the LP-rounding plan, so that it is never worse than the default build even when
 //!   its time limit stops it.
 //! - `Greedy`: priority order, cheapest feasible offer first; also the fallback when the time limit

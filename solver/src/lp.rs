@@ -14,6 +14,13 @@
 //! GPUs. Counting fractional VMs only lowers cost and usage, so the model is a relaxation of every
 //! integer plan (including a non-gang job's partly idle last VM, and class-level price caps and budgets),
 //! which is what makes its optima bounds.
+//!
+//! When a plan placing every placeable job is known, phase 1 is skipped (its optimum is that plan's
+//! weight) and phase 2 runs by column generation: a restricted model over a few candidates per class,
+//! grown by the candidates whose reduced cost is negative. Its cost bound is the Lagrangian bound
+//! `Σ duals × right-hand sides + Σ min(0, reduced cost) × (the variable's upper bound)` over *every*
+//! candidate, which holds for any duals of the right signs: it does not rely on the interior-point
+//! solver's accuracy, nor on the pricing having converged.
 
 use std::time::Instant;
 

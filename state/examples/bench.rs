@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use state::{IndexDef, Record, Store, TableDef};
 
 /// About the size of a submitted job record (spec, state, tenant).
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize, Deserialize, Clone)]
 struct Job {
     id: String,
     tenant: String,

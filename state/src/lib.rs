@@ -16,7 +16,7 @@
 //! use serde::{Deserialize, Serialize};
 //! use state::{EventDraft, IndexDef, Record, Store, TableDef};
 //!
-//! #[derive(Serialize, Deserialize, Debug, PartialEq)]
+//! #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 //! struct Job { id: String, tenant: String, state: String }
 //!
 //! impl Record for Job {
@@ -30,7 +30,7 @@
 //!     fn key(&self) -> String { self.id.clone() }
 //! }
 //!
-//! #[derive(Serialize, Deserialize, Debug, PartialEq)]
+//! #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 //! struct Attempt { id: String, job_id: String }
 //!
 //! impl Record for Attempt {
@@ -80,6 +80,7 @@
 //! the closure runs, so calling `Store` methods from inside it would deadlock). The closure may run
 //! more than once, hence `Fn`.
 
+mod cache;
 mod check;
 mod commit;
 mod dump;
@@ -116,7 +117,9 @@ pub struct IndexDef {
 }
 
 /// A type stored in a table. Implemented by the crates that own the types.
-pub trait Record: serde::Serialize + serde::de::DeserializeOwned {
+/// Records are `Clone + Send + Sync + 'static` so that the store can keep the decoded form of what it
+/// read (see the `cache` module) and hand out clones while the stored bytes are unchanged.
+pub trait Record: serde::Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static {
     /// The table this type lives in.
     const TABLE: TableDef;
     /// The primary key; unique within the table.

@@ -10,6 +10,7 @@ use serde_json::Value;
 use sled::Transactional;
 use sled::transaction::{ConflictableTransactionError, TransactionError};
 
+use crate::cache::{Lookup, RecordCache};
 use crate::commit::GroupCommit;
 use crate::encoding::{
     EVENTS_TREE, META_IMPORT_INCOMPLETE, META_LAST_SEQ, META_SCHEMA_VERSION, META_TABLE_PREFIX, META_TREE,
@@ -144,6 +145,8 @@ pub(crate) struct Inner {
     writers: RwLock<()>,
     pub last_seq: AtomicU64,
     commit: GroupCommit,
+    /// Decoded records by the bytes they came from (reads of unchanged records skip the JSON).
+    cache: RecordCache,
 }
 
 /// The durable store. Cheap to clone; all clones share one database.
@@ -258,6 +261,7 @@ impl Store {
                 writers: RwLock::new(()),
                 last_seq: AtomicU64::new(last_seq),
                 commit: GroupCommit::default(),
+                cache: RecordCache::default(),
             }),
         })
     }
@@ -277,9 +281,19 @@ impl Store {
         let reg = self.ensure_table(&R::TABLE)?;
         let h = &reg.tables[R::TABLE.name];
         match reg.trees[h.tree].get(key.as_bytes())? {
-            Some(bytes) => Ok(Some(decode(&bytes, R::TABLE.name, key)?)),
+            Some(bytes) => Ok(Some(self.decode_cached::<R>(key, bytes)?)),
             None => Ok(None),
         }
+    }
+
+    /// Decodes a record read from its table, or clones the cached one decoded from the same bytes.
+    fn decode_cached<R: Record>(&self, key: &str, bytes: sled::IVec) -> Result<R, StoreError> {
+        if let Lookup::Hit(r, _) = self.inner.cache.get::<R>(R::TABLE.name, key, &bytes, None) {
+            return Ok(r);
+        }
+        let r: R = decode(&bytes, R::TABLE.name, key)?;
+        self.inner.cache.put(R::TABLE.name, key, bytes, &r, None);
+        Ok(r)
     }
 
     /// The stored JSON of a record, byte for byte, looked up by table name (for tools and tests).
@@ -354,7 +368,10 @@ impl Store {
         let Some(pos) = h.def.indexes.iter().position(|i| i.name == index) else {
             return Err(StoreError::UnknownIndex { table: R::TABLE.name.into(), index: index.into() });
         };
-        let pointer = &h.def.indexes[pos].pointer;
+        // The type's own definition (static) names the same pointer as the registered one.
+        let Some(pointer) = R::TABLE.indexes.iter().find(|i| i.name == index).map(|i| i.pointer) else {
+            return Err(StoreError::UnknownIndex { table: R::TABLE.name.into(), index: index.into() });
+        };
         let mut out = Vec::new();
         let scan = reg.trees[h.indexes[pos]].scan_prefix(index_prefix(value));
         let keys: Box<dyn Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>> =
@@ -368,16 +385,25 @@ impl Store {
             // A transaction may be committing between the index read and this one; only records that
             // have the value now are returned.
             let Some(bytes) = reg.trees[h.tree].get(key.as_bytes())? else { continue };
+            if let Lookup::Hit(r, Some(at)) = self.inner.cache.get::<R>(R::TABLE.name, key, &bytes, Some(pointer)) {
+                if at.as_deref() == Some(value) {
+                    out.push(r);
+                }
+                continue;
+            }
             let json = open_envelope(&bytes, R::TABLE.name, key)?;
             let decode_err = |e: serde_json::Error| StoreError::Decode {
                 table: R::TABLE.name.into(),
                 what: key.into(),
                 reason: e.to_string(),
             };
-            if pointer_value(json, pointer).map_err(decode_err)?.as_deref() != Some(value) {
+            let at = pointer_value(json, pointer).map_err(decode_err)?;
+            if at.as_deref() != Some(value) {
                 continue;
             }
-            out.push(serde_json::from_slice(json).map_err(decode_err)?);
+            let r: R = serde_json::from_slice(json).map_err(decode_err)?;
+            self.inner.cache.put(R::TABLE.name, key, bytes.clone(), &r, Some((pointer, at)));
+            out.push(r);
         }
         Ok(out)
     }

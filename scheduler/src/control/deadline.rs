@@ -16,7 +16,7 @@ use super::{Controller, LoopState, RoundReport};
 use crate::cloud::FailureClass;
 use crate::deadline::{Choice, DeadlinePolicy, DeadlinePolicyKind, RegionTick, TickView};
 use crate::jobs::record_event;
-use crate::model::{Attempt, AttemptState, Job, JobKind, JobState, SpotPolicy, normalize_family};
+use crate::model::{Attempt, AttemptState, Job, JobKind, SpotPolicy, normalize_family};
 use crate::records::Tenant;
 
 /// True when the loop runs the configured deadline policy for this job: it has a deadline, known
@@ -141,12 +141,15 @@ impl Controller {
     /// Observes spot availability for this round, then asks each deadline job's policy what the
     /// job holds this round (recorded in `st.deadline.choices`; `plan_input` narrows the job's
     /// demands to it). A change of choice is recorded as a `deadline_choice` event.
+    ///
+    /// Returns the open jobs it read (in planning order) when it changed none of them, so that the
+    /// plan that follows need not read them again.
     pub(crate) async fn decide_deadlines(
         &self,
         st: &mut LoopState,
         now: i64,
         report: &mut RoundReport,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Option<Vec<Job>>, StoreError> {
         let tick_ms = self.config.deadline_tick_ms.max(1);
         // The rule of `SpotHistory`: a spot GPU offer with room is listed, no capacity block covers
         // a spot offer there, and none of our spot fleets there lost VMs this round.
@@ -174,18 +177,17 @@ impl Controller {
         st.deadline.evicted_spot.clear();
         st.deadline.history.observe(now, tick_ms, &available);
 
-        let mut jobs = Vec::new();
-        for s in [JobState::Pending, JobState::Provisioning, JobState::Running, JobState::Migrating] {
-            jobs.extend(self.store.by_index::<Job>("state", s.as_str())?.into_iter().filter(deadline_managed));
-        }
+        let open_jobs = self.open_jobs()?;
+        let jobs: Vec<Job> = open_jobs.iter().filter(|j| deadline_managed(j)).cloned().collect();
         let open: BTreeSet<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
         st.deadline.policies.retain(|id, _| open.contains(id.as_str()));
         let previous = std::mem::take(&mut st.deadline.choices);
         if jobs.is_empty() {
-            return Ok(());
+            return Ok(Some(open_jobs));
         }
         let active = self.active_attempts()?;
         let ours = our_usage(active.iter());
+        let mut unchanged = true;
         for job in jobs {
             let attempts = self.store.by_index::<Attempt>("job", &job.id)?;
             let Some(choice) = self.choose_for(st, &job, &attempts, &ours, now, tick_ms) else { continue };
@@ -199,16 +201,17 @@ impl Controller {
                     Ok(())
                 })?;
             }
-            self.retire_leftovers(&job, &attempts, &choice, now, report).await?;
+            unchanged &= !self.retire_leftovers(&job, &attempts, &choice, now, report).await?;
             st.deadline.choices.insert(job.id.clone(), choice);
         }
-        Ok(())
+        Ok(unchanged.then_some(open_jobs))
     }
 
     /// Once an attempt that carries out the job's choice runs (or, with a choice to hold nothing,
     /// once any runs), the job's other active attempts (left from an earlier choice, e.g. a
     /// placement still being created when the choice changed back) are deleted: a job never keeps
-    /// two placements after a move. A running one is billed up to now first.
+    /// two placements after a move. A running one is billed up to now first. Returns whether it
+    /// retired any.
     async fn retire_leftovers(
         &self,
         job: &Job,
@@ -216,7 +219,7 @@ impl Controller {
         choice: &DeadlineChoice,
         now: i64,
         report: &mut RoundReport,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         // The attempt to keep: a running one that carries out the choice; with a choice to hold
         // nothing, the newest running one (what runs is kept, but only one placement of it).
         let keep = match &choice.hold {
@@ -226,16 +229,18 @@ impl Controller {
                 .max_by_key(|a| a.number),
             None => attempts.iter().filter(|a| a.state == AttemptState::Running).max_by_key(|a| a.number),
         };
-        let Some(keep) = keep else { return Ok(()) };
+        let Some(keep) = keep else { return Ok(false) };
         let carried = |a: &Attempt| match &choice.hold {
             Some(_) => choice.allows(&a.region, to_solver(a.priority)),
             None => a.number == keep.number,
         };
+        let mut retired = false;
         for old in attempts.iter().filter(|a| a.is_active() && !carried(a)) {
             if self.cloud.delete_fleet(&old.fleet_name).await.is_err() {
                 continue; // retried next round
             }
             report.fleets_deleted += 1;
+            retired = true;
             let mut old = old.clone();
             let Some(mut current) = self.store.get::<Job>(&job.id)? else { continue };
             let mut tenant = self.store.get::<Tenant>(&current.spec.tenant)?.unwrap_or(Tenant {
@@ -258,7 +263,7 @@ impl Controller {
                 Ok(())
             })?;
         }
-        Ok(())
+        Ok(retired)
     }
 
     /// Builds the job's view (see `deadline::TickView`) and runs its policy. `None` when the job

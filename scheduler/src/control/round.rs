@@ -54,6 +54,11 @@ pub struct RoundReport {
     pub cloud_errors: u32,
     /// Orphan fleets found (tagged, unknown to the store).
     pub orphans: u32,
+    /// USD per hour of the fleets running at the end of the round (running VMs × price).
+    pub cost_rate_usd_per_hour: f64,
+    /// GPUs of the running VMs at the end of the round, per region (every GPU of a VM is billed,
+    /// whether or not the job uses it).
+    pub billed_gpus_by_region: BTreeMap<String, f64>,
 }
 
 impl RoundReport {
@@ -86,7 +91,8 @@ impl Controller {
         Ok(v)
     }
 
-    fn open_jobs(&self) -> Result<Vec<Job>, StoreError> {
+    /// Jobs not yet final, in planning order.
+    pub(crate) fn open_jobs(&self) -> Result<Vec<Job>, StoreError> {
         let mut jobs = Vec::new();
         for s in [JobState::Pending, JobState::Provisioning, JobState::Running, JobState::Migrating] {
             jobs.extend(self.store.by_index::<Job>("state", s.as_str())?);
@@ -121,19 +127,27 @@ impl Controller {
         }
         self.refresh_world(&mut st, now).await?;
         self.prune_blocks(&mut st, now)?;
+        // Attempts still holding fleets for jobs that ended (or vanished), as the steps that read
+        // every active attempt anyway come across them: clean-up settles and deletes them.
+        let mut ended: Vec<(Attempt, Option<Job>)> = Vec::new();
         for attempt in self.store.by_index::<Attempt>("state", "provisioning")? {
-            self.follow_provisioning(&mut st, attempt, now, &mut report).await?;
+            self.follow_provisioning(&mut st, attempt, now, &mut report, &mut ended).await?;
         }
-        self.watch_running(&mut st, now, &mut report).await?;
-        self.clean_up_finished(now, &mut report).await?;
+        self.watch_running(&mut st, now, &mut report, &mut ended).await?;
+        self.clean_up_finished(now, &mut report, ended).await?;
         self.forget_finished(&mut st, now)?;
-        self.decide_deadlines(&mut st, now, &mut report).await?;
+        let mut open_jobs = self.decide_deadlines(&mut st, now, &mut report).await?;
+        // The attempts the last plan was made from: placing only adds provisioning attempts, so
+        // its running ones are this round's (gauges and the report's rates come from them).
+        let mut attempts = Vec::new();
         for _ in 0..self.config.max_replans_per_round.max(1) {
-            if self.plan_and_provision(&mut st, now, &mut report).await? == 0 {
+            let (refused, seen) = self.plan_and_provision(&mut st, now, &mut report, open_jobs.take()).await?;
+            attempts = seen;
+            if refused == 0 {
                 break;
             }
         }
-        self.update_gauges(&st, now)?;
+        self.update_gauges(&st, now, &attempts, &mut report)?;
         Ok(report)
     }
 
@@ -293,10 +307,12 @@ impl Controller {
         a: Attempt,
         now: i64,
         report: &mut RoundReport,
+        ended: &mut Vec<(Attempt, Option<Job>)>,
     ) -> Result<(), ControlError> {
-        let Some(job) = self.store.get::<Job>(&a.job_id)? else { return Ok(()) };
-        if job.state.is_final() {
-            return Ok(()); // clean_up_finished deletes it
+        let job = self.store.get::<Job>(&a.job_id)?;
+        if job.as_ref().is_none_or(|j| j.state.is_final()) {
+            ended.push((a, job)); // clean_up_finished deletes it
+            return Ok(());
         }
         let status = match &a.operation {
             Some(op) => match self.cloud.poll_operation(op).await {
@@ -524,13 +540,22 @@ impl Controller {
         a.accounted_until_ms = Some(now);
     }
 
-    async fn watch_running(&self, st: &mut LoopState, now: i64, report: &mut RoundReport) -> Result<(), ControlError> {
+    async fn watch_running(
+        &self,
+        st: &mut LoopState,
+        now: i64,
+        report: &mut RoundReport,
+        ended: &mut Vec<(Attempt, Option<Job>)>,
+    ) -> Result<(), ControlError> {
         let grace = self.config.below_min_grace_ms;
         for mut a in self.store.by_index::<Attempt>("state", "running")? {
-            let Some(mut job) = self.store.get::<Job>(&a.job_id)? else { continue };
-            if job.state.is_final() {
-                continue;
-            }
+            let mut job = match self.store.get::<Job>(&a.job_id)? {
+                Some(job) if !job.state.is_final() => job,
+                other => {
+                    ended.push((a, other));
+                    continue;
+                }
+            };
             let settled_until = a.accounted_until_ms.or(a.running_since_ms).unwrap_or(now);
             let before = (a.running_vms, a.below_min_since_ms, job.state, job.awaiting_failover, job.evictions);
             let observed = match self.cloud.get_fleet(&a.fleet_name).await {
@@ -670,6 +695,7 @@ impl Controller {
             })?;
             if finished.is_some() {
                 report.finished += 1;
+                ended.push((a.clone(), Some(job)));
             }
             if delete_now {
                 let _ = self.cloud.delete_fleet(&a.fleet_name).await;
@@ -716,15 +742,13 @@ impl Controller {
 
     /// Jobs that ended (by a user, a budget, or completion) still holding fleets: settle their
     /// cost up to now, then delete the fleets.
-    async fn clean_up_finished(&self, now: i64, report: &mut RoundReport) -> Result<(), ControlError> {
+    async fn clean_up_finished(
+        &self,
+        now: i64,
+        report: &mut RoundReport,
+        finished: Vec<(Attempt, Option<Job>)>,
+    ) -> Result<(), ControlError> {
         use futures_util::StreamExt;
-        let mut finished = Vec::new();
-        for a in self.active_attempts()? {
-            let job = self.store.get::<Job>(&a.job_id)?;
-            if job.as_ref().is_none_or(|j| j.state.is_final()) {
-                finished.push((a, job));
-            }
-        }
         // A delete is a long-running operation that the cloud may ask us to wait on: run them side
         // by side (bounded, to stay within ARM's rate limits) so a burst of finished jobs does not
         // hold up the rest of the round for a Retry-After each.
@@ -779,8 +803,12 @@ impl Controller {
     }
 
     /// Everything a plan is made from: open jobs, their demands, feasible offers, free quota.
-    fn plan_input(&self, st: &LoopState, now: i64) -> Result<PlanInput, ControlError> {
-        let jobs = self.open_jobs()?;
+    /// `jobs`: the open jobs, if the caller has just read them (they are read otherwise).
+    fn plan_input(&self, st: &LoopState, now: i64, jobs: Option<Vec<Job>>) -> Result<PlanInput, ControlError> {
+        let jobs = match jobs {
+            Some(jobs) => jobs,
+            None => self.open_jobs()?,
+        };
         let attempts = self.active_attempts()?;
         let grace = self.config.below_min_grace_ms;
         let mut healthy: BTreeMap<&str, u32> = BTreeMap::new();
@@ -828,14 +856,14 @@ impl Controller {
             .into_iter()
             .map(|p| solver::QuotaLimit { region: p.region, pool: p.pool, vcpus: p.free })
             .collect();
-        Ok(PlanInput { jobs, problem_jobs, reasons, offers, quotas, real_prices })
+        Ok(PlanInput { jobs, problem_jobs, reasons, offers, quotas, real_prices, attempts })
     }
 
     /// What the solver would do now, without provisioning anything (`GET /v1/plan`).
     pub async fn plan_preview(&self) -> Result<solver::Plan, ControlError> {
         let st = self.state.lock().await;
         let now = self.clock.now_ms();
-        let input = self.plan_input(&st, now)?;
+        let input = self.plan_input(&st, now, None)?;
         let problem = solver::Problem {
             offers: input.offers,
             quotas: input.quotas,
@@ -863,8 +891,10 @@ impl Controller {
         st: &mut LoopState,
         now: i64,
         report: &mut RoundReport,
-    ) -> Result<usize, ControlError> {
-        let PlanInput { jobs, problem_jobs, mut reasons, offers, quotas, real_prices } = self.plan_input(st, now)?;
+        open_jobs: Option<Vec<Job>>,
+    ) -> Result<(usize, Vec<Attempt>), ControlError> {
+        let PlanInput { jobs, problem_jobs, mut reasons, offers, quotas, real_prices, attempts } =
+            self.plan_input(st, now, open_jobs)?;
         let problem_caps: BTreeMap<String, Option<f64>> =
             problem_jobs.iter().map(|d| (d.id.clone(), d.max_price_per_hour)).collect();
         let mut plan = None;
@@ -926,7 +956,7 @@ impl Controller {
                 })?;
             }
         }
-        let Some(plan) = plan else { return Ok(0) };
+        let Some(plan) = plan else { return Ok((0, attempts)) };
         let mut refused = 0;
         for p in &plan.placements {
             let (job_id, _) = DemandPart::parse(&p.job);
@@ -950,7 +980,7 @@ impl Controller {
                 refused += 1;
             }
         }
-        Ok(refused)
+        Ok((refused, attempts))
     }
 
     /// Offers the solver may use: priced, not restricted, not blocked; in a shunned region their
@@ -1132,7 +1162,14 @@ impl Controller {
             .collect()
     }
 
-    fn update_gauges(&self, st: &LoopState, now: i64) -> Result<(), StoreError> {
+    /// Gauges, and the report's spend rate and GPUs by region, from the round's active attempts.
+    fn update_gauges(
+        &self,
+        st: &LoopState,
+        now: i64,
+        attempts: &[Attempt],
+        report: &mut RoundReport,
+    ) -> Result<(), StoreError> {
         for s in JobState::ALL {
             let n = self.store.count_by_index::<Job>("state", s.as_str())?;
             self.metrics.jobs.get_or_create(&StateLabel { state: s.as_str().to_string() }).set(n as i64);
@@ -1140,7 +1177,11 @@ impl Controller {
         self.metrics.blocked_offers.set(st.world.blocked.iter().filter(|b| b.is_active(now)).count() as i64);
         self.metrics.gpus_in_use.clear();
         let mut rate = 0.0;
-        for a in self.store.by_index::<Attempt>("state", "running")? {
+        report.billed_gpus_by_region.clear();
+        for a in attempts.iter().filter(|a| a.state == AttemptState::Running) {
+            // Billed GPUs are the VMs' GPUs, whether or not the job uses them all.
+            let per_vm = self.catalog.size(&a.size).map_or(a.gpus as f64 / a.vms.max(1) as f64, |s| s.gpus as f64);
+            *report.billed_gpus_by_region.entry(a.region.clone()).or_default() += a.running_vms as f64 * per_vm;
             let gpus = (a.running_vms as u64 * a.gpus as u64 / a.vms.max(1) as u64) as i64;
             self.metrics
                 .gpus_in_use
@@ -1153,6 +1194,7 @@ impl Controller {
             rate += a.running_vms as f64 * a.price_per_hour;
         }
         self.metrics.cost_rate.set(rate);
+        report.cost_rate_usd_per_hour = rate;
         Ok(())
     }
 }
@@ -1164,6 +1206,8 @@ struct PlanInput {
     offers: Vec<solver::Offer>,
     quotas: Vec<solver::QuotaLimit>,
     real_prices: BTreeMap<(String, String, solver::Priority), f64>,
+    /// The active attempts the input was made from.
+    attempts: Vec<Attempt>,
 }
 
 /// True when an attempt has been below its minimum for longer than the grace period, or has

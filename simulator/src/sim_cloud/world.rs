@@ -185,6 +185,9 @@ pub(crate) struct World {
     eviction_rates: BTreeMap<OfferKey, f64>,
     quota_limits: BTreeMap<(String, String), u64>,
     pub counters: SimCounters,
+    /// The quota pools each region reports: fixed by the catalog and the configuration, and read
+    /// every round, so worked out once.
+    pools_by_region: BTreeMap<String, Vec<QuotaPool>>,
 }
 
 /// Azure's naming rule for fleets: 1–80 of letters, digits, `-`, `.`, `_`; starts with a letter or
@@ -223,7 +226,7 @@ fn pool_key(pool: &QuotaPool) -> String {
 
 impl World {
     pub fn new(cfg: SimCloudConfig, catalog: Catalog, now_ms: i64) -> World {
-        World {
+        let mut w = World {
             cfg,
             catalog,
             now_ms,
@@ -236,7 +239,10 @@ impl World {
             eviction_rates: BTreeMap::new(),
             quota_limits: BTreeMap::new(),
             counters: SimCounters::default(),
-        }
+            pools_by_region: BTreeMap::new(),
+        };
+        w.pools_by_region = w.cfg.regions.iter().map(|r| (r.clone(), w.find_quota_pools(r))).collect();
+        w
     }
 
     fn provisioning_ms(&self) -> i64 {
@@ -280,24 +286,26 @@ impl World {
     }
 
     /// vCPUs a fleet holds against each pool: running VMs, plus the whole request while creating.
-    fn fleet_holds(&self, f: &SimFleet) -> Option<(String, u64)> {
+    fn fleet_holds<'f>(&self, f: &'f SimFleet) -> Option<(&'f str, u64)> {
         if let Some(s) = &f.reserved {
-            return Some((s.clone(), u64::from(f.req.vms) * self.vcpus(s)));
+            return Some((s.as_str(), u64::from(f.req.vms) * self.vcpus(s)));
         }
-        f.size.as_ref().map(|s| (s.clone(), u64::from(f.running) * self.vcpus(s)))
+        f.size.as_ref().map(|s| (s.as_str(), u64::from(f.running) * self.vcpus(s)))
     }
 
     pub fn quota_usage(&self, region: &str, pool: &QuotaPool) -> u64 {
         let key = pool_key(pool);
+        // `normalize_family(family) == key` without building a string per fleet (a hot path:
+        // every quota read walks every fleet).
+        let same_family =
+            |family: &str| family.chars().filter(|c| !c.is_whitespace()).flat_map(char::to_lowercase).eq(key.chars());
         let mut total = 0;
         for f in self.fleets.values().filter(|f| f.req.region == region) {
             let Some((size, vcpus)) = self.fleet_holds(f) else { continue };
             let counts = match (f.req.priority, pool) {
                 (Priority::Spot, QuotaPool::LowPriorityCores) => true,
                 (Priority::Regular, QuotaPool::Cores) => true,
-                (Priority::Regular, QuotaPool::Family(_)) => {
-                    self.size(&size).is_some_and(|s| scheduler::model::normalize_family(&s.family) == key)
-                }
+                (Priority::Regular, QuotaPool::Family(_)) => self.size(size).is_some_and(|s| same_family(&s.family)),
                 _ => false,
             };
             if counts {
@@ -348,6 +356,13 @@ impl World {
 
     /// Every pool of a region: `cores`, `lowPriorityCores`, then each family of the offered sizes.
     pub fn quota_pools(&self, region: &str) -> Vec<QuotaPool> {
+        match self.pools_by_region.get(region) {
+            Some(pools) => pools.clone(),
+            None => self.find_quota_pools(region),
+        }
+    }
+
+    fn find_quota_pools(&self, region: &str) -> Vec<QuotaPool> {
         let mut pools = vec![QuotaPool::Cores, QuotaPool::LowPriorityCores];
         let mut seen = std::collections::BTreeSet::new();
         for s in self.catalog.sizes() {

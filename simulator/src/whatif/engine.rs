@@ -26,7 +26,7 @@ use scheduler::clock::{Clock, ManualClock};
 use scheduler::cloud::Cloud;
 use scheduler::control::{ControlConfig, ControlMetrics, Controller};
 use scheduler::jobs::JobService;
-use scheduler::model::{Attempt, AttemptState, Job, JobState, Priority, QuotaPool, SpotPolicy};
+use scheduler::model::{Attempt, Job, JobState, Priority, QuotaPool, SpotPolicy};
 use state::{Record, Store};
 
 use super::WhatIfError;
@@ -499,7 +499,6 @@ fn store_err(e: impl std::fmt::Display) -> WhatIfError {
 /// The production control loop as a policy.
 struct LoopDriver {
     store: Store,
-    catalog: Arc<Catalog>,
     jobs: JobService,
     ctl: Controller,
     no_spot: bool,
@@ -531,17 +530,7 @@ impl LoopDriver {
             config,
             ControlMetrics::unregistered(),
         );
-        LoopDriver {
-            store,
-            catalog,
-            jobs,
-            ctl,
-            no_spot,
-            open: 0,
-            archived: Vec::new(),
-            failovers: Vec::new(),
-            start_ms,
-        }
+        LoopDriver { store, jobs, ctl, no_spot, open: 0, archived: Vec::new(), failovers: Vec::new(), start_ms }
     }
 
     fn outcome(&mut self, job: &Job, attempts: &[Attempt]) -> JobOutcome {
@@ -590,8 +579,9 @@ impl LoopDriver {
         Ok(a)
     }
 
-    /// Moves finished jobs without fleets out of the store into outcomes.
+    /// Moves finished jobs without fleets out of the store into outcomes (one transaction a round).
     fn archive(&mut self) -> Result<(), WhatIfError> {
+        let mut gone: Vec<(String, Vec<String>)> = Vec::new();
         for s in [JobState::Succeeded, JobState::Failed, JobState::Cancelled] {
             for job in self.store.by_index::<Job>("state", s.as_str()).map_err(store_err)? {
                 let attempts = self.attempts_of(&job.id)?;
@@ -601,13 +591,23 @@ impl LoopDriver {
                 let o = self.outcome(&job, &attempts);
                 self.archived.push(o);
                 self.open -= 1;
-                for a in &attempts {
-                    self.store.delete::<Attempt>(&a.key()).map_err(store_err)?;
-                }
-                self.store.delete::<Job>(&job.id).map_err(store_err)?;
+                gone.push((job.id.clone(), attempts.iter().map(|a| a.key()).collect()));
             }
         }
-        Ok(())
+        if gone.is_empty() {
+            return Ok(());
+        }
+        self.store
+            .transaction(|tx| {
+                for (job, attempts) in &gone {
+                    for a in attempts {
+                        tx.delete::<Attempt>(a)?;
+                    }
+                    tx.delete::<Job>(job)?;
+                }
+                Ok(())
+            })
+            .map_err(store_err)
     }
 }
 
@@ -623,19 +623,12 @@ impl Driver for LoopDriver {
     }
 
     async fn round(&mut self) -> Result<RoundState, WhatIfError> {
-        self.ctl.reconcile().await.map_err(|e| WhatIfError::Control(e.to_string()))?;
-        let mut st = RoundState::default();
-        for a in self.store.by_index::<Attempt>("state", "running").map_err(store_err)? {
-            if a.state != AttemptState::Running {
-                continue;
-            }
-            // Billed GPUs are the VMs' GPUs, whether or not the job uses them all.
-            let per_vm = self.catalog.size(&a.size).map_or(a.gpus as f64 / a.vms.max(1) as f64, |s| s.gpus as f64);
-            let gpus = a.running_vms as f64 * per_vm;
-            st.cost_rate += a.running_vms as f64 * a.price_per_hour;
-            st.gpu_rate += gpus;
-            *st.gpus_by_region.entry(a.region.clone()).or_default() += gpus;
-        }
+        let report = self.ctl.reconcile().await.map_err(|e| WhatIfError::Control(e.to_string()))?;
+        let st = RoundState {
+            cost_rate: report.cost_rate_usd_per_hour,
+            gpu_rate: report.billed_gpus_by_region.values().sum(),
+            gpus_by_region: report.billed_gpus_by_region,
+        };
         self.archive()?;
         Ok(st)
     }

@@ -1,0 +1,96 @@
+//! Decoded records, remembered with the bytes they were decoded from.
+//!
+//! The control loop reads the same open jobs and attempts every round, and most of them have not
+//! changed since the last: parsing their JSON again was a large share of a round. A read that finds
+//! the stored bytes equal to the cached ones clones the cached record instead (and reuses the index
+//! values already extracted from it). Coherent without any invalidation: a hit needs byte equality
+//! with what is stored now, so a record changed by anyone, in any way, is decoded afresh.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Stored bytes cached at most (the decoded copies take about as much again); past it the cache starts
+/// again empty, which is cheap (the next reads refill it) and keeps a server's memory flat.
+const MAX_BYTES: usize = 16 * 1024 * 1024;
+
+struct Cached {
+    bytes: sled::IVec,
+    value: Arc<dyn Any + Send + Sync>,
+    /// Index values already extracted from these bytes, by JSON pointer.
+    pointers: Vec<(&'static str, Option<String>)>,
+}
+
+/// Bytes held in total, and per table, per key: the last decoded record.
+type Tables = (usize, HashMap<&'static str, HashMap<String, Cached>>);
+
+/// Decoded records by table and key (see the module doc).
+#[derive(Default)]
+pub(crate) struct RecordCache {
+    tables: Mutex<Tables>,
+}
+
+/// What a lookup found for bytes read from the store.
+pub(crate) enum Lookup<R> {
+    /// The cached record (a clone) and, if asked for and known, the index value at the pointer.
+    Hit(R, Option<Option<String>>),
+    Miss,
+}
+
+impl RecordCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Tables> {
+        self.tables.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The cached record of `table`/`key` if it was decoded from exactly `bytes`.
+    pub(crate) fn get<R: Clone + 'static>(
+        &self,
+        table: &'static str,
+        key: &str,
+        bytes: &[u8],
+        pointer: Option<&'static str>,
+    ) -> Lookup<R> {
+        let guard = self.lock();
+        let Some(c) = guard.1.get(table).and_then(|t| t.get(key)) else { return Lookup::Miss };
+        if c.bytes.as_ref() != bytes {
+            return Lookup::Miss;
+        }
+        let Some(value) = c.value.downcast_ref::<R>() else { return Lookup::Miss };
+        let index = pointer.and_then(|p| c.pointers.iter().find(|(q, _)| *q == p).map(|(_, v)| v.clone()));
+        Lookup::Hit(value.clone(), index)
+    }
+
+    /// Remembers `value` as decoded from `bytes`, with an index value if one was extracted.
+    pub(crate) fn put<R: Clone + Send + Sync + 'static>(
+        &self,
+        table: &'static str,
+        key: &str,
+        bytes: sled::IVec,
+        value: &R,
+        index: Option<(&'static str, Option<String>)>,
+    ) {
+        let mut guard = self.lock();
+        let (held, tables) = &mut *guard;
+        if *held + bytes.len() > MAX_BYTES {
+            tables.clear();
+            *held = 0;
+        }
+        let t = tables.entry(table).or_default();
+        match t.get_mut(key) {
+            Some(c) if c.bytes == bytes && c.value.is::<R>() => {
+                if let Some((p, v)) = index
+                    && !c.pointers.iter().any(|(q, _)| *q == p)
+                {
+                    c.pointers.push((p, v));
+                }
+            }
+            _ => {
+                *held += bytes.len();
+                let fresh = Cached { bytes, value: Arc::new(value.clone()), pointers: index.into_iter().collect() };
+                if let Some(old) = t.insert(key.to_string(), fresh) {
+                    *held -= old.bytes.len();
+                }
+            }
+        }
+    }
+}
