@@ -173,72 +173,11 @@ impl<'a> Instance<'a> {
             inst.classes[c].jobs.push(j);
             inst.job_class[j] = c;
         }
-        let all: Vec<Vec<Cand>> = (0..inst.classes.len()).map(|c| inst.candidates(inst.classes[c].rep)).collect();
-        let roomy = inst.roomy_offers(&all);
-        for (c, cands) in all.into_iter().enumerate() {
-            let rep = inst.classes[c].rep;
-            let cands = inst.prune(rep, cands);
-            inst.classes[c].cands = inst.prune_behind_roomy(rep, cands, &roomy);
+        for c in 0..inst.classes.len() {
+            let cands = inst.candidates(inst.classes[c].rep);
+            inst.classes[c].cands = inst.prune(inst.classes[c].rep, cands);
         }
         inst
-    }
-
-    /// Offers with room for anything any plan could put on them: their capacity is at least the VMs
-    /// every job together could place there, and each of their quota pools at least the vCPUs every job
-    /// together could draw from it. (A job places at most its GPU count in VMs — each VM covers at least
-    /// one of its GPUs — and a gang exactly one placement.)
-    fn roomy_offers(&self, cands: &[Vec<Cand>]) -> Vec<bool> {
-        let p = self.p;
-        let mut offer_need = vec![0u64; p.offers.len()];
-        let mut pool_need = vec![0u64; self.pool_limit.len()];
-        for (class, cands) in self.classes.iter().zip(cands) {
-            let job = self.job(class.rep);
-            let n = class.jobs.len() as u64;
-            let mut pool_max = vec![0u64; self.pool_limit.len()];
-            for c in cands {
-                let offer = &p.offers[c.offer];
-                let vms = if job.gang { u64::from(c.vms) } else { u64::from(job.gpus) };
-                offer_need[c.offer] += n * vms;
-                for &q in &self.offer_pools[c.offer] {
-                    pool_max[q] = pool_max[q].max(vms * u64::from(offer.vcpus_per_vm));
-                }
-            }
-            for (need, max) in pool_need.iter_mut().zip(pool_max) {
-                *need += n * max;
-            }
-        }
-        (0..p.offers.len())
-            .map(|o| {
-                p.offers[o].capacity_vms.is_none_or(|c| u64::from(c) >= offer_need[o])
-                    && self.offer_pools[o].iter().all(|&q| self.pool_limit[q] >= pool_need[q])
-            })
-            .collect()
-    }
-
-    /// Drops candidates ranked behind a roomy candidate that is no worse on every count (cost, egress,
-    /// hourly price, and for non-gang jobs at least the GPUs per VM): whatever a plan puts on the
-    /// dropped one fits on the roomy one for no more, so no optimum needs it. Under light load this
-    /// cuts a class's candidates from every offer in every region to the few cheaper than the cheapest
-    /// offer with room, which is what keeps the LP small.
-    fn prune_behind_roomy(&self, j: usize, cands: Vec<Cand>, roomy: &[bool]) -> Vec<Cand> {
-        let gang = self.p.jobs[j].gang;
-        let price = |c: &Cand| self.p.offers[c.offer].price_per_hour;
-        let mut seen_roomy: Vec<Cand> = Vec::new();
-        let mut kept = Vec::with_capacity(cands.len());
-        for c in cands {
-            let dominated = seen_roomy.iter().any(|a| {
-                a.cost <= c.cost
-                    && (gang || (a.gpus >= c.gpus && a.egress_per_gpu <= c.egress_per_gpu && price(a) <= price(&c)))
-            });
-            if dominated {
-                continue;
-            }
-            if roomy[c.offer] {
-                seen_roomy.push(c);
-            }
-            kept.push(c);
-        }
-        kept
     }
 
     pub fn job(&self, j: usize) -> &JobDemand {
