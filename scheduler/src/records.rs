@@ -70,7 +70,8 @@ pub struct IdempotencyRecord {
 }
 
 impl Record for IdempotencyRecord {
-    const TABLE: TableDef = TableDef { name: "idempotency", indexes: &[] };
+    /// Indexed by job so that retention forgets a key with the job it named.
+    const TABLE: TableDef = TableDef { name: "idempotency", indexes: &[IndexDef { name: "job", pointer: "/job_id" }] };
     fn key(&self) -> String {
         self.scope_key.clone()
     }

@@ -521,7 +521,10 @@ max_price_per_hour = 12.0
 async fn finished_jobs_are_forgotten_after_the_retention_and_tenant_spend_is_kept() {
     let cfg = ControlConfig { auto_complete: true, retain_finished_ms: Some(3_600_000), ..config() };
     let h = harness_with("retention", two_regions(), cfg);
-    let done = h.submit(A100_GANG);
+    let spec = JobSpec::parse(A100_GANG, SpecFormat::Toml).expect("spec parses");
+    let done = h.jobs.submit(spec, Some("retry-1")).expect("accepted").job;
+    let key = "research/retry-1";
+    assert!(h.store.get::<scheduler::records::IdempotencyRecord>(key).unwrap().is_some());
     h.round().await;
     h.step(61).await;
     for _ in 0..13 {
@@ -542,6 +545,10 @@ async fn finished_jobs_are_forgotten_after_the_retention_and_tenant_spend_is_kep
     assert!(h.store.by_index::<Attempt>("job", &done.id).unwrap().is_empty(), "its attempts went with it");
     assert!(h.store.by_index::<scheduler::jobs::JobEvent>("job", &done.id).unwrap().is_empty(), "and its events");
     assert!(h.jobs.get(&open.id).unwrap().is_some(), "an open job stays");
+    assert!(
+        h.store.get::<scheduler::records::IdempotencyRecord>(key).unwrap().is_none(),
+        "the job's idempotency key went with it"
+    );
     let after = h.store.get::<scheduler::records::Tenant>("research").unwrap().expect("tenant record").spent_usd;
     assert!(after >= spent, "what the tenant spent is kept: {after} < {spent}");
     // The global log lost the events older than the hour but keeps numbering on.

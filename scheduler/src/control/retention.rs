@@ -3,6 +3,7 @@
 //! horizon. Without it every job ever submitted stays in the store, and the server's memory (sled's
 //! page table and cache) and the cost of reading its history grow for ever (RELIABILITY.md, Load).
 //! What a tenant has spent is kept: it is accrued in the tenant's record, not summed from jobs.
+//! An `Idempotency-Key` goes with the job it named (a retry after that creates a new job).
 //!
 //! A pass runs at most once a minute of loop time and does bounded work (the oldest few hundred
 //! finished jobs per state, read from the start of the state index: generated job ids begin with
@@ -13,6 +14,7 @@ use state::Record;
 
 use crate::jobs::JobEvent;
 use crate::model::{Attempt, Job, JobState};
+use crate::records::IdempotencyRecord;
 
 use super::round::ControlError;
 use super::{Controller, LoopState};
@@ -47,7 +49,11 @@ impl Controller {
                     continue;
                 }
                 let events = self.store.by_index::<JobEvent>("job", &job.id)?;
+                let keys = self.store.by_index::<IdempotencyRecord>("job", &job.id)?;
                 self.store.transaction(|tx| {
+                    for k in &keys {
+                        tx.delete::<IdempotencyRecord>(&k.key())?;
+                    }
                     for a in &attempts {
                         tx.delete::<Attempt>(&a.key())?;
                     }
