@@ -352,27 +352,9 @@ async fn one_request(shared: Arc<Shared>, op: Op, n: u64, scheduled: Instant) {
             } else {
                 http.delete(format!("{url}/v1/jobs/{id}"))
             };
-            match req.bearer_auth(token).send().await {
-                Ok(r) => {
-                    let code = r.status().as_u16();
-                    match r.bytes().await {
-                        Ok(_) => Ok((code, None)),
-                        Err(e) => Err(format!("status {code}, body cut off: {e}")),
-                    }
-                }
-                Err(e) => Err(e.to_string()),
-            }
+            read_whole(req.bearer_auth(token).send().await).await
         }
-        Op::ListJobs => match http.get(format!("{url}/v1/jobs?limit=100")).bearer_auth(&token).send().await {
-            Ok(r) => {
-                let code = r.status().as_u16();
-                match r.bytes().await {
-                    Ok(_) => Ok((code, None)),
-                    Err(e) => Err(format!("status {code}, body cut off: {e}")),
-                }
-            }
-            Err(e) => Err(e.to_string()),
-        },
+        Op::ListJobs => read_whole(http.get(format!("{url}/v1/jobs?limit=100")).bearer_auth(&token).send().await).await,
     };
     let latency_ms = scheduled.elapsed().as_secs_f64() * 1000.0;
     if op == Op::Submit
@@ -874,4 +856,11 @@ async fn run(opts: Options, url: String, admin: String, pid: u32, data_dir: Path
         "passed": passed,
     });
     Ok(Report { json, passed })
+}
+
+/// The status of a response whose body is read to the end and dropped (a cut-off body is an error).
+async fn read_whole(sent: reqwest::Result<reqwest::Response>) -> Result<(u16, Option<Value>), String> {
+    let r = sent.map_err(|e| e.to_string())?;
+    let code = r.status().as_u16();
+    r.bytes().await.map(|_| (code, None)).map_err(|e| format!("status {code}, body cut off: {e}"))
 }

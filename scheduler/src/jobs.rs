@@ -356,11 +356,7 @@ impl JobService {
     /// Sets (or clears) a tenant's budget in USD.
     pub fn set_tenant_budget(&self, tenant: &str, budget_usd: Option<f64>) -> Result<Tenant, JobError> {
         let t = self.store.transaction(|tx| {
-            let mut t = tx.get::<Tenant>(tenant)?.unwrap_or(Tenant {
-                name: tenant.to_string(),
-                budget_usd: None,
-                spent_usd: 0.0,
-            });
+            let mut t = tx.get::<Tenant>(tenant)?.unwrap_or_else(|| Tenant::named(tenant));
             t.budget_usd = budget_usd;
             tx.put(&t)?;
             Ok(t)

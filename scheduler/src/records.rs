@@ -51,6 +51,13 @@ pub struct Tenant {
     pub spent_usd: f64,
 }
 
+impl Tenant {
+    /// A tenant with no budget that has spent nothing: what an unknown tenant name stands for.
+    pub fn named(name: &str) -> Tenant {
+        Tenant { name: name.to_string(), budget_usd: None, spent_usd: 0.0 }
+    }
+}
+
 impl Record for Tenant {
     const TABLE: TableDef = TableDef { name: "tenants", indexes: &[] };
     fn key(&self) -> String {

@@ -47,7 +47,8 @@ struct Model {
     vars: Vec<Vec<Option<Variable>>>,
     weight: Expression,
     cost: Expression,
-    rows: Vec<(good_lp::Constraint, Row)>,
+    /// Each row, what it constrains, and its right-hand side (every row is `≤`).
+    rows: Vec<(good_lp::Constraint, Row, f64)>,
 }
 
 /// What a row of the model constrains (every row is `≤` its right-hand side).
@@ -120,14 +121,15 @@ fn build_over(inst: &Instance, problem_vars: &mut ProblemVariables, active: &[Ve
         }
         if any {
             if job.gang {
-                rows.push((demand.leq(count), Row::Demand(k)));
+                rows.push((demand.leq(count), Row::Demand(k), count));
             } else {
-                rows.push((demand.leq(count * f64::from(job.gpus)), Row::Demand(k)));
+                let gpus = count * f64::from(job.gpus);
+                rows.push((demand.leq(gpus), Row::Demand(k), gpus));
                 if let Some(cap) = job.max_price_per_hour {
-                    rows.push((price.leq(count * cap), Row::Price(k)));
+                    rows.push((price.leq(count * cap), Row::Price(k), count * cap));
                 }
                 if let Some(budget) = job.budget {
-                    rows.push((spend.leq(count * budget), Row::Budget(k)));
+                    rows.push((spend.leq(count * budget), Row::Budget(k), count * budget));
                 }
             }
         }
@@ -135,12 +137,14 @@ fn build_over(inst: &Instance, problem_vars: &mut ProblemVariables, active: &[Ve
     }
     for (q, row) in pool_rows.into_iter().enumerate() {
         if pool_any[q] {
-            rows.push((row.leq(inst.pool_limit[q] as f64), Row::Pool(q)));
+            let limit = inst.pool_limit[q] as f64;
+            rows.push((row.leq(limit), Row::Pool(q), limit));
         }
     }
     for (o, row) in cap_rows.into_iter().enumerate() {
         if cap_any[o] {
-            rows.push((row.leq(f64::from(p.offers[o].capacity_vms.unwrap_or(0))), Row::Capacity(o)));
+            let cap = f64::from(p.offers[o].capacity_vms.unwrap_or(0));
+            rows.push((row.leq(cap), Row::Capacity(o), cap));
         }
     }
     Model { vars, weight, cost, rows }
@@ -183,7 +187,8 @@ pub(crate) fn solve_lp(
     if let Some(s) = seconds_left(deadline)? {
         phase1.settings().time_limit(s);
     }
-    let sol1 = phase1.with_all(m.rows.into_iter().map(|(r, _)| r)).solve().map_err(|e| format!("LP phase 1: {e}"))?;
+    let sol1 =
+        phase1.with_all(m.rows.into_iter().map(|(r, _, _)| r)).solve().map_err(|e| format!("LP phase 1: {e}"))?;
     let inner = sol1.inner();
     // Clarabel minimised −W: the larger of −primal and −dual is an upper bound on W.
     let w_lp = (-inner.obj_val).max(-inner.obj_val_dual);
@@ -274,7 +279,7 @@ fn cost_phase(
         if let Some(s) = seconds_left(deadline)? {
             model.settings().time_limit(s);
         }
-        let refs: Vec<_> = m.rows.into_iter().map(|(r, kind)| (model.add_constraint(r), kind)).collect();
+        let refs: Vec<_> = m.rows.into_iter().map(|(r, kind, rhs)| (model.add_constraint(r), kind, rhs)).collect();
         let weight_ref = model.add_constraint(m.weight.clone().geq(floor));
         let mut sol = match model.solve() {
             Ok(sol) => sol,
@@ -299,27 +304,14 @@ fn cost_phase(
         // contribution within its bounds. Valid for any duals of the right signs, so the bound does
         // not depend on how exactly the solver converged, nor on every candidate having been priced in.
         let mut bound = y.weight * floor;
-        for (r, kind) in &refs {
+        for (r, kind, rhs) in &refs {
             let d = dual.dual(r.clone()).min(0.0);
-            let (slot, rhs) = match *kind {
-                Row::Demand(k) => {
-                    let class = &inst.classes[k];
-                    let job = inst.job(class.rep);
-                    let n = class.jobs.len() as f64;
-                    (&mut y.demand[k], if job.gang { n } else { n * f64::from(job.gpus) })
-                }
-                Row::Price(k) => {
-                    let class = &inst.classes[k];
-                    let n = class.jobs.len() as f64;
-                    (&mut y.price[k], n * inst.job(class.rep).max_price_per_hour.unwrap_or(0.0))
-                }
-                Row::Budget(k) => {
-                    let class = &inst.classes[k];
-                    let n = class.jobs.len() as f64;
-                    (&mut y.budget[k], n * inst.job(class.rep).budget.unwrap_or(0.0))
-                }
-                Row::Pool(q) => (&mut y.pool[q], inst.pool_limit[q] as f64),
-                Row::Capacity(o) => (&mut y.capacity[o], f64::from(p.offers[o].capacity_vms.unwrap_or(0))),
+            let slot = match *kind {
+                Row::Demand(k) => &mut y.demand[k],
+                Row::Price(k) => &mut y.price[k],
+                Row::Budget(k) => &mut y.budget[k],
+                Row::Pool(q) => &mut y.pool[q],
+                Row::Capacity(o) => &mut y.capacity[o],
             };
             *slot = d;
             bound += d * rhs;

@@ -385,12 +385,16 @@ impl Store {
             // A transaction may be committing between the index read and this one; only records that
             // have the value now are returned.
             let Some(bytes) = reg.trees[h.tree].get(key.as_bytes())? else { continue };
-            if let Lookup::Hit(r, Some(at)) = self.inner.cache.get::<R>(R::TABLE.name, key, &bytes, Some(pointer)) {
-                if at.as_deref() == Some(value) {
-                    out.push(r);
+            let cached = match self.inner.cache.get::<R>(R::TABLE.name, key, &bytes, Some(pointer)) {
+                Lookup::Hit(r, Some(at)) => {
+                    if at.as_deref() == Some(value) {
+                        out.push(r);
+                    }
+                    continue;
                 }
-                continue;
-            }
+                Lookup::Hit(r, None) => Some(r),
+                Lookup::Miss => None,
+            };
             let json = open_envelope(&bytes, R::TABLE.name, key)?;
             let decode_err = |e: serde_json::Error| StoreError::Decode {
                 table: R::TABLE.name.into(),
@@ -398,12 +402,17 @@ impl Store {
                 reason: e.to_string(),
             };
             let at = pointer_value(json, pointer).map_err(decode_err)?;
-            if at.as_deref() != Some(value) {
-                continue;
-            }
-            let r: R = serde_json::from_slice(json).map_err(decode_err)?;
+            let matches = at.as_deref() == Some(value);
+            // Cached by a plain `get`: only the index value was missing; the record is not decoded again.
+            let r: R = match cached {
+                Some(r) => r,
+                None if matches => serde_json::from_slice(json).map_err(decode_err)?,
+                None => continue,
+            };
             self.inner.cache.put(R::TABLE.name, key, bytes.clone(), &r, Some((pointer, at)));
-            out.push(r);
+            if matches {
+                out.push(r);
+            }
         }
         Ok(out)
     }

@@ -243,11 +243,8 @@ impl Controller {
             retired = true;
             let mut old = old.clone();
             let Some(mut current) = self.store.get::<Job>(&job.id)? else { continue };
-            let mut tenant = self.store.get::<Tenant>(&current.spec.tenant)?.unwrap_or(Tenant {
-                name: current.spec.tenant.clone(),
-                budget_usd: None,
-                spent_usd: 0.0,
-            });
+            let mut tenant =
+                self.store.get::<Tenant>(&current.spec.tenant)?.unwrap_or_else(|| Tenant::named(&current.spec.tenant));
             if old.state == AttemptState::Running {
                 self.account(&mut old, &mut current, &mut tenant, now);
             }

@@ -569,7 +569,7 @@ impl Controller {
             };
             // What the tenant owes for this stretch; added to the stored tenant only if this round
             // writes the attempt's accounting (they are settled together or not at all).
-            let mut accrued = Tenant { name: job.spec.tenant.clone(), budget_usd: None, spent_usd: 0.0 };
+            let mut accrued = Tenant::named(&job.spec.tenant);
             self.account(&mut a, &mut job, &mut accrued, now);
             let mut events: Vec<(&str, String)> = Vec::new();
             let mut delete_now = false;
@@ -716,11 +716,7 @@ impl Controller {
             }
             self.store.transaction(|tx| {
                 let Some(mut job) = tx.get::<Job>(&a.job_id)? else { return Ok(()) };
-                let mut tenant = tx.get::<Tenant>(&job.spec.tenant)?.unwrap_or_else(|| Tenant {
-                    name: job.spec.tenant.clone(),
-                    budget_usd: None,
-                    spent_usd: 0.0,
-                });
+                let mut tenant = tx.get::<Tenant>(&job.spec.tenant)?.unwrap_or_else(|| Tenant::named(&job.spec.tenant));
                 let mut a = a.clone();
                 self.account(&mut a, &mut job, &mut tenant, now);
                 tx.put(&job)?;
@@ -733,11 +729,7 @@ impl Controller {
     }
 
     fn tenant(&self, name: &str) -> Result<Tenant, StoreError> {
-        Ok(self.store.get::<Tenant>(name)?.unwrap_or(Tenant {
-            name: name.to_string(),
-            budget_usd: None,
-            spent_usd: 0.0,
-        }))
+        Ok(self.store.get::<Tenant>(name)?.unwrap_or_else(|| Tenant::named(name)))
     }
 
     /// Jobs that ended (by a user, a budget, or completion) still holding fleets: settle their
