@@ -78,7 +78,7 @@ deadline_slack = 3.0
 }
 
 fn no_timing() -> RunOptions {
-    RunOptions { timing: false, temp_dir: None }
+    RunOptions { timing: false }
 }
 
 /// A bundled scenario cut to its first `hours`, with its events moved by `shift_hours` (negative:

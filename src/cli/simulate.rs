@@ -150,7 +150,7 @@ fn what_if(file: Option<&Path>, output: Output, args: &WhatIfArgs) -> ExitCode {
     if let Some(seed) = args.seed {
         scenario = scenario.with_seed(seed);
     }
-    let report = match run_scenario_blocking(&scenario, &RunOptions { timing: !args.no_timing, temp_dir: None }) {
+    let report = match run_scenario_blocking(&scenario, &RunOptions { timing: !args.no_timing }) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {e}");

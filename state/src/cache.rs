@@ -52,7 +52,9 @@ impl RecordCache {
     ) -> Lookup<R> {
         let guard = self.lock();
         let Some(c) = guard.1.get(table).and_then(|t| t.get(key)) else { return Lookup::Miss };
-        if c.bytes.as_ref() != bytes {
+        // The same buffer (a memory store hands out the bytes it holds, not copies) is equal without
+        // comparing its contents.
+        if !std::ptr::eq(c.bytes.as_ref(), bytes) && c.bytes.as_ref() != bytes {
             return Lookup::Miss;
         }
         let Some(value) = c.value.downcast_ref::<R>() else { return Lookup::Miss };
@@ -77,7 +79,7 @@ impl RecordCache {
         }
         let t = tables.entry(table).or_default();
         match t.get_mut(key) {
-            Some(c) if c.bytes == bytes && c.value.is::<R>() => {
+            Some(c) if (std::ptr::eq(c.bytes.as_ref(), bytes.as_ref()) || c.bytes == bytes) && c.value.is::<R>() => {
                 if let Some((p, v)) = index
                     && !c.pointers.iter().any(|(q, _)| *q == p)
                 {

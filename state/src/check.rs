@@ -1,6 +1,7 @@
 //! `check`: indexes against tables, and every stored value against its encoding.
 
 use std::collections::BTreeSet;
+use std::ops::ControlFlow;
 
 use serde::Serialize;
 
@@ -104,11 +105,10 @@ impl Store {
             let table = db.open_tree(crate::encoding::table_tree(&def.name))?;
             let mut expected: Vec<BTreeSet<Vec<u8>>> = vec![BTreeSet::new(); def.indexes.len()];
             let mut records = 0;
-            for kv in table.iter() {
-                let (k, v) = kv?;
+            table.visit_all(|k, v| {
                 records += 1;
-                let key = String::from_utf8_lossy(&k).into_owned();
-                let keys = open_envelope(&v, &def.name, &key).and_then(|json| {
+                let key = String::from_utf8_lossy(k).into_owned();
+                let keys = open_envelope(v, &def.name, &key).and_then(|json| {
                     serde_json::from_slice::<serde_json::Value>(json).map_err(|e| StoreError::Decode {
                         table: def.name.clone(),
                         what: key.clone(),
@@ -124,25 +124,26 @@ impl Store {
                     }
                     Err(e) => report.problem(format!("table {}: record {key:?}: {e}", def.name)),
                 }
-            }
+                Ok(ControlFlow::Continue(()))
+            })?;
             let mut indexes = Vec::new();
             for (ix, want) in def.indexes.iter().zip(expected) {
                 let tree = db.open_tree(crate::encoding::index_tree(&def.name, &ix.name))?;
                 let (mut entries, mut stale) = (0, 0);
                 let mut found = BTreeSet::new();
-                for kv in tree.iter() {
-                    let (k, _) = kv?;
+                tree.visit_all(|k, _| {
                     entries += 1;
-                    if !want.contains(k.as_ref()) {
+                    if !want.contains(k) {
                         stale += 1;
-                        let (value, key) = split_index_key(&k).unwrap_or(("?", "?"));
+                        let (value, key) = split_index_key(k).unwrap_or(("?", "?"));
                         report.problem(format!(
                             "index {}.{}: entry {value:?} -> {key:?} matches no record",
                             def.name, ix.name
                         ));
                     }
                     found.insert(k.to_vec());
-                }
+                    Ok(ControlFlow::Continue(()))
+                })?;
                 let mut missing = 0;
                 for k in want.difference(&found) {
                     missing += 1;
@@ -164,32 +165,32 @@ impl Store {
         }
         let reg = self.inner.registry();
         let mut prev = 0;
-        for kv in reg.trees[EVENTS_IX].iter() {
-            let (k, v) = kv?;
+        reg.trees[EVENTS_IX].visit_all(|k, v| {
             report.events += 1;
-            let Ok(seq) = <[u8; 8]>::try_from(k.as_ref()).map(u64::from_be_bytes) else {
-                report.problem(format!("events: malformed key {:?}", k.as_ref()));
-                continue;
+            let Ok(seq) = <[u8; 8]>::try_from(k).map(u64::from_be_bytes) else {
+                report.problem(format!("events: malformed key {k:?}"));
+                return Ok(ControlFlow::Continue(()));
             };
-            match decode::<Event>(&v, "events", &format!("event {seq}")) {
+            match decode::<Event>(v, "events", &format!("event {seq}")) {
                 Ok(e) if e.seq != seq => report.problem(format!("events: event stored under {seq} says seq {}", e.seq)),
                 Ok(_) => {}
                 Err(e) => report.problem(e.to_string()),
             }
             prev = seq;
-        }
-        let last = read_seq(reg.trees[META_IX].get(crate::encoding::META_LAST_SEQ)?.as_deref())?;
+            Ok(ControlFlow::Continue(()))
+        })?;
+        let last = read_seq(reg.trees[META_IX].get(crate::encoding::META_LAST_SEQ.as_bytes())?.as_deref())?;
         if prev > last {
             report.problem(format!("events: newest event is {prev} but the recorded last sequence is {last}"));
         }
-        for kv in reg.trees[SETTINGS_IX].iter() {
-            let (k, v) = kv?;
+        reg.trees[SETTINGS_IX].visit_all(|k, v| {
             report.settings += 1;
-            let key = String::from_utf8_lossy(&k);
-            if let Err(e) = decode::<serde_json::Value>(&v, "settings", &key) {
+            let key = String::from_utf8_lossy(k);
+            if let Err(e) = decode::<serde_json::Value>(v, "settings", &key) {
                 report.problem(e.to_string());
             }
-        }
+            Ok(ControlFlow::Continue(()))
+        })?;
         Ok(report)
     }
 }

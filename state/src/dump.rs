@@ -10,6 +10,7 @@
 //! Index trees are not exported: import recomputes them from the table definitions.
 
 use std::io::{BufRead, BufReader, Read, Write};
+use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
 
 use serde::{Deserialize, Serialize};
@@ -19,6 +20,7 @@ use crate::encoding::{
     META_IMPORT_INCOMPLETE, META_LAST_SEQ, META_SCHEMA_VERSION, META_TREE, StoredIndex, StoredTable, envelope,
     index_keys, index_tree, open_envelope, table_tree,
 };
+use crate::kv::Tree;
 use crate::store::{EVENTS_IX, META_IX, SETTINGS_IX, migrate, recorded_tables};
 use crate::tx::read_seq;
 use crate::{Event, Store, StoreError};
@@ -84,7 +86,7 @@ impl Store {
         let _exclusive = self.inner.writers_exclusive();
         let db = &self.inner.db;
         let reg = self.inner.registry();
-        let last_seq = read_seq(reg.trees[META_IX].get(META_LAST_SEQ)?.as_deref())?;
+        let last_seq = read_seq(reg.trees[META_IX].get(META_LAST_SEQ.as_bytes())?.as_deref())?;
         let header = Header {
             kind: "header",
             format: FORMAT,
@@ -100,35 +102,35 @@ impl Store {
             let line = TableLine { kind: "table", name: &def.name, indexes: &def.indexes };
             writeln!(w, "{}", serde_json::to_string(&line).map_err(std::io::Error::other)?)?;
             summary.tables += 1;
-            for kv in db.open_tree(table_tree(&def.name))?.iter() {
-                let (k, v) = kv?;
-                let key = std::str::from_utf8(&k).map_err(|_| StoreError::Decode {
+            db.open_tree(table_tree(&def.name))?.visit_all(|k, v| {
+                let key = std::str::from_utf8(k).map_err(|_| StoreError::Decode {
                     table: def.name.clone(),
-                    what: format!("key {:?}", k.as_ref()),
+                    what: format!("key {k:?}"),
                     reason: "not UTF-8".into(),
                 })?;
-                let json = open_envelope(&v, &def.name, key)?;
+                let json = open_envelope(v, &def.name, key)?;
                 write!(w, r#"{{"kind":"record","table":{},"key":{},"value":"#, json_str(&def.name), json_str(key))?;
                 w.write_all(json)?;
                 w.write_all(b"}\n")?;
                 summary.records += 1;
-            }
+                Ok(ControlFlow::Continue(()))
+            })?;
         }
-        for kv in reg.trees[SETTINGS_IX].iter() {
-            let (k, v) = kv?;
-            let key = String::from_utf8_lossy(&k);
+        reg.trees[SETTINGS_IX].visit_all(|k, v| {
+            let key = String::from_utf8_lossy(k);
             write!(w, r#"{{"kind":"setting","key":{},"value":"#, json_str(&key))?;
-            w.write_all(open_envelope(&v, "settings", &key)?)?;
+            w.write_all(open_envelope(v, "settings", &key)?)?;
             w.write_all(b"}\n")?;
             summary.settings += 1;
-        }
-        for kv in reg.trees[EVENTS_IX].iter() {
-            let (_, v) = kv?;
+            Ok(ControlFlow::Continue(()))
+        })?;
+        reg.trees[EVENTS_IX].visit_all(|_, v| {
             w.write_all(br#"{"kind":"event","value":"#)?;
-            w.write_all(open_envelope(&v, "events", "event")?)?;
+            w.write_all(open_envelope(v, "events", "event")?)?;
             w.write_all(b"}\n")?;
             summary.events += 1;
-        }
+            Ok(ControlFlow::Continue(()))
+        })?;
         w.flush()?;
         Ok(summary)
     }
@@ -147,13 +149,13 @@ impl Store {
             return Err(StoreError::NotEmpty { path: self.inner.path.clone() });
         }
         let meta = db.open_tree(META_TREE)?;
-        meta.insert(META_IMPORT_INCOMPLETE, &[1u8][..])?;
+        meta.insert(META_IMPORT_INCOMPLETE.as_bytes(), &[1u8][..])?;
         db.flush()?;
 
         let mut summary = DumpSummary::default();
         let mut header_seq = None;
         let mut schema_version = self.inner.schema_version;
-        let mut tables: Vec<(StoredTable, sled::Tree, Vec<sled::Tree>)> = Vec::new();
+        let mut tables: Vec<(StoredTable, Tree, Vec<Tree>)> = Vec::new();
         let mut last_event = 0u64;
         for (n, line) in BufReader::new(r).lines().enumerate() {
             let number = n + 1;
@@ -225,7 +227,7 @@ impl Store {
                     }
                     for (ix, k) in ixs.iter().zip(keys) {
                         if let Some(k) = k {
-                            ix.insert(k, &[][..])?;
+                            ix.insert(&k, &[][..])?;
                         }
                     }
                     summary.records += 1;
@@ -243,7 +245,7 @@ impl Store {
                         return Err(err(format!("event seq {} does not follow {last_event}", event.seq)));
                     }
                     last_event = event.seq;
-                    reg.trees[EVENTS_IX].insert(&event.seq.to_be_bytes()[..], envelope(value.get().as_bytes()))?;
+                    reg.trees[EVENTS_IX].insert(&event.seq.to_be_bytes(), envelope(value.get().as_bytes()))?;
                     summary.events += 1;
                 }
                 other => return Err(err(format!("unknown kind {other:?}"))),
@@ -253,13 +255,13 @@ impl Store {
             return Err(StoreError::Import { line: 1, reason: "empty file: no header".into() });
         };
         let last_seq = header_seq.max(last_event);
-        meta.insert(META_LAST_SEQ, &last_seq.to_be_bytes()[..])?;
+        meta.insert(META_LAST_SEQ.as_bytes(), &last_seq.to_be_bytes()[..])?;
         if schema_version < self.inner.schema_version {
-            meta.insert(META_SCHEMA_VERSION, &schema_version.to_be_bytes()[..])?;
+            meta.insert(META_SCHEMA_VERSION.as_bytes(), &schema_version.to_be_bytes()[..])?;
             migrate(db, &self.inner.path, schema_version, self.inner.schema)?;
         }
         db.flush()?;
-        meta.remove(META_IMPORT_INCOMPLETE)?;
+        meta.remove(META_IMPORT_INCOMPLETE.as_bytes())?;
         db.flush()?;
         self.inner.last_seq.fetch_max(last_seq, Ordering::SeqCst);
         Ok(summary)

@@ -86,6 +86,7 @@ mod commit;
 mod dump;
 mod encoding;
 mod error;
+mod kv;
 mod store;
 mod tx;
 

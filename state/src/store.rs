@@ -1,14 +1,13 @@
 //! Opening the store, typed reads, transactions, flushing, schema versions and migrations.
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use serde_json::Value;
-use sled::Transactional;
-use sled::transaction::{ConflictableTransactionError, TransactionError};
 
 use crate::cache::{Lookup, RecordCache};
 use crate::commit::GroupCommit;
@@ -17,6 +16,7 @@ use crate::encoding::{
     SETTINGS_TREE, StoredTable, decode, encode, index_keys, index_prefix, index_tree, open_envelope, pointer_value,
     split_index_key, table_tree,
 };
+use crate::kv::{Db, Tree, TreeSet, TxFailed, TxStop};
 use crate::tx::{AbortKind, Tx, TxAbort, read_seq};
 use crate::{Event, Record, StoreError, TableDef};
 
@@ -49,7 +49,7 @@ pub const SCHEMA: Schema = Schema { version: 1, migrations: &[] };
 
 /// What a [`Migration`] may do: read and rewrite records as JSON.
 pub struct Migrator<'a> {
-    db: &'a sled::Db,
+    db: &'a Db,
     tables: Vec<StoredTable>,
     from: u32,
 }
@@ -65,22 +65,22 @@ impl Migrator<'_> {
         self.tables.iter().map(|t| t.name.clone()).collect()
     }
 
-    fn tree(&self, table: &str) -> Result<sled::Tree, StoreError> {
+    fn tree(&self, table: &str) -> Result<Tree, StoreError> {
         if !self.tables.iter().any(|t| t.name == table) {
             return Err(StoreError::Definition(format!("migration: no table named {table}")));
         }
-        Ok(self.db.open_tree(table_tree(table))?)
+        self.db.open_tree(table_tree(table))
     }
 
     /// Every record of a table, by key.
     pub fn records(&self, table: &str) -> Result<Vec<(String, Value)>, StoreError> {
         let mut out = Vec::new();
-        for kv in self.tree(table)?.iter() {
-            let (k, v) = kv?;
-            let key = String::from_utf8_lossy(&k).into_owned();
-            let value = decode(&v, table, &key)?;
+        self.tree(table)?.visit_all(|k, v| {
+            let key = String::from_utf8_lossy(k).into_owned();
+            let value = decode(v, table, &key)?;
             out.push((key, value));
-        }
+            Ok(ControlFlow::Continue(()))
+        })?;
         Ok(out)
     }
 
@@ -97,10 +97,10 @@ impl Migrator<'_> {
     }
 }
 
-/// The tables known to this process and the sled trees a transaction spans.
+/// The tables known to this process and the trees a transaction spans.
 pub(crate) struct Registry {
     /// meta, events, settings, then each table's tree and index trees.
-    pub trees: Vec<sled::Tree>,
+    pub trees: TreeSet,
     pub tables: HashMap<String, TableHandle>,
 }
 
@@ -113,7 +113,7 @@ pub(crate) struct TableHandle {
 }
 
 impl Registry {
-    fn build(db: &sled::Db, defs: Vec<StoredTable>) -> Result<Registry, StoreError> {
+    fn build(db: &Db, defs: Vec<StoredTable>) -> Result<Registry, StoreError> {
         let mut trees = vec![db.open_tree(META_TREE)?, db.open_tree(EVENTS_TREE)?, db.open_tree(SETTINGS_TREE)?];
         let mut tables = HashMap::new();
         for def in defs {
@@ -126,13 +126,14 @@ impl Registry {
             }
             tables.insert(def.name.clone(), TableHandle { def, tree, indexes });
         }
-        Ok(Registry { trees, tables })
+        Ok(Registry { trees: TreeSet::new(trees), tables })
     }
 }
 
 pub(crate) struct Inner {
+    /// Empty for an in-memory store.
     pub path: PathBuf,
-    pub db: sled::Db,
+    pub db: Db,
     pub schema_version: u32,
     pub schema: &'static Schema,
     registry: RwLock<Arc<Registry>>,
@@ -184,17 +185,6 @@ impl Store {
 
     /// [`Store::open`] with an explicit schema (its version and migrations).
     pub fn open_with(dir: &Path, schema: &'static Schema) -> Result<Store, StoreError> {
-        Store::open_inner(dir, schema, true)
-    }
-
-    /// [`Store::open`] for a throwaway store whose contents need not outlive the process (the
-    /// what-if simulator's): sled's background flusher, which writes the log to disk every half
-    /// second, is off. [`Store::flush`] still writes everything when called.
-    pub fn open_scratch(dir: &Path) -> Result<Store, StoreError> {
-        Store::open_inner(dir, &SCHEMA, false)
-    }
-
-    fn open_inner(dir: &Path, schema: &'static Schema, background_flush: bool) -> Result<Store, StoreError> {
         let path = dir.to_path_buf();
         prepare_dir(&path)?;
         let marker = path.join(MARKER_FILE);
@@ -202,12 +192,13 @@ impl Store {
         if initialized && !path.join("db").exists() {
             return Err(StoreError::Open { path, reason: "its database file `db` is missing".into() });
         }
-        let db = open_sled(&path, background_flush)?;
+        let sled = open_sled(&path)?;
+        let db = Db::Sled(sled.clone());
         let meta = db.open_tree(META_TREE)?;
-        if meta.get(META_IMPORT_INCOMPLETE)?.is_some() {
+        if meta.get(META_IMPORT_INCOMPLETE.as_bytes())?.is_some() {
             return Err(StoreError::PartialImport { path });
         }
-        let found = match meta.get(META_SCHEMA_VERSION)? {
+        let found = match meta.get(META_SCHEMA_VERSION.as_bytes())? {
             Some(v) => decode_version(&v).ok_or_else(|| StoreError::Open {
                 path: path.clone(),
                 reason: "its schema version is unreadable".into(),
@@ -223,13 +214,13 @@ impl Store {
                             .into(),
                     });
                 }
-                if holds_data(&db)? {
+                if holds_data(&sled)? {
                     return Err(StoreError::Open {
                         path,
                         reason: "it holds data but no schema version (not written by spillway?)".into(),
                     });
                 }
-                meta.insert(META_SCHEMA_VERSION, &schema.version.to_be_bytes()[..])?;
+                meta.insert(META_SCHEMA_VERSION.as_bytes(), &schema.version.to_be_bytes()[..])?;
                 db.flush()?;
                 schema.version
             }
@@ -248,8 +239,23 @@ impl Store {
             migrate(&db, &path, found, schema)?;
         }
         let registry = Registry::build(&db, recorded_tables(&db)?)?;
-        let last_seq = read_seq(meta.get(META_LAST_SEQ)?.as_deref())?;
-        Ok(Store {
+        let last_seq = read_seq(meta.get(META_LAST_SEQ.as_bytes())?.as_deref())?;
+        Ok(Store::assemble(path, db, schema, registry, last_seq))
+    }
+
+    /// A store held entirely in memory, gone when the last clone is dropped: the same tables,
+    /// indexes, transactions, event log and checks as [`Store::open`], without a directory, a log or
+    /// I/O. For work whose record need not outlive the process (the what-if simulator runs thousands
+    /// of rounds a second against one); [`Store::flush`] returns at once, as there is no disk.
+    pub fn in_memory() -> Result<Store, StoreError> {
+        let db = Db::memory();
+        db.open_tree(META_TREE)?.insert(META_SCHEMA_VERSION.as_bytes(), &SCHEMA.version.to_be_bytes()[..])?;
+        let registry = Registry::build(&db, Vec::new())?;
+        Ok(Store::assemble(PathBuf::new(), db, &SCHEMA, registry, 0))
+    }
+
+    fn assemble(path: PathBuf, db: Db, schema: &'static Schema, registry: Registry, last_seq: u64) -> Store {
+        Store {
             inner: Arc::new(Inner {
                 path,
                 db,
@@ -263,10 +269,15 @@ impl Store {
                 commit: GroupCommit::default(),
                 cache: RecordCache::default(),
             }),
-        })
+        }
     }
 
-    /// The data directory.
+    /// Whether this store lives in memory only ([`Store::in_memory`]).
+    pub fn is_in_memory(&self) -> bool {
+        matches!(self.inner.db, Db::Memory(_))
+    }
+
+    /// The data directory (empty for an in-memory store).
     pub fn path(&self) -> &Path {
         &self.inner.path
     }
@@ -311,10 +322,10 @@ impl Store {
         let reg = self.ensure_table(&R::TABLE)?;
         let h = &reg.tables[R::TABLE.name];
         let mut out = Vec::new();
-        for kv in reg.trees[h.tree].iter() {
-            let (k, v) = kv?;
-            out.push(decode(&v, R::TABLE.name, &String::from_utf8_lossy(&k))?);
-        }
+        reg.trees[h.tree].visit_all(|k, v| {
+            out.push(decode(v, R::TABLE.name, &String::from_utf8_lossy(k))?);
+            Ok(ControlFlow::Continue(()))
+        })?;
         Ok(out)
     }
 
@@ -333,12 +344,7 @@ impl Store {
         let Some(pos) = h.def.indexes.iter().position(|i| i.name == index) else {
             return Err(StoreError::UnknownIndex { table: R::TABLE.name.into(), index: index.into() });
         };
-        let mut n = 0;
-        for kv in reg.trees[h.indexes[pos]].scan_prefix(index_prefix(value)) {
-            kv?;
-            n += 1;
-        }
-        Ok(n)
+        reg.trees[h.indexes[pos]].count_prefix(&index_prefix(value))
     }
 
     /// The last `n` records (in key order) whose index `index` has the value `value`, read from the
@@ -373,48 +379,53 @@ impl Store {
             return Err(StoreError::UnknownIndex { table: R::TABLE.name.into(), index: index.into() });
         };
         let mut out = Vec::new();
-        let scan = reg.trees[h.indexes[pos]].scan_prefix(index_prefix(value));
-        let keys: Box<dyn Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>> =
-            if from_end { Box::new(scan.rev()) } else { Box::new(scan) };
-        for kv in keys {
-            if out.len() >= n {
-                break;
-            }
-            let (k, _) = kv?;
-            let Some((_, key)) = split_index_key(&k) else { continue };
+        if n == 0 {
+            return Ok(out);
+        }
+        let table = &reg.trees[h.tree];
+        reg.trees[h.indexes[pos]].visit_prefix(&index_prefix(value), from_end, |k, _| {
+            let Some((_, key)) = split_index_key(k) else { return Ok(ControlFlow::Continue(())) };
             // A transaction may be committing between the index read and this one; only records that
             // have the value now are returned.
-            let Some(bytes) = reg.trees[h.tree].get(key.as_bytes())? else { continue };
-            let cached = match self.inner.cache.get::<R>(R::TABLE.name, key, &bytes, Some(pointer)) {
-                Lookup::Hit(r, Some(at)) => {
-                    if at.as_deref() == Some(value) {
-                        out.push(r);
-                    }
-                    continue;
-                }
-                Lookup::Hit(r, None) => Some(r),
-                Lookup::Miss => None,
-            };
-            let json = open_envelope(&bytes, R::TABLE.name, key)?;
-            let decode_err = |e: serde_json::Error| StoreError::Decode {
-                table: R::TABLE.name.into(),
-                what: key.into(),
-                reason: e.to_string(),
-            };
-            let at = pointer_value(json, pointer).map_err(decode_err)?;
-            let matches = at.as_deref() == Some(value);
-            // Cached by a plain `get`: only the index value was missing; the record is not decoded again.
-            let r: R = match cached {
-                Some(r) => r,
-                None if matches => serde_json::from_slice(json).map_err(decode_err)?,
-                None => continue,
-            };
-            self.inner.cache.put(R::TABLE.name, key, bytes.clone(), &r, Some((pointer, at)));
-            if matches {
+            let Some(bytes) = table.get(key.as_bytes())? else { return Ok(ControlFlow::Continue(())) };
+            if let Some(r) = self.matching_record::<R>(key, bytes, pointer, value)? {
                 out.push(r);
             }
-        }
+            Ok(if out.len() >= n { ControlFlow::Break(()) } else { ControlFlow::Continue(()) })
+        })?;
         Ok(out)
+    }
+
+    /// The record stored as `bytes` under `key` if its value at `pointer` is `value`, decoded at most
+    /// once for all the reads that find the same bytes.
+    fn matching_record<R: Record>(
+        &self,
+        key: &str,
+        bytes: sled::IVec,
+        pointer: &'static str,
+        value: &str,
+    ) -> Result<Option<R>, StoreError> {
+        let cached = match self.inner.cache.get::<R>(R::TABLE.name, key, &bytes, Some(pointer)) {
+            Lookup::Hit(r, Some(at)) => return Ok((at.as_deref() == Some(value)).then_some(r)),
+            Lookup::Hit(r, None) => Some(r),
+            Lookup::Miss => None,
+        };
+        let json = open_envelope(&bytes, R::TABLE.name, key)?;
+        let decode_err = |e: serde_json::Error| StoreError::Decode {
+            table: R::TABLE.name.into(),
+            what: key.into(),
+            reason: e.to_string(),
+        };
+        let at = pointer_value(json, pointer).map_err(decode_err)?;
+        let matches = at.as_deref() == Some(value);
+        // Cached by a plain `get`: only the index value was missing; the record is not decoded again.
+        let r: R = match cached {
+            Some(r) => r,
+            None if matches => serde_json::from_slice(json).map_err(decode_err)?,
+            None => return Ok(None),
+        };
+        self.inner.cache.put(R::TABLE.name, key, bytes.clone(), &r, Some((pointer, at)));
+        Ok(matches.then_some(r))
     }
 
     /// The last `n` records of a table, in key order.
@@ -422,9 +433,11 @@ impl Store {
         let reg = self.ensure_table(&R::TABLE)?;
         let h = &reg.tables[R::TABLE.name];
         let mut out = Vec::new();
-        for kv in reg.trees[h.tree].iter().rev().take(n) {
-            let (k, v) = kv?;
-            out.push(decode(&v, R::TABLE.name, &String::from_utf8_lossy(&k))?);
+        if n > 0 {
+            reg.trees[h.tree].visit(b"", true, |k, v| {
+                out.push(decode(v, R::TABLE.name, &String::from_utf8_lossy(k))?);
+                Ok(if out.len() >= n { ControlFlow::Break(()) } else { ControlFlow::Continue(()) })
+            })?;
         }
         out.reverse();
         Ok(out)
@@ -451,19 +464,17 @@ impl Store {
             let reg = self.inner.registry();
             let result = {
                 let _shared = self.inner.writers_shared();
-                reg.trees.as_slice().transaction(|view| {
+                self.inner.db.transaction(&reg.trees, |view| {
                     let mut tx = Tx::new(&reg, view);
                     let out = f(&mut tx);
                     if let Some(def) = tx.missing {
-                        return Err(ConflictableTransactionError::Abort(Outcome::Missing(def)));
+                        return Err(TxStop::Abort(Outcome::Missing(def)));
                     }
                     match out {
                         Ok(v) => Ok((v, tx.last_seq)),
-                        Err(TxAbort(AbortKind::Conflict)) => Err(ConflictableTransactionError::Conflict),
-                        Err(TxAbort(AbortKind::User(e))) => Err(ConflictableTransactionError::Abort(Outcome::User(e))),
-                        Err(TxAbort(AbortKind::Store(e))) => {
-                            Err(ConflictableTransactionError::Abort(Outcome::Store(e)))
-                        }
+                        Err(TxAbort(AbortKind::Conflict)) => Err(TxStop::Conflict),
+                        Err(TxAbort(AbortKind::User(e))) => Err(TxStop::Abort(Outcome::User(e))),
+                        Err(TxAbort(AbortKind::Store(e))) => Err(TxStop::Abort(Outcome::Store(e))),
                     }
                 })
             };
@@ -474,12 +485,11 @@ impl Store {
                     }
                     return Ok(v);
                 }
-                Err(TransactionError::Abort(Outcome::Missing(def))) => {
+                Err(TxFailed::Abort(Outcome::Missing(def))) => {
                     self.ensure_table(&def)?;
                 }
-                Err(TransactionError::Abort(Outcome::User(e))) => return Err(StoreError::Aborted(e)),
-                Err(TransactionError::Abort(Outcome::Store(e))) => return Err(e),
-                Err(TransactionError::Storage(e)) => return Err(e.into()),
+                Err(TxFailed::Abort(Outcome::User(e))) => return Err(StoreError::Aborted(e)),
+                Err(TxFailed::Abort(Outcome::Store(e))) | Err(TxFailed::Storage(e)) => return Err(e),
             }
         }
     }
@@ -513,12 +523,12 @@ impl Store {
     }
 
     /// The durability barrier: returns once everything written before the call is on disk.
-    /// Concurrent callers share one fsync.
+    /// Concurrent callers share one fsync. An in-memory store has no disk: it returns at once.
     pub fn flush(&self) -> Result<(), StoreError> {
-        self.inner.commit.flush(|| {
-            self.inner.db.flush()?;
-            Ok(())
-        })
+        if self.is_in_memory() {
+            return Ok(());
+        }
+        self.inner.commit.flush(|| self.inner.db.flush())
     }
 
     /// How many fsyncs `flush` has run since open (fewer than `flush` calls when writers overlap).
@@ -529,13 +539,14 @@ impl Store {
     /// Up to `limit` events with `seq >= from`, in order. A reader that has seen up to `n` asks for
     /// `n + 1`.
     pub fn events_from(&self, from: u64, limit: usize) -> Result<Vec<Event>, StoreError> {
-        let events = &self.inner.registry().trees[EVENTS_IX];
         let mut out = Vec::new();
-        for kv in events.range(from.to_be_bytes()..).take(limit) {
-            let (k, v) = kv?;
-            let what = format!("event {:?}", k.as_ref());
-            out.push(decode(&v, "events", &what)?);
+        if limit == 0 {
+            return Ok(out);
         }
+        self.inner.registry().trees[EVENTS_IX].visit(&from.to_be_bytes(), false, |k, v| {
+            out.push(decode(v, "events", &format!("event {k:?}"))?);
+            Ok(if out.len() >= limit { ControlFlow::Break(()) } else { ControlFlow::Continue(()) })
+        })?;
         Ok(out)
     }
 
@@ -544,20 +555,21 @@ impl Store {
     /// removed event gets the oldest one kept.
     pub fn trim_events_before(&self, before_ms: i64, max: usize) -> Result<usize, StoreError> {
         let events = &self.inner.registry().trees[EVENTS_IX];
-        let mut n = 0;
-        for kv in events.iter() {
-            if n >= max {
-                break;
-            }
-            let (k, v) = kv?;
-            let event: Event = decode(&v, "events", &format!("event {:?}", k.as_ref()))?;
-            if event.at_ms >= before_ms {
-                break;
-            }
-            events.remove(k)?;
-            n += 1;
+        let mut old = Vec::new();
+        if max > 0 {
+            events.visit_all(|k, v| {
+                let event: Event = decode(v, "events", &format!("event {k:?}"))?;
+                if event.at_ms >= before_ms {
+                    return Ok(ControlFlow::Break(()));
+                }
+                old.push(k.to_vec());
+                Ok(if old.len() >= max { ControlFlow::Break(()) } else { ControlFlow::Continue(()) })
+            })?;
         }
-        Ok(n)
+        for k in &old {
+            events.remove(k)?;
+        }
+        Ok(old.len())
     }
 
     /// The sequence number of the newest event (0 when there is none).
@@ -631,34 +643,32 @@ impl Store {
 }
 
 /// Recomputes one index tree from its table.
-pub(crate) fn rebuild_index(
-    db: &sled::Db,
-    table: &sled::Tree,
-    def: &StoredTable,
-    index: &str,
-) -> Result<(), StoreError> {
+pub(crate) fn rebuild_index(db: &Db, table: &Tree, def: &StoredTable, index: &str) -> Result<(), StoreError> {
     let pos = def.indexes.iter().position(|i| i.name == index).expect("index of this table");
     let tree = db.open_tree(index_tree(&def.name, index))?;
     tree.clear()?;
-    for kv in table.iter() {
-        let (k, v) = kv?;
-        let key = String::from_utf8_lossy(&k);
-        let keys = index_keys(def, &key, open_envelope(&v, &def.name, &key)?)?;
-        if let Some(ik) = &keys[pos] {
-            tree.insert(ik.as_slice(), &[][..])?;
-        }
+    // Entries are gathered first and written after: the table is not held while the index is written.
+    let mut entries = Vec::new();
+    table.visit_all(|k, v| {
+        let key = String::from_utf8_lossy(k);
+        let mut keys = index_keys(def, &key, open_envelope(v, &def.name, &key)?)?;
+        entries.extend(keys.swap_remove(pos));
+        Ok(ControlFlow::Continue(()))
+    })?;
+    for ik in entries {
+        tree.insert(&ik, &[][..])?;
     }
     Ok(())
 }
 
-pub(crate) fn recorded_tables(db: &sled::Db) -> Result<Vec<StoredTable>, StoreError> {
+pub(crate) fn recorded_tables(db: &Db) -> Result<Vec<StoredTable>, StoreError> {
     let mut defs = Vec::new();
-    for kv in db.open_tree(META_TREE)?.scan_prefix(META_TABLE_PREFIX) {
-        let (k, v) = kv?;
-        let def: StoredTable = decode(&v, "meta", &String::from_utf8_lossy(&k))?;
+    db.open_tree(META_TREE)?.visit_prefix(META_TABLE_PREFIX.as_bytes(), false, |k, v| {
+        let def: StoredTable = decode(v, "meta", &String::from_utf8_lossy(k))?;
         def.validate()?;
         defs.push(def);
-    }
+        Ok(ControlFlow::Continue(()))
+    })?;
     Ok(defs)
 }
 
@@ -680,7 +690,7 @@ fn holds_data(db: &sled::Db) -> Result<bool, StoreError> {
 }
 
 /// Runs the migrations from `found` up to `schema.version`, then rebuilds every index.
-pub(crate) fn migrate(db: &sled::Db, path: &Path, found: u32, schema: &Schema) -> Result<(), StoreError> {
+pub(crate) fn migrate(db: &Db, path: &Path, found: u32, schema: &Schema) -> Result<(), StoreError> {
     let meta = db.open_tree(META_TREE)?;
     let tables = recorded_tables(db)?;
     let mut version = found;
@@ -697,7 +707,7 @@ pub(crate) fn migrate(db: &sled::Db, path: &Path, found: u32, schema: &Schema) -
                 rebuild_index(db, &table, t, &ix.name)?;
             }
         }
-        meta.insert(META_SCHEMA_VERSION, &version.to_be_bytes()[..])?;
+        meta.insert(META_SCHEMA_VERSION.as_bytes(), &version.to_be_bytes()[..])?;
         db.flush()?;
     }
     Ok(())
@@ -756,13 +766,13 @@ fn prepare_dir(path: &Path) -> Result<(), StoreError> {
 
 /// Opens sled, turning its failures (and panics, which some corruptions cause) into errors that name
 /// the path; never deletes or recreates anything.
-fn open_sled(path: &Path, background_flush: bool) -> Result<sled::Db, StoreError> {
+fn open_sled(path: &Path) -> Result<sled::Db, StoreError> {
     // sled releases its directory lock from background threads a moment after the last handle is
     // dropped, so reopening in the same process right after a close can briefly see the lock held:
     // retry for a short while before calling the store in use.
     let give_up = std::time::Instant::now() + std::time::Duration::from_secs(3);
     loop {
-        match open_sled_once(path, background_flush) {
+        match open_sled_once(path) {
             Err(StoreError::InUse { .. }) if std::time::Instant::now() < give_up => {
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
@@ -777,11 +787,8 @@ fn open_sled(path: &Path, background_flush: bool) -> Result<sled::Db, StoreError
 /// sustained load run in RELIABILITY.md measures it).
 pub const CACHE_BYTES: u64 = 64 * 1024 * 1024;
 
-fn open_sled_once(path: &Path, background_flush: bool) -> Result<sled::Db, StoreError> {
-    let mut config = sled::Config::new().path(path).cache_capacity(CACHE_BYTES);
-    if !background_flush {
-        config = config.flush_every_ms(None);
-    }
+fn open_sled_once(path: &Path) -> Result<sled::Db, StoreError> {
+    let config = sled::Config::new().path(path).cache_capacity(CACHE_BYTES);
     let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| config.open()));
     match opened {
         Ok(Ok(db)) => Ok(db),

@@ -2,9 +2,8 @@
 
 use std::fmt;
 
-use sled::transaction::{TransactionalTree, UnabortableTransactionError};
-
 use crate::encoding::{META_LAST_SEQ, StoredTable, decode, encode, envelope, index_keys, open_envelope};
+use crate::kv::TxView;
 use crate::store::{EVENTS_IX, META_IX, Registry, SETTINGS_IX, TableHandle};
 use crate::{EventDraft, Record, StoreError, TableDef};
 
@@ -32,15 +31,6 @@ impl From<StoreError> for TxAbort {
     }
 }
 
-impl From<UnabortableTransactionError> for TxAbort {
-    fn from(e: UnabortableTransactionError) -> Self {
-        match e {
-            UnabortableTransactionError::Conflict => TxAbort(AbortKind::Conflict),
-            UnabortableTransactionError::Storage(e) => TxAbort(AbortKind::Store(e.into())),
-        }
-    }
-}
-
 impl fmt::Debug for TxAbort {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
@@ -65,7 +55,7 @@ impl fmt::Display for TxAbort {
 /// one `Tx` is applied atomically (tables, their indexes, settings and the event log), or not at all.
 pub struct Tx<'a> {
     reg: &'a Registry,
-    view: &'a [TransactionalTree],
+    view: &'a TxView<'a>,
     /// The last sequence number handed out by this transaction.
     pub(crate) last_seq: Option<u64>,
     /// A table first used in this transaction: the store registers it and runs the closure again.
@@ -73,7 +63,7 @@ pub struct Tx<'a> {
 }
 
 impl<'a> Tx<'a> {
-    pub(crate) fn new(reg: &'a Registry, view: &'a [TransactionalTree]) -> Self {
+    pub(crate) fn new(reg: &'a Registry, view: &'a TxView<'a>) -> Self {
         Tx { reg, view, last_seq: None, missing: None }
     }
 
@@ -94,8 +84,7 @@ impl<'a> Tx<'a> {
         check_key(&h.def, &key)?;
         let json = serde_json::to_vec(record)
             .map_err(|e| StoreError::Encode { table: h.def.name.clone(), reason: e.to_string() })?;
-        let tree = &self.view[h.tree];
-        let old = tree.get(key.as_bytes())?;
+        let old = self.view.get(h.tree, key.as_bytes())?;
         if !h.indexes.is_empty() {
             let new_keys = index_keys(&h.def, &key, &json)?;
             let old_keys = match &old {
@@ -107,27 +96,27 @@ impl<'a> Tx<'a> {
                     continue;
                 }
                 if let Some(old) = old {
-                    self.view[*ix].remove(old)?;
+                    self.view.remove(*ix, &old)?;
                 }
                 if let Some(new) = new {
-                    self.view[*ix].insert(new, &[][..])?;
+                    self.view.insert(*ix, &new, &[][..])?;
                 }
             }
         }
-        tree.insert(key.as_bytes(), envelope(&json))?;
+        self.view.insert(h.tree, key.as_bytes(), envelope(&json))?;
         Ok(())
     }
 
     /// Removes the record with this key (and its index entries); returns it if it existed.
     pub fn delete<R: Record>(&mut self, key: &str) -> Result<Option<R>, TxAbort> {
         let h = self.table(&R::TABLE)?;
-        let Some(old) = self.view[h.tree].remove(key.as_bytes())? else {
+        let Some(old) = self.view.remove(h.tree, key.as_bytes())? else {
             return Ok(None);
         };
         let json = open_envelope(&old, &h.def.name, key)?;
         for (ix, k) in h.indexes.iter().zip(index_keys(&h.def, key, json)?) {
             if let Some(k) = k {
-                self.view[*ix].remove(k)?;
+                self.view.remove(*ix, &k)?;
             }
         }
         Ok(Some(decode(&old, &h.def.name, key)?))
@@ -136,7 +125,7 @@ impl<'a> Tx<'a> {
     /// The record with this key, including changes made earlier in this transaction.
     pub fn get<R: Record>(&mut self, key: &str) -> Result<Option<R>, TxAbort> {
         let h = self.table(&R::TABLE)?;
-        match self.view[h.tree].get(key.as_bytes())? {
+        match self.view.get(h.tree, key.as_bytes())? {
             Some(bytes) => Ok(Some(decode(&bytes, &h.def.name, key)?)),
             None => Ok(None),
         }
@@ -147,19 +136,19 @@ impl<'a> Tx<'a> {
     pub fn append_event(&mut self, draft: EventDraft) -> Result<u64, TxAbort> {
         let prev = match self.last_seq {
             Some(s) => s,
-            None => read_seq(self.view[META_IX].get(META_LAST_SEQ)?.as_deref())?,
+            None => read_seq(self.view.get(META_IX, META_LAST_SEQ.as_bytes())?.as_deref())?,
         };
         let seq = prev + 1;
         let bytes = encode(&draft.with_seq(seq), "events")?;
-        self.view[EVENTS_IX].insert(&seq.to_be_bytes()[..], bytes)?;
-        self.view[META_IX].insert(META_LAST_SEQ, &seq.to_be_bytes()[..])?;
+        self.view.insert(EVENTS_IX, &seq.to_be_bytes(), bytes)?;
+        self.view.insert(META_IX, META_LAST_SEQ.as_bytes(), &seq.to_be_bytes()[..])?;
         self.last_seq = Some(seq);
         Ok(seq)
     }
 
     /// A setting (string key, any serde value).
     pub fn setting<T: serde::de::DeserializeOwned>(&mut self, key: &str) -> Result<Option<T>, TxAbort> {
-        match self.view[SETTINGS_IX].get(key.as_bytes())? {
+        match self.view.get(SETTINGS_IX, key.as_bytes())? {
             Some(bytes) => Ok(Some(decode(&bytes, "settings", key)?)),
             None => Ok(None),
         }
@@ -167,13 +156,13 @@ impl<'a> Tx<'a> {
 
     /// Sets a setting.
     pub fn set_setting<T: serde::Serialize + ?Sized>(&mut self, key: &str, value: &T) -> Result<(), TxAbort> {
-        self.view[SETTINGS_IX].insert(key.as_bytes(), encode(value, "settings")?)?;
+        self.view.insert(SETTINGS_IX, key.as_bytes(), encode(value, "settings")?)?;
         Ok(())
     }
 
     /// Removes a setting; returns whether it existed.
     pub fn delete_setting(&mut self, key: &str) -> Result<bool, TxAbort> {
-        Ok(self.view[SETTINGS_IX].remove(key.as_bytes())?.is_some())
+        Ok(self.view.remove(SETTINGS_IX, key.as_bytes())?.is_some())
     }
 }
 

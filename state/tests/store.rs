@@ -22,10 +22,21 @@ fn draft(kind: &str, job_id: &str) -> EventDraft {
     }
 }
 
+/// Runs `test` on a store on disk and on one in memory: the two backends keep one contract.
+fn on_each_backend(name: &str, test: impl Fn(Store)) {
+    let dir = TempDir::new(name);
+    test(Store::open(dir.path()).unwrap());
+    let memory = Store::in_memory().unwrap();
+    assert!(memory.is_in_memory());
+    test(memory);
+}
+
 #[test]
 fn indexes_stay_consistent_with_tables_under_concurrent_writers() {
-    let dir = TempDir::new("concurrent");
-    let store = Store::open(dir.path()).unwrap();
+    on_each_backend("concurrent", indexes_stay_consistent_with_tables_under_concurrent_writers_on);
+}
+
+fn indexes_stay_consistent_with_tables_under_concurrent_writers_on(store: Store) {
     let threads: Vec<_> = (0..8)
         .map(|t| {
             let store = store.clone();
@@ -95,92 +106,72 @@ fn an_aborted_transaction_writes_nothing_and_returns_the_callers_error() {
     #[error("job {0} is not queued")]
     struct NotQueued(String);
 
-    let dir = TempDir::new("abort");
-    let store = Store::open(dir.path()).unwrap();
-    store.put(&job("a", "queued")).unwrap();
-    let err = store
-        .transaction(|tx| -> Result<(), TxAbort> {
-            tx.put(&job("a", "running"))?;
-            tx.put(&attempt("a"))?;
-            tx.append_event(draft("job.started", "a"))?;
-            Err(TxAbort::new(NotQueued("a".into())))
-        })
-        .unwrap_err();
-    match &err {
-        StoreError::Aborted(inner) => assert_eq!(inner.downcast_ref::<NotQueued>().unwrap().0, "a"),
-        other => panic!("expected Aborted, got {other}"),
-    }
-    assert_eq!(store.get::<Job>("a").unwrap(), Some(job("a", "queued")));
-    assert_eq!(store.get::<Attempt>("a/a").unwrap(), None);
-    assert!(store.events_from(0, 10).unwrap().is_empty());
-    assert_eq!(store.last_seq(), 0);
-    assert!(store.by_index::<Job>("state", "running").unwrap().is_empty());
-    // A later transaction sees its own writes before commit.
-    let seen = store
-        .transaction(|tx| {
-            tx.put(&job("b", "queued"))?;
-            tx.get::<Job>("b")
-        })
-        .unwrap();
-    assert_eq!(seen, Some(job("b", "queued")));
-}
-
-#[test]
-fn a_scratch_store_indexes_like_a_durable_one_and_keeps_what_was_flushed() {
-    let dir = TempDir::new("scratch");
-    {
-        let store = Store::open_scratch(dir.path()).unwrap();
-        for i in 0..20 {
-            store.put(&job(&format!("j{i:02}"), if i % 3 == 0 { "running" } else { "pending" })).unwrap();
+    on_each_backend("abort", |store| {
+        store.put(&job("a", "queued")).unwrap();
+        let err = store
+            .transaction(|tx| -> Result<(), TxAbort> {
+                tx.put(&job("a", "running"))?;
+                tx.put(&attempt("a"))?;
+                tx.append_event(draft("job.started", "a"))?;
+                Err(TxAbort::new(NotQueued("a".into())))
+            })
+            .unwrap_err();
+        match &err {
+            StoreError::Aborted(inner) => assert_eq!(inner.downcast_ref::<NotQueued>().unwrap().0, "a"),
+            other => panic!("expected Aborted, got {other}"),
         }
-        store.put(&job("j01", "running")).unwrap();
-        let running: Vec<String> =
-            store.by_index::<Job>("state", "running").unwrap().into_iter().map(|j| j.id).collect();
-        assert_eq!(running, ["j00", "j01", "j03", "j06", "j09", "j12", "j15", "j18"]);
-        assert_eq!(store.count_by_index::<Job>("state", "pending").unwrap(), 12);
-        store.flush().unwrap();
-    }
-    let store = Store::open(dir.path()).unwrap();
-    assert_eq!(store.get::<Job>("j01").unwrap().map(|j| j.state).as_deref(), Some("running"));
-    assert_eq!(store.by_index::<Job>("state", "running").unwrap().len(), 8);
-    assert!(store.check_all().unwrap().is_consistent(), "indexes match the tables after reopening");
+        assert_eq!(store.get::<Job>("a").unwrap(), Some(job("a", "queued")));
+        assert_eq!(store.get::<Attempt>("a/a").unwrap(), None);
+        assert!(store.events_from(0, 10).unwrap().is_empty());
+        assert_eq!(store.last_seq(), 0);
+        assert!(store.by_index::<Job>("state", "running").unwrap().is_empty());
+        // A later transaction sees its own writes before commit.
+        let seen = store
+            .transaction(|tx| {
+                tx.put(&job("b", "queued"))?;
+                tx.get::<Job>("b")
+            })
+            .unwrap();
+        assert_eq!(seen, Some(job("b", "queued")));
+    });
 }
 
 #[test]
 fn the_last_records_of_an_index_and_of_a_table_are_read_from_the_end() {
-    let dir = TempDir::new("last");
-    let store = Store::open(dir.path()).unwrap();
-    for i in 0..30 {
-        store.put(&job(&format!("j{i:02}"), if i % 2 == 0 { "running" } else { "pending" })).unwrap();
-    }
-    // j28 leaves `running`: its stale index entry, if any, must not be returned.
-    store.put(&job("j28", "pending")).unwrap();
-    let ids = |v: Vec<Job>| v.into_iter().map(|j| j.id).collect::<Vec<_>>();
-    assert_eq!(ids(store.last_by_index::<Job>("state", "running", 3).unwrap()), ["j22", "j24", "j26"]);
-    assert_eq!(ids(store.last_by_index::<Job>("state", "pending", 2).unwrap()), ["j28", "j29"]);
-    assert_eq!(store.last_by_index::<Job>("state", "running", 100).unwrap().len(), 14);
-    assert!(store.last_by_index::<Job>("state", "gone", 5).unwrap().is_empty());
-    assert_eq!(ids(store.last::<Job>(2).unwrap()), ["j28", "j29"]);
-    assert_eq!(store.count::<Job>().unwrap(), 30);
-    assert!(matches!(store.last_by_index::<Job>("nope", "x", 1), Err(StoreError::UnknownIndex { .. })));
-    assert_eq!(ids(store.first_by_index::<Job>("state", "running", 2).unwrap()), ["j00", "j02"]);
+    on_each_backend("last", |store| {
+        for i in 0..30 {
+            store.put(&job(&format!("j{i:02}"), if i % 2 == 0 { "running" } else { "pending" })).unwrap();
+        }
+        // j28 leaves `running`: its stale index entry, if any, must not be returned.
+        store.put(&job("j28", "pending")).unwrap();
+        let ids = |v: Vec<Job>| v.into_iter().map(|j| j.id).collect::<Vec<_>>();
+        assert_eq!(ids(store.last_by_index::<Job>("state", "running", 3).unwrap()), ["j22", "j24", "j26"]);
+        assert_eq!(ids(store.last_by_index::<Job>("state", "pending", 2).unwrap()), ["j28", "j29"]);
+        assert_eq!(store.last_by_index::<Job>("state", "running", 100).unwrap().len(), 14);
+        assert!(store.last_by_index::<Job>("state", "gone", 5).unwrap().is_empty());
+        assert_eq!(ids(store.last::<Job>(2).unwrap()), ["j28", "j29"]);
+        assert_eq!(store.count::<Job>().unwrap(), 30);
+        assert_eq!(store.count_by_index::<Job>("state", "pending").unwrap(), 16);
+        assert!(matches!(store.last_by_index::<Job>("nope", "x", 1), Err(StoreError::UnknownIndex { .. })));
+        assert_eq!(ids(store.first_by_index::<Job>("state", "running", 2).unwrap()), ["j00", "j02"]);
+    });
 }
 
 #[test]
 fn old_events_are_trimmed_and_numbering_goes_on() {
-    let dir = TempDir::new("trim");
-    let store = Store::open(dir.path()).unwrap();
-    for i in 0..10 {
-        let mut d = draft("job.submitted", &format!("j{i}"));
-        d.at_ms = 1_000 * i64::from(i);
-        store.transaction(|tx| tx.append_event(d.clone())).unwrap();
-    }
-    assert_eq!(store.trim_events_before(4_000, 2).unwrap(), 2, "at most `max` per call");
-    assert_eq!(store.trim_events_before(4_000, 100).unwrap(), 2);
-    let kept: Vec<i64> = store.events_from(0, 100).unwrap().into_iter().map(|e| e.at_ms).collect();
-    assert_eq!(kept, [4_000, 5_000, 6_000, 7_000, 8_000, 9_000]);
-    let next = store.transaction(|tx| tx.append_event(draft("job.submitted", "j10"))).unwrap();
-    assert_eq!(next, 11, "sequence numbers are never reused");
+    on_each_backend("trim", |store| {
+        for i in 0..10 {
+            let mut d = draft("job.submitted", &format!("j{i}"));
+            d.at_ms = 1_000 * i64::from(i);
+            store.transaction(|tx| tx.append_event(d.clone())).unwrap();
+        }
+        assert_eq!(store.trim_events_before(4_000, 2).unwrap(), 2, "at most `max` per call");
+        assert_eq!(store.trim_events_before(4_000, 100).unwrap(), 2);
+        let kept: Vec<i64> = store.events_from(0, 100).unwrap().into_iter().map(|e| e.at_ms).collect();
+        assert_eq!(kept, [4_000, 5_000, 6_000, 7_000, 8_000, 9_000]);
+        let next = store.transaction(|tx| tx.append_event(draft("job.submitted", "j10"))).unwrap();
+        assert_eq!(next, 11, "sequence numbers are never reused");
+    });
 }
 
 #[test]
@@ -268,6 +259,15 @@ fn export_then_import_round_trips_exactly() {
     drop(copy);
     let copy = Store::open(dst.path()).unwrap();
     assert_eq!(copy.scan::<Job>().unwrap(), store.scan::<Job>().unwrap());
+
+    // An in-memory store takes the same export and gives it back unchanged: a what-if run's store can
+    // be saved and inspected like a server's.
+    let memory = Store::in_memory().unwrap();
+    assert_eq!(memory.import(first.as_slice()).unwrap(), summary);
+    let mut third = Vec::new();
+    memory.export(&mut third).unwrap();
+    assert_eq!(String::from_utf8(third).unwrap(), String::from_utf8(first).unwrap());
+    assert!(memory.check(&[Job::TABLE, Attempt::TABLE]).unwrap().is_consistent());
 }
 
 #[test]

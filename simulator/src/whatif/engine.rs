@@ -7,7 +7,8 @@
 //! - `spillway` and `regular-only`: the production `Controller` (`auto_complete: true`,
 //!   `durable: false`), driven through the `Cloud` and `Clock` traits, with jobs submitted through
 //!   `JobService::submit_with_id`. `regular-only` submits every job with `spot = "never"`.
-//!   The store is a throwaway one opened with `Store::open_scratch` (no background flushing).
+//!   The store lives in memory (`Store::in_memory`): the same tables, indexes and transactions as a
+//!   server's, without a disk that nobody would read after the run.
 //!   Finished jobs (final, no fleet left) are archived out of the throwaway store after each round:
 //!   their outcome is recorded and their records deleted, as a retention policy would, so a round
 //!   costs what the open work costs and not what the history does.
@@ -17,7 +18,6 @@
 //! accounts them (VMs running at the last look × price), so it matches the jobs' billed cost.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -43,13 +43,11 @@ use crate::sim_cloud::SimCloud;
 pub struct RunOptions {
     /// Measure wall time (`wall_ms`); off gives byte-identical JSON across runs.
     pub timing: bool,
-    /// Directory for the runs' throwaway stores (the system temp dir when absent).
-    pub temp_dir: Option<PathBuf>,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { timing: true, temp_dir: None }
+        RunOptions { timing: true }
     }
 }
 
@@ -280,18 +278,6 @@ pub fn run_scenario_blocking(s: &Scenario, opts: &RunOptions) -> Result<Report, 
     rt.block_on(run_scenario(s, opts))
 }
 
-struct TempStore {
-    dir: PathBuf,
-}
-
-impl Drop for TempStore {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-static RUN_COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
 /// Runs one policy.
 pub(crate) async fn run_policy(
     s: &Scenario,
@@ -307,15 +293,9 @@ pub(crate) async fn run_policy(
         SimCloud::new(s.cloud.clone(), catalog.clone(), clock.clone())
             .map_err(|errors| WhatIfError::Invalid { origin: s.origin.clone(), errors })?,
     );
-    let mut guard = None;
     let mut driver: Box<dyn DynDriver> = match policy {
         Policy::Spillway | Policy::RegularOnly => {
-            let n = RUN_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let base = opts.temp_dir.clone().unwrap_or_else(std::env::temp_dir);
-            let dir = base.join(format!("spillway-whatif-{}-{n}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            let store = Store::open_scratch(&dir).map_err(|e| WhatIfError::Store(format!("{}: {e}", dir.display())))?;
-            guard = Some(TempStore { dir });
+            let store = Store::in_memory().map_err(store_err)?;
             Box::new(LoopDriver::new(
                 store,
                 cloud.clone(),
@@ -405,7 +385,6 @@ pub(crate) async fn run_policy(
         if opts.timing { started.elapsed().as_millis() as u64 } else { 0 },
     );
     drop(driver);
-    drop(guard);
     Ok(PolicyRun { summary: summary.rounded(), series, jobs: outcomes, integrated_cost_usd: cost })
 }
 
@@ -685,16 +664,13 @@ duration_hours = 2.0
     /// (here, quota granted) is solved afresh and placed.
     #[tokio::test]
     async fn an_unchanged_problem_is_not_solved_again_and_a_change_is() {
-        let dir = std::env::temp_dir().join(format!("spillway-whatif-plan-cache-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let _guard = TempStore { dir: dir.clone() };
         let mut cfg = SimCloudConfig::modest(["eastus"]);
         cfg.default_quota.cores = 800;
         cfg.default_quota.low_priority_cores = 800;
         cfg.default_quota.family = 0;
         let clock = Arc::new(ManualClock::new(1_800_000_000_000));
         let cloud = Arc::new(SimCloud::new(cfg, Catalog::builtin(), clock.clone()).expect("valid cloud"));
-        let store = Store::open_scratch(&dir).expect("store opens");
+        let store = Store::in_memory().expect("store opens");
         let catalog = Arc::new(Catalog::builtin());
         let jobs = JobService::new(store.clone(), catalog.clone(), clock.clone() as Arc<dyn Clock>).without_flush();
         let ctl = Controller::new(
