@@ -208,7 +208,7 @@ impl JobService {
         let outcome = self.store.transaction(|tx| {
             if let Some(scope_key) = &scope_key {
                 if let Some(prev) = tx.get::<IdempotencyRecord>(scope_key)? {
-                    if prev.spec != job.spec {
+                    if prev.spec != *job.spec {
                         return Ok(Err(format!(
                             "Idempotency-Key already used for a different spec (job {}); use a new key",
                             prev.job_id
@@ -221,7 +221,7 @@ impl JobService {
                 tx.put(&IdempotencyRecord {
                     scope_key: scope_key.clone(),
                     job_id: job.id.clone(),
-                    spec: job.spec.clone(),
+                    spec: (*job.spec).clone(),
                 })?;
             }
             if tx.get::<Job>(&job.id)?.is_some() {

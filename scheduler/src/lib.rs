@@ -14,4 +14,4 @@ pub mod jobs;
 pub mod model;
 pub mod records;
 
-pub use catalog::Catalog;
+pub use catalog::{Catalog, PriceRow};

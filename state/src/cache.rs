@@ -5,6 +5,10 @@
 //! the stored bytes equal to the cached ones clones the cached record instead (and reuses the index
 //! values already extracted from it). Coherent without any invalidation: a hit needs byte equality
 //! with what is stored now, so a record changed by anyone, in any way, is decoded afresh.
+//!
+//! Writes fill it too: a record put in a transaction is remembered with the bytes written (and the
+//! index values worked out for them), so the next read of it, and the next write's index upkeep,
+//! find it without parsing. An entry for bytes a failed transaction never wrote is never hit.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -62,6 +66,22 @@ impl RecordCache {
         Lookup::Hit(value.clone(), index)
     }
 
+    /// The index values at `pointers` of the record stored as `bytes`, if all are known.
+    pub(crate) fn index_values(
+        &self,
+        table: &'static str,
+        key: &str,
+        bytes: &[u8],
+        pointers: &[&'static str],
+    ) -> Option<Vec<Option<String>>> {
+        let guard = self.lock();
+        let c = guard.1.get(table)?.get(key)?;
+        if !std::ptr::eq(c.bytes.as_ref(), bytes) && c.bytes.as_ref() != bytes {
+            return None;
+        }
+        pointers.iter().map(|p| c.pointers.iter().find(|(q, _)| q == p).map(|(_, v)| v.clone())).collect()
+    }
+
     /// Remembers `value` as decoded from `bytes`, with an index value if one was extracted.
     pub(crate) fn put<R: Clone + Send + Sync + 'static>(
         &self,
@@ -70,6 +90,18 @@ impl RecordCache {
         bytes: sled::IVec,
         value: &R,
         index: Option<(&'static str, Option<String>)>,
+    ) {
+        self.put_with(table, key, bytes, value, index.into_iter().collect())
+    }
+
+    /// [`RecordCache::put`] with any number of index values.
+    pub(crate) fn put_with<R: Clone + Send + Sync + 'static>(
+        &self,
+        table: &'static str,
+        key: &str,
+        bytes: sled::IVec,
+        value: &R,
+        index: Vec<(&'static str, Option<String>)>,
     ) {
         let mut guard = self.lock();
         let (held, tables) = &mut *guard;
@@ -80,15 +112,15 @@ impl RecordCache {
         let t = tables.entry(table).or_default();
         match t.get_mut(key) {
             Some(c) if (std::ptr::eq(c.bytes.as_ref(), bytes.as_ref()) || c.bytes == bytes) && c.value.is::<R>() => {
-                if let Some((p, v)) = index
-                    && !c.pointers.iter().any(|(q, _)| *q == p)
-                {
-                    c.pointers.push((p, v));
+                for (p, v) in index {
+                    if !c.pointers.iter().any(|(q, _)| *q == p) {
+                        c.pointers.push((p, v));
+                    }
                 }
             }
             _ => {
                 *held += bytes.len();
-                let fresh = Cached { bytes, value: Arc::new(value.clone()), pointers: index.into_iter().collect() };
+                let fresh = Cached { bytes, value: Arc::new(value.clone()), pointers: index };
                 if let Some(old) = t.insert(key.to_string(), fresh) {
                     *held -= old.bytes.len();
                 }

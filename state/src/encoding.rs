@@ -154,19 +154,22 @@ pub(crate) fn split_index_key(k: &[u8]) -> Option<(&str, &str)> {
 /// Every index entry key a record (given as stored JSON bytes) produces, per index of `table`.
 /// `None` for an index the record has no value for.
 pub(crate) fn index_keys(table: &StoredTable, key: &str, json: &[u8]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
-    if table.indexes.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut out = Vec::with_capacity(table.indexes.len());
-    for ix in &table.indexes {
-        let v = pointer_value(json, &ix.pointer).map_err(|e| StoreError::Decode {
-            table: table.name.clone(),
-            what: format!("record {key}"),
-            reason: e.to_string(),
-        })?;
-        out.push(v.map(|v| index_key(&v, key)));
-    }
-    Ok(out)
+    Ok(index_values(table, key, json)?.into_iter().map(|v| v.map(|v| index_key(&v, key))).collect())
+}
+
+/// The value of each index of `table` in a record (given as stored JSON bytes).
+pub(crate) fn index_values(table: &StoredTable, key: &str, json: &[u8]) -> Result<Vec<Option<String>>, StoreError> {
+    table
+        .indexes
+        .iter()
+        .map(|ix| {
+            pointer_value(json, &ix.pointer).map_err(|e| StoreError::Decode {
+                table: table.name.clone(),
+                what: format!("record {key}"),
+                reason: e.to_string(),
+            })
+        })
+        .collect()
 }
 
 /// [`index_value`] read straight from JSON bytes: only the value the pointer names is built, the

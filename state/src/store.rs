@@ -465,7 +465,7 @@ impl Store {
             let result = {
                 let _shared = self.inner.writers_shared();
                 self.inner.db.transaction(&reg.trees, |view| {
-                    let mut tx = Tx::new(&reg, view);
+                    let mut tx = Tx::new(&reg, view, &self.inner.cache);
                     let out = f(&mut tx);
                     if let Some(def) = tx.missing {
                         return Err(TxStop::Abort(Outcome::Missing(def)));

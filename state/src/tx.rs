@@ -2,7 +2,8 @@
 
 use std::fmt;
 
-use crate::encoding::{META_LAST_SEQ, StoredTable, decode, encode, envelope, index_keys, open_envelope};
+use crate::cache::{Lookup, RecordCache};
+use crate::encoding::{META_LAST_SEQ, StoredTable, decode, encode, envelope, index_key, index_values, open_envelope};
 use crate::kv::TxView;
 use crate::store::{EVENTS_IX, META_IX, Registry, SETTINGS_IX, TableHandle};
 use crate::{EventDraft, Record, StoreError, TableDef};
@@ -56,6 +57,7 @@ impl fmt::Display for TxAbort {
 pub struct Tx<'a> {
     reg: &'a Registry,
     view: &'a TxView<'a>,
+    cache: &'a RecordCache,
     /// The last sequence number handed out by this transaction.
     pub(crate) last_seq: Option<u64>,
     /// A table first used in this transaction: the store registers it and runs the closure again.
@@ -63,8 +65,22 @@ pub struct Tx<'a> {
 }
 
 impl<'a> Tx<'a> {
-    pub(crate) fn new(reg: &'a Registry, view: &'a TxView<'a>) -> Self {
-        Tx { reg, view, last_seq: None, missing: None }
+    pub(crate) fn new(reg: &'a Registry, view: &'a TxView<'a>, cache: &'a RecordCache) -> Self {
+        Tx { reg, view, cache, last_seq: None, missing: None }
+    }
+
+    /// The index values of the record stored as `bytes` (from the cache when it has them).
+    fn stored_index_values<R: Record>(
+        &self,
+        def: &StoredTable,
+        key: &str,
+        bytes: &[u8],
+    ) -> Result<Vec<Option<String>>, StoreError> {
+        let pointers: Vec<&'static str> = R::TABLE.indexes.iter().map(|i| i.pointer).collect();
+        match self.cache.index_values(R::TABLE.name, key, bytes, &pointers) {
+            Some(values) => Ok(values),
+            None => index_values(def, key, open_envelope(bytes, &def.name, key)?),
+        }
     }
 
     fn table(&mut self, def: &TableDef) -> Result<&'a TableHandle, TxAbort> {
@@ -84,26 +100,30 @@ impl<'a> Tx<'a> {
         check_key(&h.def, &key)?;
         let json = serde_json::to_vec(record)
             .map_err(|e| StoreError::Encode { table: h.def.name.clone(), reason: e.to_string() })?;
+        let bytes = sled::IVec::from(envelope(&json));
         let old = self.view.get(h.tree, key.as_bytes())?;
+        let mut values = Vec::new();
         if !h.indexes.is_empty() {
-            let new_keys = index_keys(&h.def, &key, &json)?;
-            let old_keys = match &old {
-                Some(bytes) => index_keys(&h.def, &key, open_envelope(bytes, &h.def.name, &key)?)?,
+            let new_values = index_values(&h.def, &key, &json)?;
+            let old_values = match &old {
+                Some(old) => self.stored_index_values::<R>(&h.def, &key, old)?,
                 None => vec![None; h.indexes.len()],
             };
-            for ((ix, old), new) in h.indexes.iter().zip(old_keys).zip(new_keys) {
+            for ((ix, old), new) in h.indexes.iter().zip(&old_values).zip(&new_values) {
                 if old == new {
                     continue;
                 }
                 if let Some(old) = old {
-                    self.view.remove(*ix, &old)?;
+                    self.view.remove(*ix, &index_key(old, &key))?;
                 }
                 if let Some(new) = new {
-                    self.view.insert(*ix, &new, &[][..])?;
+                    self.view.insert(*ix, &index_key(new, &key), &[][..])?;
                 }
             }
+            values = R::TABLE.indexes.iter().map(|i| i.pointer).zip(new_values).collect();
         }
-        self.view.insert(h.tree, key.as_bytes(), envelope(&json))?;
+        self.view.insert(h.tree, key.as_bytes(), bytes.clone())?;
+        self.cache.put_with(R::TABLE.name, &key, bytes, record, values);
         Ok(())
     }
 
@@ -113,22 +133,32 @@ impl<'a> Tx<'a> {
         let Some(old) = self.view.remove(h.tree, key.as_bytes())? else {
             return Ok(None);
         };
-        let json = open_envelope(&old, &h.def.name, key)?;
-        for (ix, k) in h.indexes.iter().zip(index_keys(&h.def, key, json)?) {
-            if let Some(k) = k {
-                self.view.remove(*ix, &k)?;
+        if !h.indexes.is_empty() {
+            for (ix, v) in h.indexes.iter().zip(self.stored_index_values::<R>(&h.def, key, &old)?) {
+                if let Some(v) = v {
+                    self.view.remove(*ix, &index_key(&v, key))?;
+                }
             }
         }
-        Ok(Some(decode(&old, &h.def.name, key)?))
+        Ok(Some(self.decode_cached::<R>(key, old)?))
     }
 
     /// The record with this key, including changes made earlier in this transaction.
     pub fn get<R: Record>(&mut self, key: &str) -> Result<Option<R>, TxAbort> {
         let h = self.table(&R::TABLE)?;
         match self.view.get(h.tree, key.as_bytes())? {
-            Some(bytes) => Ok(Some(decode(&bytes, &h.def.name, key)?)),
+            Some(bytes) => Ok(Some(self.decode_cached::<R>(key, bytes)?)),
             None => Ok(None),
         }
+    }
+
+    fn decode_cached<R: Record>(&self, key: &str, bytes: sled::IVec) -> Result<R, StoreError> {
+        if let Lookup::Hit(r, _) = self.cache.get::<R>(R::TABLE.name, key, &bytes, None) {
+            return Ok(r);
+        }
+        let r: R = decode(&bytes, R::TABLE.name, key)?;
+        self.cache.put(R::TABLE.name, key, bytes, &r, None);
+        Ok(r)
     }
 
     /// Appends to the event log; returns the event's sequence number. Numbers are strictly increasing

@@ -840,7 +840,7 @@ impl Controller {
             }
             problem_jobs.extend(d);
         }
-        let (offers, real_prices) = self.solver_offers(st, &attempts, now);
+        let offers = self.solver_offers(st, &attempts, now);
         let ours = our_usage(attempts.iter());
         let quotas = st
             .world
@@ -848,7 +848,7 @@ impl Controller {
             .into_iter()
             .map(|p| solver::QuotaLimit { region: p.region, pool: p.pool, vcpus: p.free })
             .collect();
-        Ok(PlanInput { jobs, problem_jobs, reasons, offers, quotas, real_prices, attempts })
+        Ok(PlanInput { jobs, problem_jobs, reasons, offers, quotas, attempts })
     }
 
     /// What the solver would do now, without provisioning anything (`GET /v1/plan`).
@@ -885,7 +885,7 @@ impl Controller {
         report: &mut RoundReport,
         open_jobs: Option<Vec<Job>>,
     ) -> Result<(usize, Vec<Attempt>), ControlError> {
-        let PlanInput { jobs, problem_jobs, mut reasons, offers, quotas, real_prices, attempts } =
+        let PlanInput { jobs, problem_jobs, mut reasons, offers, quotas, attempts } =
             self.plan_input(st, now, open_jobs)?;
         let problem_caps: BTreeMap<String, Option<f64>> =
             problem_jobs.iter().map(|d| (d.id.clone(), d.max_price_per_hour)).collect();
@@ -961,10 +961,8 @@ impl Controller {
             if st.deadline.choices.get(job_id).is_some_and(|c| !c.allows(&p.region, p.priority)) {
                 continue;
             }
-            let price = real_prices
-                .get(&(p.region.clone(), p.size.clone(), p.priority))
-                .copied()
-                .unwrap_or(p.price_per_hour / p.vms.max(1) as f64);
+            let price =
+                self.list_price(st, &p.region, &p.size, p.priority).unwrap_or(p.price_per_hour / p.vms.max(1) as f64);
             // The solver kept vms × price within the part's cap: spreading that cap over the VMs
             // gives a per-VM spot cap at or above the price it planned with.
             let cap = problem_caps.get(p.job.as_str()).copied().flatten().map(|c| c / p.vms.max(1) as f64);
@@ -975,17 +973,22 @@ impl Controller {
         Ok((refused, attempts))
     }
 
+    /// The cloud's price of an offer a plan placed on (the solver saw a shunned region's prices
+    /// inflated): looked up per placement rather than kept for every offer every round.
+    fn list_price(&self, st: &LoopState, region: &str, size: &str, priority: solver::Priority) -> Option<f64> {
+        st.world
+            .offers
+            .iter()
+            .rev()
+            .filter(|o| o.region == region && to_solver_priority(o.priority) == priority && o.price_per_hour.is_some())
+            .find(|o| self.catalog.size(&o.size).is_some_and(|s| s.name == size && s.gpus > 0))
+            .and_then(|o| o.price_per_hour)
+    }
+
     /// Offers the solver may use: priced, not restricted, not blocked; in a shunned region their
-    /// price is inflated so they rank last. Returns the real prices beside them.
-    #[allow(clippy::type_complexity)]
-    fn solver_offers(
-        &self,
-        st: &LoopState,
-        attempts: &[Attempt],
-        now: i64,
-    ) -> (Vec<solver::Offer>, BTreeMap<(String, String, solver::Priority), f64>) {
+    /// price is inflated so they rank last ([`Controller::list_price`] has the real one).
+    fn solver_offers(&self, st: &LoopState, attempts: &[Attempt], now: i64) -> Vec<solver::Offer> {
         let mut offers = Vec::new();
-        let mut prices = BTreeMap::new();
         // The cloud's free capacity does not yet show fleets still being created: hold their VMs.
         let mut in_flight: BTreeMap<(String, String, Priority), u32> = BTreeMap::new();
         for a in attempts.iter().filter(|a| a.state == AttemptState::Provisioning) {
@@ -1003,7 +1006,6 @@ impl Controller {
             let priority = to_solver_priority(o.priority);
             let shown =
                 if st.breakers.shunned(&o.region, now) { price * self.config.shunned_price_factor } else { price };
-            prices.insert((o.region.clone(), size.name.clone(), priority), price);
             offers.push(solver::Offer {
                 region: o.region.clone(),
                 size: size.name.clone(),
@@ -1021,7 +1023,7 @@ impl Controller {
                 eviction_rate_per_hour: o.eviction_rate_per_hour,
             });
         }
-        (offers, prices)
+        offers
     }
 
     fn blocks_for_job(&self, st: &LoopState, job: &Job, now: i64) -> Vec<String> {
@@ -1197,7 +1199,6 @@ struct PlanInput {
     reasons: BTreeMap<String, Vec<String>>,
     offers: Vec<solver::Offer>,
     quotas: Vec<solver::QuotaLimit>,
-    real_prices: BTreeMap<(String, String, solver::Priority), f64>,
     /// The active attempts the input was made from.
     attempts: Vec<Attempt>,
 }

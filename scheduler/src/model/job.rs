@@ -1,5 +1,7 @@
 //! `Job`: a spec plus its lifecycle, and `Attempt`: one try at running it on one fleet.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use super::job_spec::JobSpec;
@@ -77,8 +79,9 @@ impl std::fmt::Display for JobState {
 pub struct Job {
     /// Unique id assigned at submission.
     pub id: String,
-    /// What the user asked for.
-    pub spec: JobSpec,
+    /// What the user asked for. Never changes after submission; shared, because the control loop
+    /// copies every open job several times a round and the spec is most of a job.
+    pub spec: Arc<JobSpec>,
     /// Where it is in its lifecycle.
     pub state: JobState,
     /// Submission time, Unix milliseconds.
@@ -126,7 +129,7 @@ impl Job {
     pub fn new(id: String, spec: JobSpec, now_ms: i64) -> Job {
         Job {
             id,
-            spec,
+            spec: Arc::new(spec),
             state: JobState::Pending,
             submitted_at_ms: now_ms,
             updated_at_ms: now_ms,

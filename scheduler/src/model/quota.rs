@@ -19,6 +19,15 @@ pub enum QuotaPool {
 /// Family names differ in case and spacing between Azure APIs (`Standard NCASv3_T4 Family`):
 /// compare them lower-cased with spaces removed.
 pub fn normalize_family(name: &str) -> String {
+    // Azure's names are ASCII: byte-wise folding is the common case, and the general one (Unicode
+    // lowercase tables) was most of the cost of every quota read.
+    if name.is_ascii() {
+        let mut out = name.as_bytes().to_vec();
+        out.retain(|b| !(*b as char).is_whitespace());
+        out.make_ascii_lowercase();
+        // ASCII in, ASCII out.
+        return String::from_utf8(out).unwrap_or_default();
+    }
     name.chars().filter(|c| !c.is_whitespace()).flat_map(char::to_lowercase).collect()
 }
 
@@ -83,5 +92,18 @@ impl Quota {
     /// vCPUs still free (never negative).
     pub fn free(&self) -> u64 {
         self.limit.saturating_sub(self.usage)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::normalize_family;
+
+    #[test]
+    fn family_names_fold_case_and_drop_whitespace_in_ascii_and_beyond() {
+        assert_eq!(normalize_family("Standard NCADSA100v4 Family"), "standardncadsa100v4family");
+        assert_eq!(normalize_family("lowPriorityCores"), "lowprioritycores");
+        assert_eq!(normalize_family(" a\tb\u{b}c "), "abc", "every ASCII whitespace goes");
+        assert_eq!(normalize_family("Ärger Family"), "ärgerfamily");
     }
 }

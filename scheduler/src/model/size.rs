@@ -54,7 +54,27 @@ impl VmSize {
 
 /// See [`VmSize::matches_gpu_model`].
 pub fn gpu_model_matches(model: &str, wanted: &str) -> bool {
-    let model = model.to_ascii_lowercase();
-    let wanted = wanted.to_ascii_lowercase();
-    model == wanted || model.strip_prefix(&wanted).is_some_and(|rest| rest.starts_with('-'))
+    // Byte-wise and without lowercased copies: the control loop asks this for every size, job and
+    // round. ASCII case folding leaves other bytes as they are, so a match never splits a character.
+    let (model, wanted) = (model.as_bytes(), wanted.as_bytes());
+    model.len() >= wanted.len()
+        && model[..wanted.len()].eq_ignore_ascii_case(wanted)
+        && (model.len() == wanted.len() || model[wanted.len()] == b'-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gpu_model_matches;
+
+    #[test]
+    fn gpu_models_match_exactly_or_as_a_family_prefix_in_any_case() {
+        assert!(gpu_model_matches("A100-80GB", "A100-80GB"));
+        assert!(gpu_model_matches("A100-80GB", "a100"));
+        assert!(gpu_model_matches("a100-40gb", "A100"));
+        assert!(gpu_model_matches("H100", "h100"));
+        assert!(!gpu_model_matches("A100-80GB", "A10"), "a prefix must end at a dash");
+        assert!(!gpu_model_matches("A10", "A100"));
+        assert!(!gpu_model_matches("V100", "A100"));
+        assert!(!gpu_model_matches("A100", ""), "an empty model names nothing");
+    }
 }

@@ -320,23 +320,24 @@ pub fn scale_set_name(fleet: &str, size: &str) -> String {
 impl Cloud for SimCloud {
     async fn offers(&self) -> Result<Vec<Offer>, CloudError> {
         let w = self.world();
+        let used = w.capacity_used_by_offer();
         let mut out = Vec::new();
-        for region in &w.cfg.regions {
-            for size in w.catalog.sizes() {
-                let Some(name) = w.offered_size(region, &size.name) else { continue };
-                let row = w.catalog.price(&name, region).expect("offered_size checks the price row");
-                for priority in [Priority::Regular, Priority::Spot] {
-                    let key = (region.clone(), name.clone(), priority);
-                    out.push(Offer {
-                        region: region.clone(),
-                        size: name.clone(),
-                        priority,
-                        price_per_hour: row.for_priority(priority),
-                        capacity_vms: Some(w.capacity_free(&key)),
-                        eviction_rate_per_hour: w.eviction_rate(&key),
-                        blocked: Vec::new(),
-                    });
-                }
+        for (region, name, row) in w.offered() {
+            for priority in [Priority::Regular, Priority::Spot] {
+                let key = (region.clone(), name.clone(), priority);
+                let running = used.get(&(region.as_str(), name.as_str(), priority)).copied().unwrap_or(0);
+                let capacity_vms = Some(w.capacity_free_given(&key, running));
+                let eviction_rate_per_hour = w.eviction_rate(&key);
+                let (region, size, _) = key;
+                out.push(Offer {
+                    region,
+                    size,
+                    priority,
+                    price_per_hour: row.for_priority(priority),
+                    capacity_vms,
+                    eviction_rate_per_hour,
+                    blocked: Vec::new(),
+                });
             }
         }
         Ok(out)
@@ -345,14 +346,12 @@ impl Cloud for SimCloud {
     async fn quota(&self, region: &str) -> Result<Vec<Quota>, CloudError> {
         let w = self.world();
         check_region(&w, region)?;
-        Ok(w.quota_pools(region)
+        let pools = w.quota_pools(region);
+        let usages = w.quota_usages(region, &pools);
+        Ok(pools
             .into_iter()
-            .map(|pool| Quota {
-                region: region.to_string(),
-                limit: w.quota_limit(region, &pool),
-                usage: w.quota_usage(region, &pool),
-                pool,
-            })
+            .zip(usages)
+            .map(|(pool, usage)| Quota { region: region.to_string(), limit: w.quota_limit(region, &pool), usage, pool })
             .collect())
     }
 

@@ -188,6 +188,9 @@ pub(crate) struct World {
     /// The quota pools each region reports: fixed by the catalog and the configuration, and read
     /// every round, so worked out once.
     pools_by_region: BTreeMap<String, Vec<QuotaPool>>,
+    /// Every (region, size) sold, catalog-spelled, with its price row, in region then catalog
+    /// order: fixed by the catalog and the configuration, and listed every round.
+    offered: Vec<(String, String, scheduler::PriceRow)>,
 }
 
 /// Azure's naming rule for fleets: 1–80 of letters, digits, `-`, `.`, `_`; starts with a letter or
@@ -240,9 +243,22 @@ impl World {
             quota_limits: BTreeMap::new(),
             counters: SimCounters::default(),
             pools_by_region: BTreeMap::new(),
+            offered: Vec::new(),
         };
         w.pools_by_region = w.cfg.regions.iter().map(|r| (r.clone(), w.find_quota_pools(r))).collect();
+        for region in &w.cfg.regions {
+            for size in w.catalog.sizes() {
+                let Some(name) = w.offered_size(region, &size.name) else { continue };
+                let Some(row) = w.catalog.price(&name, region) else { continue };
+                w.offered.push((region.clone(), name, row.clone()));
+            }
+        }
         w
+    }
+
+    /// Every (region, size) sold, with its price row (see the field).
+    pub fn offered(&self) -> &[(String, String, scheduler::PriceRow)] {
+        &self.offered
     }
 
     fn provisioning_ms(&self) -> i64 {
@@ -294,25 +310,37 @@ impl World {
     }
 
     pub fn quota_usage(&self, region: &str, pool: &QuotaPool) -> u64 {
-        let key = pool_key(pool);
-        // `normalize_family(family) == key` without building a string per fleet (a hot path:
-        // every quota read walks every fleet).
-        let same_family =
-            |family: &str| family.chars().filter(|c| !c.is_whitespace()).flat_map(char::to_lowercase).eq(key.chars());
-        let mut total = 0;
+        self.quota_usages(region, std::slice::from_ref(pool))[0]
+    }
+
+    /// The usage of each of `pools` in `region`, in one walk over the fleets (a hot path: the
+    /// control loop reads every pool of every region each round).
+    pub fn quota_usages(&self, region: &str, pools: &[QuotaPool]) -> Vec<u64> {
+        let keys: Vec<String> = pools.iter().map(pool_key).collect();
+        // `normalize_family(family) == key` without building a string per fleet.
+        let same_family = |family: &str, key: &str| {
+            family.chars().filter(|c| !c.is_whitespace()).flat_map(char::to_lowercase).eq(key.chars())
+        };
+        let mut totals = vec![0; pools.len()];
         for f in self.fleets.values().filter(|f| f.req.region == region) {
             let Some((size, vcpus)) = self.fleet_holds(f) else { continue };
-            let counts = match (f.req.priority, pool) {
-                (Priority::Spot, QuotaPool::LowPriorityCores) => true,
-                (Priority::Regular, QuotaPool::Cores) => true,
-                (Priority::Regular, QuotaPool::Family(_)) => self.size(size).is_some_and(|s| same_family(&s.family)),
-                _ => false,
+            let family = match f.req.priority {
+                Priority::Regular => self.size(size).map(|s| s.family.as_str()),
+                Priority::Spot => None,
             };
-            if counts {
-                total += vcpus;
+            for ((pool, key), total) in pools.iter().zip(&keys).zip(totals.iter_mut()) {
+                let counts = match (f.req.priority, pool) {
+                    (Priority::Spot, QuotaPool::LowPriorityCores) => true,
+                    (Priority::Regular, QuotaPool::Cores) => true,
+                    (Priority::Regular, QuotaPool::Family(_)) => family.is_some_and(|fam| same_family(fam, key)),
+                    _ => false,
+                };
+                if counts {
+                    *total += vcpus;
+                }
             }
         }
-        total
+        totals
     }
 
     /// The pools a VM of `size` at `priority` draws from, family first (Azure checks it first).
@@ -395,12 +423,30 @@ impl World {
 
     /// VMs the offer can supply right now.
     pub fn capacity_free(&self, key: &OfferKey) -> u32 {
+        self.capacity_free_given(key, self.capacity_used(key))
+    }
+
+    /// VMs running per offer (region, size, priority), in one walk over the fleets: listing every
+    /// offer's free capacity with `capacity_free` would walk them once per offer.
+    pub fn capacity_used_by_offer(&self) -> BTreeMap<(&str, &str, Priority), u32> {
+        // Few keys (the offers in use), looked up once per offer: ordered beats hashed here.
+        let mut used = BTreeMap::new();
+        for f in self.fleets.values() {
+            if let Some(size) = &f.size {
+                *used.entry((f.req.region.as_str(), size.as_str(), f.req.priority)).or_default() += f.running;
+            }
+        }
+        used
+    }
+
+    /// [`World::capacity_free`] with the offer's running VMs already counted.
+    pub fn capacity_free_given(&self, key: &OfferKey, used: u32) -> u32 {
         if self.in_outage(key) {
             return 0;
         }
         let held = self.reclaimed.iter().filter(|(k, until)| k == key && *until > self.now_ms).count();
         let held = u32::try_from(held).unwrap_or(u32::MAX);
-        self.capacity_total(key).saturating_sub(self.capacity_used(key)).saturating_sub(held)
+        self.capacity_total(key).saturating_sub(used).saturating_sub(held)
     }
 
     pub fn eviction_rate(&self, key: &OfferKey) -> f64 {
