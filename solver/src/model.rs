@@ -138,6 +138,9 @@ pub(crate) struct Instance<'a> {
     pub offer_pools: Vec<Vec<usize>>,
     pub classes: Vec<Class>,
     pub job_class: Vec<usize>,
+    /// The offers of each size, in offer order: a job that names its sizes is matched against
+    /// those offers only, not every offer (most jobs name theirs, and offers are many).
+    offers_by_size: BTreeMap<&'a str, Vec<usize>>,
 }
 
 impl<'a> Instance<'a> {
@@ -161,8 +164,18 @@ impl<'a> Instance<'a> {
                 names.into_iter().filter_map(|n| pool_index.get(&(o.region.clone(), n)).copied()).collect()
             })
             .collect();
-        let mut inst =
-            Instance { p, pool_limit, pool_name, offer_pools, classes: Vec::new(), job_class: vec![0; p.jobs.len()] };
+        let mut inst = Instance {
+            p,
+            pool_limit,
+            pool_name,
+            offer_pools,
+            classes: Vec::new(),
+            job_class: vec![0; p.jobs.len()],
+            offers_by_size: BTreeMap::new(),
+        };
+        for (o, offer) in p.offers.iter().enumerate() {
+            inst.offers_by_size.entry(offer.size.as_str()).or_default().push(o);
+        }
         let mut by_key: BTreeMap<String, usize> = BTreeMap::new();
         for (j, job) in p.jobs.iter().enumerate() {
             let key = class_key(job);
@@ -215,7 +228,16 @@ impl<'a> Instance<'a> {
     }
 
     fn candidates(&self, j: usize) -> Vec<Cand> {
-        let mut cands: Vec<Cand> = (0..self.p.offers.len()).filter_map(|o| self.candidate(j, o)).collect();
+        let job = &self.p.jobs[j];
+        let mut cands: Vec<Cand> = if job.sizes.is_empty() {
+            (0..self.p.offers.len()).filter_map(|o| self.candidate(j, o)).collect()
+        } else {
+            let mut offers: Vec<usize> =
+                job.sizes.iter().filter_map(|s| self.offers_by_size.get(s.as_str())).flatten().copied().collect();
+            offers.sort_unstable();
+            offers.dedup();
+            offers.into_iter().filter_map(|o| self.candidate(j, o)).collect()
+        };
         cands.sort_by(|a, b| self.rank(j, a, b));
         cands
     }

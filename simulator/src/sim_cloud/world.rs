@@ -191,6 +191,8 @@ pub(crate) struct World {
     /// Every (region, size) sold, catalog-spelled, with its price row, in region then catalog
     /// order: fixed by the catalog and the configuration, and listed every round.
     offered: Vec<(String, String, scheduler::PriceRow)>,
+    /// Each catalog size's quota family, normalised (`QuotaPool::key` form), by size name.
+    family_keys: BTreeMap<String, String>,
 }
 
 /// Azure's naming rule for fleets: 1–80 of letters, digits, `-`, `.`, `_`; starts with a letter or
@@ -244,7 +246,10 @@ impl World {
             counters: SimCounters::default(),
             pools_by_region: BTreeMap::new(),
             offered: Vec::new(),
+            family_keys: BTreeMap::new(),
         };
+        w.family_keys =
+            w.catalog.sizes().iter().map(|s| (s.name.clone(), scheduler::model::normalize_family(&s.family))).collect();
         w.pools_by_region = w.cfg.regions.iter().map(|r| (r.clone(), w.find_quota_pools(r))).collect();
         for region in &w.cfg.regions {
             for size in w.catalog.sizes() {
@@ -317,22 +322,21 @@ impl World {
     /// control loop reads every pool of every region each round).
     pub fn quota_usages(&self, region: &str, pools: &[QuotaPool]) -> Vec<u64> {
         let keys: Vec<String> = pools.iter().map(pool_key).collect();
-        // `normalize_family(family) == key` without building a string per fleet.
-        let same_family = |family: &str, key: &str| {
-            family.chars().filter(|c| !c.is_whitespace()).flat_map(char::to_lowercase).eq(key.chars())
-        };
         let mut totals = vec![0; pools.len()];
         for f in self.fleets.values().filter(|f| f.req.region == region) {
             let Some((size, vcpus)) = self.fleet_holds(f) else { continue };
-            let family = match f.req.priority {
-                Priority::Regular => self.size(size).map(|s| s.family.as_str()),
+            let family: Option<std::borrow::Cow<'_, str>> = match f.req.priority {
+                Priority::Regular => match self.family_keys.get(size) {
+                    Some(k) => Some(k.as_str().into()),
+                    None => self.size(size).map(|s| scheduler::model::normalize_family(&s.family).into()),
+                },
                 Priority::Spot => None,
             };
             for ((pool, key), total) in pools.iter().zip(&keys).zip(totals.iter_mut()) {
                 let counts = match (f.req.priority, pool) {
                     (Priority::Spot, QuotaPool::LowPriorityCores) => true,
                     (Priority::Regular, QuotaPool::Cores) => true,
-                    (Priority::Regular, QuotaPool::Family(_)) => family.is_some_and(|fam| same_family(fam, key)),
+                    (Priority::Regular, QuotaPool::Family(_)) => family.as_deref() == Some(key.as_str()),
                     _ => false,
                 };
                 if counts {
