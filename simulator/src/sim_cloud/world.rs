@@ -193,6 +193,10 @@ pub(crate) struct World {
     offered: Vec<(String, String, scheduler::PriceRow)>,
     /// Each catalog size's quota family, normalised (`QuotaPool::key` form), by size name.
     family_keys: BTreeMap<String, String>,
+    /// No event is due before this time (a lower bound: lowered wherever an event time is set,
+    /// raised when `advance` has looked at every fleet). Every call into the cloud advances the
+    /// world first, and most find nothing due: they skip the walk over every fleet.
+    quiet_until_ms: i64,
 }
 
 /// Azure's naming rule for fleets: 1–80 of letters, digits, `-`, `.`, `_`; starts with a letter or
@@ -247,6 +251,7 @@ impl World {
             pools_by_region: BTreeMap::new(),
             offered: Vec::new(),
             family_keys: BTreeMap::new(),
+            quiet_until_ms: i64::MIN,
         };
         w.family_keys =
             w.catalog.sizes().iter().map(|s| (s.name.clone(), scheduler::model::normalize_family(&s.family))).collect();
@@ -536,6 +541,7 @@ impl World {
         f.evictions += k;
         let key = (f.req.region.clone(), size, f.req.priority);
         self.reclaimed.extend(std::iter::repeat_n((key, reclaim), k as usize));
+        self.expect_event_at(reclaim);
         self.counters.evictions += u64::from(k);
         self.draw_eviction(name);
         self.arm_refill(name);
@@ -624,6 +630,7 @@ impl World {
         let seed = self.cfg.seed ^ fnv1a(&req.name) ^ generation.rotate_left(32);
         let mut stored = req.clone();
         stored.sizes = req.sizes.iter().map(|s| self.size(s).map(|x| x.name.clone()).unwrap_or(s.clone())).collect();
+        self.expect_event_at(ready);
         self.fleets.insert(
             req.name.clone(),
             SimFleet {
@@ -725,8 +732,35 @@ impl World {
 
     // ---- time ----
 
+    /// Keeps `quiet_until_ms` a lower bound of every event time: called wherever one is set.
+    fn expect_event_at(&mut self, t: i64) {
+        self.quiet_until_ms = self.quiet_until_ms.min(t);
+    }
+
+    /// The earliest time anything is due: completions, refills, evictions, capacity returns.
+    fn earliest_event(&self) -> i64 {
+        let mut t = i64::MAX;
+        for f in self.fleets.values() {
+            if f.state == ProvisioningState::Creating {
+                t = t.min(f.ready_ms);
+            }
+            t = t.min(f.refill_at_ms.unwrap_or(i64::MAX)).min(f.next_eviction_ms.unwrap_or(i64::MAX));
+        }
+        let returns = self.reclaimed.iter().map(|(_, r)| *r).filter(|r| *r > self.now_ms);
+        returns.fold(t, i64::min)
+    }
+
     /// Processes every event due up to `now`, in time order.
     pub fn advance(&mut self, now: i64) {
+        if now < self.quiet_until_ms {
+            self.now_ms = self.now_ms.max(now);
+            return;
+        }
+        self.process_due(now);
+        self.quiet_until_ms = self.earliest_event();
+    }
+
+    fn process_due(&mut self, now: i64) {
         while let Some((t, kind, name)) = self.next_event(now) {
             self.now_ms = self.now_ms.max(t);
             match kind {
@@ -858,6 +892,7 @@ impl World {
             f.evictions += 1;
             self.counters.evictions += 1;
             self.reclaimed.push(((f.req.region.clone(), size, f.req.priority), reclaim));
+            self.expect_event_at(reclaim);
         }
         self.draw_eviction(name);
         self.arm_refill(name);
@@ -881,7 +916,9 @@ impl World {
         }
         let u: f64 = 1.0 - f.rng.random::<f64>(); // in (0, 1]
         let wait_ms = (-u.ln() / rate * HOUR_MS).clamp(1.0, 1e15) as i64;
-        f.next_eviction_ms = Some(now.saturating_add(wait_ms));
+        let at = now.saturating_add(wait_ms);
+        f.next_eviction_ms = Some(at);
+        self.expect_event_at(at);
     }
 
     fn short(f: &SimFleet) -> bool {
@@ -895,6 +932,7 @@ impl World {
             && f.refill_at_ms.is_none()
         {
             f.refill_at_ms = Some(at);
+            self.expect_event_at(at);
         }
     }
 
