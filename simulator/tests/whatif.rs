@@ -320,3 +320,103 @@ fn every_bundled_scenario_parses_and_the_default_is_the_embedded_one() {
     let one_gpu = jobs.iter().filter(|j| j.spec.gpus == 1).count() as f64 / jobs.len() as f64;
     assert!(one_gpu > 0.85, "Philly-shaped: mostly 1-GPU jobs ({one_gpu})");
 }
+
+/// One 1-GPU, 4-hour job on spot A100 in one region (regular quota is zero, evictions are off), and
+/// optionally the spot price doubling at hour 2, by an event or by a price trace.
+fn priced_run(dir: &std::path::Path, change: &str) -> Scenario {
+    let text = format!(
+        r#"
+[experiment]
+kind = "what-if"
+
+[scenario]
+name = "price"
+start = "2026-01-05T00:00:00Z"
+horizon_hours = 8
+interval_seconds = 300
+seed = 1
+policies = ["spillway", "greedy-failover", "single-region"]
+
+[cloud]
+regions = ["eastus"]
+sizes = ["Standard_NC24ads_A100_v4"]
+provisioning_seconds = 120
+default_capacity_vms = 4
+default_spot_eviction_rate_per_hour = 0.0
+
+[cloud.default_quota]
+cores = 0
+low_priority_cores = 96
+family = 0
+
+[workload]
+source = "jsonl"
+path = "jobs.jsonl"
+{change}
+"#
+    );
+    std::fs::write(
+        dir.join("jobs.jsonl"),
+        "{\"at_hours\": 0.0, \"id\": \"p\", \"spec\": {\"name\": \"p\", \"kind\": \"training\", \"gpus\": 1, \
+         \"sizes\": [\"Standard_NC24ads_A100_v4\"], \"regions\": [\"eastus\"], \"spot\": \"preferred\", \"duration_hours\": 4.0}}\n",
+    )
+    .unwrap();
+    Scenario::parse(&text, dir, "price").expect("valid")
+}
+
+/// Prices per tick: a running VM is billed at the price in effect, under the loop and the baselines
+/// alike, whether the price comes from an event or from a trace; and a bad price event is refused
+/// with its field named.
+#[tokio::test]
+async fn running_vms_are_billed_at_the_price_in_effect_from_events_and_traces() {
+    let dir = std::env::temp_dir().join(format!("spillway-price-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let list = scheduler::Catalog::builtin()
+        .price("Standard_NC24ads_A100_v4", "eastus")
+        .and_then(|p| p.spot)
+        .expect("the catalog has this spot price");
+    let event = format!(
+        "[[events]]\nkind = \"price\"\nregion = \"eastus\"\nsize = \"Standard_NC24ads_A100_v4\"\nusd = {}\nat_hours = 2\n",
+        2.0 * list
+    );
+    // Hourly ticks: the list price for two hours, then double.
+    std::fs::write(
+        dir.join("price.json"),
+        "{\"metadata\": {\"gap_seconds\": 3600}, \"data\": [1, 1, 2, 2, 2, 2, 2, 2, 2]}",
+    )
+    .unwrap();
+    let trace = format!(
+        "[[traces]]\nkind = \"price\"\npath = \"price.json\"\nregion = \"eastus\"\nsize = \"Standard_NC24ads_A100_v4\"\nper_unit = {list}\n"
+    );
+    let base = run_scenario(&priced_run(&dir, ""), &no_timing()).await.expect("runs");
+    let by_event = run_scenario(&priced_run(&dir, &event), &no_timing()).await.expect("runs");
+    let by_trace = run_scenario(&priced_run(&dir, &trace), &no_timing()).await.expect("runs");
+    for ((b, e), t) in base.runs.iter().zip(&by_event.runs).zip(&by_trace.runs) {
+        let name = &b.summary.name;
+        let (job_b, job_e) = (&b.jobs[0], &e.jobs[0]);
+        assert_eq!(job_b.outcome, Outcome::Completed, "{name}");
+        assert_eq!(job_e.outcome, Outcome::Completed, "{name}");
+        let hours = |ms: i64| ms as f64 / 3_600_000.0;
+        let start = hours(job_e.attempts[0].running_ms.expect("ran") - job_e.submitted_ms);
+        let end = hours(job_e.attempts[0].ended_ms.expect("ended") - job_e.submitted_ms);
+        assert!(start < 2.0 && end > 2.0, "{name}: the change falls inside the run ({start} to {end} h)");
+        let expected = list * (2.0 - start) + 2.0 * list * (end - 2.0);
+        let one_round = 2.0 * list * 300.0 / 3600.0;
+        assert!(
+            (job_e.cost_usd - expected).abs() <= one_round,
+            "{name}: billed {} where the prices say {expected}",
+            job_e.cost_usd
+        );
+        assert!(job_e.cost_usd > job_b.cost_usd * 1.4, "{name}: {} vs {}", job_e.cost_usd, job_b.cost_usd);
+        assert!((t.jobs[0].cost_usd - job_e.cost_usd).abs() < 1e-6, "{name}: a trace and an event agree");
+    }
+
+    let text = std::fs::read_to_string(scenarios().join("default.toml")).unwrap()
+        + "\n[[events]]\nkind = \"price\"\nregion = \"eastus\"\nsize = \"Standard_NC24ads_A100_v4\"\nusd = -1\nvms = 2\nat_hours = 1\n";
+    let err = Scenario::parse(&text, &scenarios(), "bad-price").unwrap_err().to_string();
+    let n = text.matches("[[events]]").count() - 1;
+    for field in [format!("events[{n}].usd"), format!("events[{n}].vms")] {
+        assert!(err.contains(&field), "{field} missing from: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

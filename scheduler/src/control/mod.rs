@@ -129,6 +129,9 @@ pub(crate) struct LoopState {
     pub(crate) last_solve: Option<(solver::Problem, solver::Plan)>,
     /// When the last retention pass ran (loop time).
     pub(crate) retention_pass_at_ms: Option<i64>,
+    /// Whether this round's read of the offers changed any price (or the offers themselves): running
+    /// attempts are re-priced only then.
+    pub(crate) prices_moved: bool,
 }
 
 /// The control loop over one store and one cloud.

@@ -208,8 +208,12 @@ impl Controller {
     }
 
     async fn refresh_world(&self, st: &mut LoopState, now: i64) -> Result<(), ControlError> {
+        st.prices_moved = false;
         match self.cloud.offers().await {
-            Ok(offers) => st.world.offers = offers,
+            Ok(offers) => {
+                st.prices_moved = !same_prices(&st.world.offers, &offers);
+                st.world.offers = offers;
+            }
             Err(e) => tracing::warn!(error = %e, "cannot read offers; keeping the last view"),
         }
         let regions: BTreeSet<String> = st.world.offers.iter().map(|o| o.region.clone()).collect();
@@ -571,6 +575,16 @@ impl Controller {
             // writes the attempt's accounting (they are settled together or not at all).
             let mut accrued = Tenant::named(&job.spec.tenant);
             self.account(&mut a, &mut job, &mut accrued, now);
+            // Running VMs are billed at the offer's price now (a spot price moves): what ran so far
+            // was accrued at the old price just above, what runs from now on at the new one.
+            let mut repriced = false;
+            if st.prices_moved
+                && let Some(p) = self.list_price(st, &a.region, &a.size, to_solver_priority(a.priority))
+                && p != a.price_per_hour
+            {
+                a.price_per_hour = p;
+                repriced = true;
+            }
             let mut events: Vec<(&str, String)> = Vec::new();
             let mut delete_now = false;
             if observed < a.vms {
@@ -661,6 +675,7 @@ impl Controller {
             // later (or after a crash) from the stored `accounted_until_ms`: write only when
             // something changed or the settle interval has passed.
             let changed = delete_now
+                || repriced
                 || finished.is_some()
                 || !events.is_empty()
                 || before != (a.running_vms, a.below_min_since_ms, job.state, job.awaiting_failover, job.evictions);
@@ -1205,6 +1220,15 @@ struct PlanInput {
 
 /// True when an attempt has been below its minimum for longer than the grace period, or has
 /// nothing left: the job needs a new placement for the GPUs it carried.
+/// Whether two reads of the offers list the same offers at the same prices (in the same order, as a
+/// cloud lists them; a reordering counts as a change, which only costs a re-pricing pass).
+fn same_prices(old: &[crate::model::Offer], new: &[crate::model::Offer]) -> bool {
+    old.len() == new.len()
+        && old.iter().zip(new).all(|(a, b)| {
+            a.price_per_hour == b.price_per_hour && a.priority == b.priority && a.size == b.size && a.region == b.region
+        })
+}
+
 fn is_degraded(a: &Attempt, now: i64, grace_ms: i64) -> bool {
     a.state == AttemptState::Running && a.below_min_since_ms.is_some_and(|t| a.running_vms == 0 || now - t >= grace_ms)
 }

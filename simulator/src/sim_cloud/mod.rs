@@ -192,6 +192,25 @@ impl SimCloud {
         Ok(())
     }
 
+    /// Sets an offer's price (USD per VM-hour) from now on: new offers list it, and VMs running on
+    /// it are billed at it (the control loop follows the listed price). Only a price the catalog
+    /// knows can change: an offer is never created by a price.
+    pub fn set_price(&self, region: &str, size: &str, priority: Priority, usd_per_hour: f64) -> Result<(), CloudError> {
+        if !usd_per_hour.is_finite() || usd_per_hour < 0.0 {
+            return Err(CloudError::Permanent {
+                code: "InvalidParameter".into(),
+                message: format!("price must be a finite number ≥ 0, not {usd_per_hour}"),
+            });
+        }
+        let mut w = self.world();
+        let (region, size, priority) = offer_key(&w, region, size, priority)?;
+        if w.set_price(&region, &size, priority, usd_per_hour) {
+            Ok(())
+        } else {
+            Err(CloudError::SizeUnavailable { region, size, priority: Some(priority) })
+        }
+    }
+
     /// Free VMs of an offer right now.
     pub fn free_capacity(&self, region: &str, size: &str, priority: Priority) -> Result<u32, CloudError> {
         let w = self.world();

@@ -271,6 +271,45 @@ impl World {
         &self.offered
     }
 
+    /// Changes the price of a sold offer that has one; false when it has none (a price never
+    /// creates an offer).
+    pub fn set_price(&mut self, region: &str, size: &str, priority: Priority, usd_per_hour: f64) -> bool {
+        let Some((_, _, row)) = self.offered.iter_mut().find(|(r, s, _)| r == region && s == size) else {
+            return false;
+        };
+        let slot = match priority {
+            Priority::Regular => &mut row.regular,
+            Priority::Spot => &mut row.spot,
+        };
+        if slot.is_none() {
+            return false;
+        }
+        *slot = Some(usd_per_hour);
+        let mut changed = row.clone();
+        changed.regular = (priority == Priority::Regular).then_some(usd_per_hour);
+        changed.spot = (priority == Priority::Spot).then_some(usd_per_hour);
+        self.catalog.extend(Vec::new(), vec![changed]);
+        if priority == Priority::Spot {
+            // Azure evicts spot VMs whose max price the spot price passes.
+            let over: Vec<(String, u32)> = self
+                .fleets
+                .values()
+                .filter(|f| {
+                    f.req.region == region
+                        && f.req.priority == Priority::Spot
+                        && f.size.as_deref() == Some(size)
+                        && f.running > 0
+                        && f.req.max_price_per_vm.is_some_and(|cap| cap >= 0.0 && cap < usd_per_hour)
+                })
+                .map(|f| (f.req.name.clone(), f.running))
+                .collect();
+            for (name, running) in over {
+                let _ = self.evict(&name, running);
+            }
+        }
+        true
+    }
+
     fn provisioning_ms(&self) -> i64 {
         i64::try_from(self.cfg.provisioning_seconds.saturating_mul(1000)).unwrap_or(i64::MAX)
     }
@@ -953,6 +992,15 @@ impl World {
         }
         let size = f.size.clone().expect("short() checks it");
         let (region, priority, missing) = (f.req.region.clone(), f.req.priority, f.req.vms - f.running);
+        let cap = f.req.max_price_per_vm.filter(|p| *p >= 0.0);
+        let spot_price = self.catalog.price(&size, &region).and_then(|p| p.spot);
+        if priority == Priority::Spot
+            && let (Some(cap), Some(price)) = (cap, spot_price)
+            && price > cap
+        {
+            // Above the fleet's max price Azure does not start spot VMs for it.
+            return;
+        }
         let free = self.capacity_free(&(region.clone(), size.clone(), priority));
         let fit = u32::try_from(self.quota_fit(&region, &size, priority)).unwrap_or(u32::MAX);
         let k = missing.min(free).min(fit);

@@ -3,6 +3,10 @@
 //! progresses only while all its VMs run; a loss rolls work back to the last checkpoint; the job
 //! succeeds once `duration_hours` of work are done, seen at a round).
 //!
+//! Prices are the cloud's as listed at each round: a job ranks its offers by the prices when it
+//! arrives, and a running VM is billed at the price in effect (a price change is accrued from the
+//! round that sees it, as the control loop does).
+//!
 //! - `greedy-failover`: how a per-job broker behaves. Each job alone ranks every offer it accepts
 //!   (allowed regions × acceptable sizes × spot when its policy allows it) by the job's price per
 //!   hour, cheapest first, and asks for them in turn: no quota check, no capacity estimate, no
@@ -82,12 +86,34 @@ pub(crate) struct Broker {
     open: Vec<usize>,
     failovers: Vec<Failover>,
     start_ms: i64,
+    /// The cloud's prices as listed at the last round, by (region, size, priority).
+    prices: BTreeMap<(String, String, Priority), f64>,
 }
 
 impl Broker {
     pub(crate) fn new(policy: Policy, cloud: Arc<dyn Cloud>, clock: Arc<ManualClock>, catalog: Catalog) -> Broker {
         let start_ms = clock.now_ms();
-        Broker { policy, cloud, clock, catalog, jobs: Vec::new(), open: Vec::new(), failovers: Vec::new(), start_ms }
+        Broker {
+            policy,
+            cloud,
+            clock,
+            catalog,
+            jobs: Vec::new(),
+            open: Vec::new(),
+            failovers: Vec::new(),
+            start_ms,
+            prices: BTreeMap::new(),
+        }
+    }
+
+    /// Reads the cloud's prices; true when any moved since the last read.
+    async fn refresh_prices(&mut self) -> bool {
+        let Ok(offers) = self.cloud.offers().await else { return false };
+        let prices: BTreeMap<(String, String, Priority), f64> =
+            offers.into_iter().filter_map(|o| Some(((o.region, o.size, o.priority), o.price_per_hour?))).collect();
+        let moved = prices != self.prices;
+        self.prices = prices;
+        moved
     }
 
     /// Offers a job accepts, cheapest for the whole job first (ties: region, size, priority).
@@ -105,7 +131,8 @@ impl Broker {
             for region in &regions {
                 let Some(row) = self.catalog.price(&size.name, region) else { continue };
                 for &p in priorities {
-                    let Some(price) = row.for_priority(p) else { continue };
+                    let Some(listed) = row.for_priority(p) else { continue };
+                    let price = self.prices.get(&(region.clone(), size.name.clone(), p)).copied().unwrap_or(listed);
                     let vms = spec.gpus.div_ceil(size.gpus);
                     out.push(Candidate {
                         region: region.clone(),
@@ -375,6 +402,18 @@ impl Driver for Broker {
                     }
                 }
                 Phase::Waiting | Phase::Done => {}
+            }
+        }
+        // Every running job was accrued up to now above, at the price it ran at: new prices apply
+        // from here on.
+        if self.refresh_prices().await {
+            let prices = &self.prices;
+            for &idx in &open {
+                for c in &mut self.jobs[idx].candidates {
+                    if let Some(p) = prices.get(&(c.region.clone(), c.size.clone(), c.priority)) {
+                        c.price_per_vm = *p;
+                    }
+                }
             }
         }
         // Place waiting jobs, in arrival order.

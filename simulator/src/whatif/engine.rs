@@ -58,6 +58,7 @@ pub(crate) enum CloudChange {
     Capacity { region: String, size: String, priority: Priority, vms: u32 },
     EvictionRate { region: String, size: String, rate: f64 },
     Quota { region: String, pool: QuotaPool, vcpus: u64 },
+    Price { region: String, size: String, priority: Priority, usd: f64 },
 }
 
 impl CloudChange {
@@ -69,6 +70,7 @@ impl CloudChange {
             CloudChange::Capacity { region, size, priority, vms } => cloud.set_capacity(region, size, *priority, *vms),
             CloudChange::EvictionRate { region, size, rate } => cloud.set_eviction_rate(region, size, *rate),
             CloudChange::Quota { region, pool, vcpus } => cloud.set_quota_limit(region, pool, *vcpus),
+            CloudChange::Price { region, size, priority, usd } => cloud.set_price(region, size, *priority, *usd),
         };
         r.map_err(|e| WhatIfError::Control(format!("cannot apply {self:?} to the simulated cloud: {e}")))
     }
@@ -82,6 +84,7 @@ pub(crate) fn cloud_timeline(s: &Scenario) -> Result<(Timeline, Vec<OutageWindow
     let mut out: Vec<(i64, CloudChange)> = Vec::new();
     let mut windows = Vec::new();
     let horizon_h = s.horizon_ms as f64 / 3_600_000.0;
+    let catalog = s.catalog();
     for e in &s.events {
         let at = s.start_ms + e.at_ms;
         let until = e.until_ms.map(|u| s.start_ms + u);
@@ -158,6 +161,20 @@ pub(crate) fn cloud_timeline(s: &Scenario) -> Result<(Timeline, Vec<OutageWindow
                     out.push((u, CloudChange::Quota { region: region.clone(), pool: pool.clone(), vcpus: base }));
                 }
             }
+            EventAction::Price { region, size, priority, usd } => {
+                let change = |usd: f64| CloudChange::Price {
+                    region: region.clone(),
+                    size: size.clone(),
+                    priority: *priority,
+                    usd,
+                };
+                out.push((at, change(*usd)));
+                if let Some(u) = until
+                    && let Some(base) = catalog.price(size, region).and_then(|row| row.for_priority(*priority))
+                {
+                    out.push((u, change(base)));
+                }
+            }
         }
     }
     for t in &s.traces {
@@ -185,6 +202,12 @@ pub(crate) fn cloud_timeline(s: &Scenario) -> Result<(Timeline, Vec<OutageWindow
                 TraceKind::EvictionRate => {
                     CloudChange::EvictionRate { region: t.region.clone(), size: t.size.clone(), rate: value.max(0.0) }
                 }
+                TraceKind::Price => CloudChange::Price {
+                    region: t.region.clone(),
+                    size: t.size.clone(),
+                    priority: t.priority,
+                    usd: value.max(0.0),
+                },
             };
             out.push((s.start_ms + at_rel, change));
         }

@@ -25,14 +25,22 @@
 //! source = "synthetic"
 //! fit = "philly"
 //!
-//! [[events]]                       # outage | capacity | eviction-rate | quota
+//! [[events]]                       # outage | capacity | eviction-rate | quota | price
 //! kind = "outage"
 //! region = "eastus"
 //! gpu_model = "A100"
 //! at_hours = 84
 //! until_hours = 90
 //!
-//! [[traces]]                       # capacity | eviction-rate, from a spot trace file
+//! [[events]]                       # a price from a time on (back to the list price at until_hours)
+//! kind = "price"
+//! region = "westus3"
+//! size = "Standard_NC24ads_A100_v4"
+//! priority = "spot"                # default spot
+//! usd = 1.10                       # per VM-hour
+//! at_hours = 24
+//!
+//! [[traces]]                       # capacity | eviction-rate | price, one value per trace tick
 //! kind = "capacity"
 //! path = "../../shared/data/spot/aws-2023-08-27-16node/us-west-2a_v100_8.json"
 //! region = "westus3"
@@ -240,6 +248,17 @@ pub enum EventAction {
         /// vCPUs.
         vcpus: u64,
     },
+    /// An offer's price, USD per VM-hour.
+    Price {
+        /// Region.
+        region: String,
+        /// Size.
+        size: String,
+        /// Priority.
+        priority: Priority,
+        /// USD per VM-hour.
+        usd: f64,
+    },
 }
 
 /// What a trace drives.
@@ -249,6 +268,8 @@ pub enum TraceKind {
     Capacity,
     /// A spot offer's eviction rate: `value × per_unit` per VM-hour.
     EvictionRate,
+    /// An offer's price: `value × per_unit` USD per VM-hour.
+    Price,
 }
 
 /// A trace-driven change: one value per tick of the trace, applied when it changes.
@@ -388,6 +409,8 @@ struct RawEvent {
     pool: Option<String>,
     #[serde(default)]
     vcpus: Option<u64>,
+    #[serde(default)]
+    usd: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -703,6 +726,13 @@ fn check_size(
     }
 }
 
+/// A price event or trace changes a price the catalog knows; it never puts an offer on sale.
+fn check_known_price(errs: &mut FieldErrors, field: &str, size: &str, region: &str, p: Priority, catalog: &Catalog) {
+    if !size.is_empty() && catalog.price(size, region).and_then(|row| row.for_priority(p)).is_none() {
+        errs.push(field, format!("{size} has no {p} price in {region} to change"));
+    }
+}
+
 fn parse_event(
     i: usize,
     e: &RawEvent,
@@ -747,6 +777,7 @@ fn parse_event(
     };
     let action = match e.kind.as_str() {
         "outage" => {
+            not_for(errs, "usd", e.usd.is_some());
             not_for(errs, "vms", e.vms.is_some());
             not_for(errs, "rate", e.rate.is_some());
             not_for(errs, "pool", e.pool.is_some());
@@ -754,6 +785,7 @@ fn parse_event(
             EventAction::Outage { region: e.region.clone(), sizes, priority: e.priority }
         }
         "capacity" => {
+            not_for(errs, "usd", e.usd.is_some());
             not_for(errs, "rate", e.rate.is_some());
             not_for(errs, "pool", e.pool.is_some());
             not_for(errs, "vcpus", e.vcpus.is_some());
@@ -777,6 +809,7 @@ fn parse_event(
             }
         }
         "eviction-rate" => {
+            not_for(errs, "usd", e.usd.is_some());
             not_for(errs, "vms", e.vms.is_some());
             not_for(errs, "pool", e.pool.is_some());
             not_for(errs, "vcpus", e.vcpus.is_some());
@@ -803,6 +836,7 @@ fn parse_event(
             EventAction::EvictionRate { region: e.region.clone(), sizes, rate }
         }
         "quota" => {
+            not_for(errs, "usd", e.usd.is_some());
             not_for(errs, "vms", e.vms.is_some());
             not_for(errs, "rate", e.rate.is_some());
             not_for(errs, "priority", e.priority.is_some());
@@ -817,10 +851,31 @@ fn parse_event(
             };
             EventAction::Quota { region: e.region.clone(), pool: QuotaPool::parse(pool), vcpus }
         }
+        "price" => {
+            not_for(errs, "vms", e.vms.is_some());
+            not_for(errs, "rate", e.rate.is_some());
+            not_for(errs, "pool", e.pool.is_some());
+            not_for(errs, "vcpus", e.vcpus.is_some());
+            not_for(errs, "gpu_model", e.gpu_model.is_some());
+            if sizes.len() != 1 && errs.0.len() == before {
+                errs.push(format!("{f}.size"), "a price event names exactly one size");
+            }
+            let priority = e.priority.unwrap_or(Priority::Spot);
+            let usd = match e.usd {
+                Some(u) if u.is_finite() && u >= 0.0 => u,
+                _ => {
+                    errs.push(format!("{f}.usd"), "a price event needs usd, a price ≥ 0 (USD per VM-hour)");
+                    return None;
+                }
+            };
+            let size = sizes.first().cloned().unwrap_or_default();
+            check_known_price(errs, &format!("{f}.priority"), &size, &e.region, priority, catalog);
+            EventAction::Price { region: e.region.clone(), size, priority, usd }
+        }
         other => {
             errs.push(
                 format!("{f}.kind"),
-                format!("unknown kind {other:?}; known: outage, capacity, eviction-rate, quota"),
+                format!("unknown kind {other:?}; known: outage, capacity, eviction-rate, quota, price"),
             );
             return None;
         }
@@ -841,8 +896,9 @@ fn parse_trace(
     let kind = match t.kind.as_str() {
         "capacity" => TraceKind::Capacity,
         "eviction-rate" => TraceKind::EvictionRate,
+        "price" => TraceKind::Price,
         other => {
-            errs.push(format!("{f}.kind"), format!("unknown kind {other:?}; known: capacity, eviction-rate"));
+            errs.push(format!("{f}.kind"), format!("unknown kind {other:?}; known: capacity, eviction-rate, price"));
             TraceKind::Capacity
         }
     };
@@ -857,6 +913,11 @@ fn parse_trace(
     let priority = t.priority.unwrap_or(Priority::Spot);
     if kind == TraceKind::EvictionRate && priority != Priority::Spot {
         errs.push(format!("{f}.priority"), "only spot VMs are evicted");
+    }
+    if kind == TraceKind::Price
+        && let Some(size) = &size
+    {
+        check_known_price(errs, &format!("{f}.priority"), size, &t.region, priority, catalog);
     }
     (errs.0.len() == before).then(|| TraceConfig {
         kind,
