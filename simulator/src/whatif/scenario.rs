@@ -16,6 +16,17 @@
 //! [cloud]                          # simulator::sim_cloud::SimCloudConfig
 //! regions = ["eastus", "westus3"]
 //!
+//! [[sizes]]                        # optional: sizes added to the catalog, or replacing one by name
+//! name = "Standard_NC24ads_A100_v4"
+//! family = "standardNCADSA100v4Family"
+//! vcpus = 24
+//! memory_gib = 220
+//! gpu_model = "A100-80GB"
+//! gpus = 1
+//! gpu_memory_gib = 80
+//! infiniband = false
+//! workloads = ["training", "inference"]
+//!
 //! [[prices]]                       # optional static overrides of catalog prices (USD per VM-hour)
 //! size = "Standard_NC24ads_A100_v4"
 //! region = "westus3"
@@ -52,7 +63,7 @@ use std::path::{Path, PathBuf};
 
 use scheduler::Catalog;
 use scheduler::catalog::PriceRow;
-use scheduler::model::{FieldErrors, Priority, QuotaPool, SpotPolicy};
+use scheduler::model::{FieldErrors, Priority, QuotaPool, SpotPolicy, VmSize};
 use serde::Deserialize;
 use time::OffsetDateTime;
 
@@ -112,6 +123,8 @@ pub struct Scenario {
     pub policies: Vec<Policy>,
     /// The simulated cloud.
     pub cloud: SimCloudConfig,
+    /// Sizes added to the catalog, or replacing one of the same name.
+    pub sizes: Vec<VmSize>,
     /// Static price overrides applied to the catalog.
     pub prices: Vec<PriceRow>,
     /// The workload.
@@ -301,6 +314,8 @@ struct RawFile {
     cloud: SimCloudConfig,
     workload: RawWorkload,
     #[serde(default)]
+    sizes: Vec<VmSize>,
+    #[serde(default)]
     prices: Vec<PriceRow>,
     #[serde(default)]
     events: Vec<RawEvent>,
@@ -440,10 +455,10 @@ impl Scenario {
         Scenario::parse(super::DEFAULT_SCENARIO, base_dir, "default")
     }
 
-    /// The catalog this scenario prices with: the built-in one plus its `[[prices]]` overrides.
+    /// The catalog this scenario prices with: the built-in one plus its `[[sizes]]` and `[[prices]]`.
     pub fn catalog(&self) -> Catalog {
         let mut c = Catalog::builtin();
-        c.extend(Vec::new(), self.prices.clone());
+        c.extend(self.sizes.clone(), self.prices.clone());
         c
     }
 
@@ -473,6 +488,8 @@ impl Scenario {
         }
         let mut cloud = raw.cloud;
         let mut catalog = Catalog::builtin();
+        check_sizes(&mut errs, &raw.sizes);
+        catalog.extend(raw.sizes.clone(), Vec::new());
         for (i, p) in raw.prices.iter().enumerate() {
             if catalog.size(&p.size).is_none() {
                 errs.push(format!("prices[{i}].size"), format!("unknown size {:?}", p.size));
@@ -550,6 +567,7 @@ impl Scenario {
             seed: s.seed,
             policies,
             cloud,
+            sizes: raw.sizes,
             prices: raw.prices,
             workload: workload.expect("no errors means the workload parsed"),
             events,
@@ -723,6 +741,34 @@ fn check_size(
             None
         }
         Some(s) => Some(s.name.clone()),
+    }
+}
+
+/// The `[[sizes]]` a scenario adds: the catalog file's rules.
+fn check_sizes(errs: &mut FieldErrors, sizes: &[VmSize]) {
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, s) in sizes.iter().enumerate() {
+        let f = |x: &str| format!("sizes[{i}].{x}");
+        if s.name.trim().is_empty() {
+            errs.push(f("name"), "must not be empty");
+        } else if !seen.insert(s.name.to_ascii_lowercase()) {
+            errs.push(f("name"), format!("{} is listed twice", s.name));
+        }
+        if s.family.trim().is_empty() {
+            errs.push(f("family"), "must not be empty");
+        }
+        if s.vcpus == 0 {
+            errs.push(f("vcpus"), "must be at least 1");
+        }
+        if s.gpus == 0 && s.gpu_fraction.is_none() {
+            errs.push(f("gpus"), "0 GPUs needs gpu_fraction (a fractional size)");
+        }
+        if s.gpus > 0 && s.gpu_fraction.is_some() {
+            errs.push(f("gpu_fraction"), "only for sizes with 0 whole GPUs");
+        }
+        if s.gpu_model.trim().is_empty() {
+            errs.push(f("gpu_model"), "must not be empty");
+        }
     }
 }
 
