@@ -40,6 +40,32 @@ impl PriceRow {
     }
 }
 
+/// Checks size definitions (a catalog file's, or a what-if scenario's `[[sizes]]`), each problem
+/// under `sizes[i].field`.
+pub fn check_sizes(errs: &mut FieldErrors, sizes: &[VmSize]) {
+    let mut seen = BTreeSet::new();
+    for (i, s) in sizes.iter().enumerate() {
+        let f = |x: &str| format!("sizes[{i}].{x}");
+        if s.name.trim().is_empty() {
+            errs.push(f("name"), "must not be empty");
+        } else if !seen.insert(s.name.clone()) {
+            errs.push(f("name"), format!("{} is listed twice", s.name));
+        }
+        if s.family.trim().is_empty() {
+            errs.push(f("family"), "must not be empty");
+        }
+        if s.vcpus == 0 {
+            errs.push(f("vcpus"), "must be at least 1");
+        }
+        if s.gpus == 0 && s.gpu_fraction.is_none() {
+            errs.push(f("gpus"), "0 GPUs needs gpu_fraction (a fractional size)");
+        }
+        if s.gpus > 0 && s.gpu_fraction.is_some() {
+            errs.push(f("gpu_fraction"), "only for sizes with 0 whole GPUs");
+        }
+    }
+}
+
 /// How a user's catalog file combines with the built-in one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -209,25 +235,7 @@ impl Catalog {
 
     fn check(&self, origin: &str) -> Result<(), CatalogError> {
         let mut errs = FieldErrors::default();
-        let mut seen = BTreeSet::new();
-        for (i, s) in self.sizes.iter().enumerate() {
-            let f = |x: &str| format!("sizes[{i}].{x}");
-            if !seen.insert(s.name.clone()) {
-                errs.push(f("name"), format!("{} is listed twice", s.name));
-            }
-            if s.family.trim().is_empty() {
-                errs.push(f("family"), "must not be empty");
-            }
-            if s.vcpus == 0 {
-                errs.push(f("vcpus"), "must be at least 1");
-            }
-            if s.gpus == 0 && s.gpu_fraction.is_none() {
-                errs.push(f("gpus"), "0 GPUs needs gpu_fraction (a fractional size)");
-            }
-            if s.gpus > 0 && s.gpu_fraction.is_some() {
-                errs.push(f("gpu_fraction"), "only for sizes with 0 whole GPUs");
-            }
-        }
+        check_sizes(&mut errs, &self.sizes);
         for p in self.prices() {
             let field = format!("prices[{} {}]", p.size, p.region);
             if self.size(&p.size).is_none() {

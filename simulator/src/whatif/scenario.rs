@@ -488,7 +488,7 @@ impl Scenario {
         }
         let mut cloud = raw.cloud;
         let mut catalog = Catalog::builtin();
-        check_sizes(&mut errs, &raw.sizes);
+        scheduler::catalog::check_sizes(&mut errs, &raw.sizes);
         catalog.extend(raw.sizes.clone(), Vec::new());
         for (i, p) in raw.prices.iter().enumerate() {
             if catalog.size(&p.size).is_none() {
@@ -741,34 +741,6 @@ fn check_size(
             None
         }
         Some(s) => Some(s.name.clone()),
-    }
-}
-
-/// The `[[sizes]]` a scenario adds: the catalog file's rules.
-fn check_sizes(errs: &mut FieldErrors, sizes: &[VmSize]) {
-    let mut seen = std::collections::BTreeSet::new();
-    for (i, s) in sizes.iter().enumerate() {
-        let f = |x: &str| format!("sizes[{i}].{x}");
-        if s.name.trim().is_empty() {
-            errs.push(f("name"), "must not be empty");
-        } else if !seen.insert(s.name.to_ascii_lowercase()) {
-            errs.push(f("name"), format!("{} is listed twice", s.name));
-        }
-        if s.family.trim().is_empty() {
-            errs.push(f("family"), "must not be empty");
-        }
-        if s.vcpus == 0 {
-            errs.push(f("vcpus"), "must be at least 1");
-        }
-        if s.gpus == 0 && s.gpu_fraction.is_none() {
-            errs.push(f("gpus"), "0 GPUs needs gpu_fraction (a fractional size)");
-        }
-        if s.gpus > 0 && s.gpu_fraction.is_some() {
-            errs.push(f("gpu_fraction"), "only for sizes with 0 whole GPUs");
-        }
-        if s.gpu_model.trim().is_empty() {
-            errs.push(f("gpu_model"), "must not be empty");
-        }
     }
 }
 
