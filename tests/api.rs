@@ -520,6 +520,8 @@ async fn metrics_are_prometheus_text_with_job_gauges_and_http_latency() {
             .any(|(n, l, _)| n == "spillway_http_request_seconds_bucket" && l.contains("route=\"/v1/jobs\""));
         if open_jobs >= 1.0 && posted && latency {
             assert!(samples.iter().any(|(n, _, _)| n == "spillway_reconcile_rounds_total"));
+            let rounds_timed = samples.iter().find(|(n, _, _)| n == "spillway_round_seconds_count").map(|(_, _, v)| *v);
+            assert!(rounds_timed.is_some_and(|v| v >= 1.0), "round durations: {rounds_timed:?}");
             assert!(samples.iter().any(|(n, _, _)| n == "spillway_cost_rate_usd_per_hour"));
             break;
         }

@@ -40,6 +40,9 @@ pub struct ControlMetrics {
     pub rounds: Counter,
     /// Solver wall time per round, seconds.
     pub solve_seconds: Histogram,
+    /// Wall time of whole reconcile rounds (cloud calls, store, solver), seconds: a loop that
+    /// falls behind its interval shows here first.
+    pub round_seconds: Histogram,
     /// Fleets asked for.
     pub placements: Counter,
     /// Jobs moved to a new placement after a failure or eviction.
@@ -67,6 +70,7 @@ impl ControlMetrics {
         let r = registry.sub_registry_with_prefix("spillway");
         r.register("reconcile_rounds", "Reconcile rounds run", m.rounds.clone());
         r.register("solve_seconds", "Solver wall time per round", m.solve_seconds.clone());
+        r.register("round_seconds", "Wall time of a whole reconcile round", m.round_seconds.clone());
         r.register("placements", "Fleets asked for", m.placements.clone());
         r.register("failovers", "Jobs moved after a failure or eviction", m.failovers.clone());
         r.register("evictions", "Spot evictions seen", m.evictions.clone());
@@ -84,6 +88,7 @@ impl ControlMetrics {
         ControlMetrics {
             rounds: Counter::default(),
             solve_seconds: Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]),
+            round_seconds: Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 15.0, 60.0]),
             placements: Counter::default(),
             failovers: Counter::default(),
             evictions: Counter::default(),

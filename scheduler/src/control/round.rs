@@ -114,6 +114,13 @@ impl Controller {
 
     /// Runs one round. Safe to call again at once: a round with nothing new to do does nothing.
     pub async fn reconcile(&self) -> Result<RoundReport, ControlError> {
+        let started = std::time::Instant::now();
+        let out = self.round().await;
+        self.metrics.round_seconds.observe(started.elapsed().as_secs_f64());
+        out
+    }
+
+    async fn round(&self) -> Result<RoundReport, ControlError> {
         let mut st = self.state.lock().await;
         let now = self.clock.now_ms();
         let mut report = RoundReport { at_ms: now, ..Default::default() };
