@@ -1,4 +1,6 @@
-//! The durable store on sled: the only code that touches the database.
+//! The store: tables, secondary indexes, atomic transactions, settings and an event log, durable on
+//! sled ([`Store::open`]) or held in memory for work that need not outlive the process
+//! ([`Store::in_memory`]); only the `kv` module touches the backends.
 //!
 //! Tables are generic over [`Record`]: the scheduler crate defines its record types (jobs, attempts,
 //! fleets, blocked offers, quota snapshots, API tokens, ...) and says, once per type, which table it
@@ -76,9 +78,9 @@
 //! # Ok::<(), state::StoreError>(())
 //! ```
 //!
-//! Inside a transaction only the [`Tx`] may be used (sled holds a process-wide transaction lock while
-//! the closure runs, so calling `Store` methods from inside it would deadlock). The closure may run
-//! more than once, hence `Fn`.
+//! Inside a transaction only the [`Tx`] may be used (both backends hold a transaction lock while the
+//! closure runs, so calling `Store` methods from inside it would deadlock). The closure may run more
+//! than once (sled reruns it on a conflict), hence `Fn`.
 
 mod cache;
 mod check;

@@ -453,7 +453,7 @@ impl Store {
     /// either all of its writes are there or none. Not durable until [`Store::flush`] returns.
     ///
     /// `f` may run more than once (so it must not have side effects outside the `Tx`), and must not
-    /// call other `Store` methods (sled holds a process-wide lock while it runs).
+    /// call other `Store` methods (the backend holds a transaction lock while it runs).
     pub fn transaction<T>(&self, f: impl Fn(&mut Tx) -> Result<T, TxAbort>) -> Result<T, StoreError> {
         enum Outcome {
             Missing(TableDef),
