@@ -14,6 +14,8 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use crate::{Record, StoreError};
+
 /// Stored bytes cached at most (the decoded copies take about as much again); past it the cache starts
 /// again empty, which is cheap (the next reads refill it) and keeps a server's memory flat.
 const MAX_BYTES: usize = 16 * 1024 * 1024;
@@ -41,6 +43,12 @@ pub(crate) enum Lookup<R> {
     Miss,
 }
 
+/// Whether cached bytes are the stored ones. The same buffer (a memory store hands out the bytes
+/// it holds, not copies) is equal without comparing its contents.
+fn same_bytes(cached: &[u8], stored: &[u8]) -> bool {
+    std::ptr::eq(cached, stored) || cached == stored
+}
+
 impl RecordCache {
     fn lock(&self) -> std::sync::MutexGuard<'_, Tables> {
         self.tables.lock().unwrap_or_else(|p| p.into_inner())
@@ -56,9 +64,7 @@ impl RecordCache {
     ) -> Lookup<R> {
         let guard = self.lock();
         let Some(c) = guard.1.get(table).and_then(|t| t.get(key)) else { return Lookup::Miss };
-        // The same buffer (a memory store hands out the bytes it holds, not copies) is equal without
-        // comparing its contents.
-        if !std::ptr::eq(c.bytes.as_ref(), bytes) && c.bytes.as_ref() != bytes {
+        if !same_bytes(&c.bytes, bytes) {
             return Lookup::Miss;
         }
         let Some(value) = c.value.downcast_ref::<R>() else { return Lookup::Miss };
@@ -76,26 +82,26 @@ impl RecordCache {
     ) -> Option<Vec<Option<String>>> {
         let guard = self.lock();
         let c = guard.1.get(table)?.get(key)?;
-        if !std::ptr::eq(c.bytes.as_ref(), bytes) && c.bytes.as_ref() != bytes {
+        if !same_bytes(&c.bytes, bytes) {
             return None;
         }
         pointers.iter().map(|p| c.pointers.iter().find(|(q, _)| q == p).map(|(_, v)| v.clone())).collect()
     }
 
-    /// Remembers `value` as decoded from `bytes`, with an index value if one was extracted.
-    pub(crate) fn put<R: Clone + Send + Sync + 'static>(
-        &self,
-        table: &'static str,
-        key: &str,
-        bytes: sled::IVec,
-        value: &R,
-        index: Option<(&'static str, Option<String>)>,
-    ) {
-        self.put_with(table, key, bytes, value, index.into_iter().collect())
+    /// The record stored as `bytes`: the cached one when it was decoded from these bytes, else
+    /// decoded now and remembered.
+    pub(crate) fn decode<R: Record>(&self, key: &str, bytes: sled::IVec) -> Result<R, StoreError> {
+        if let Lookup::Hit(r, _) = self.get::<R>(R::TABLE.name, key, &bytes, None) {
+            return Ok(r);
+        }
+        let r: R = crate::encoding::decode(&bytes, R::TABLE.name, key)?;
+        self.put(R::TABLE.name, key, bytes, &r, Vec::new());
+        Ok(r)
     }
 
-    /// [`RecordCache::put`] with any number of index values.
-    pub(crate) fn put_with<R: Clone + Send + Sync + 'static>(
+    /// Remembers `value` as decoded from `bytes`, with the index values already extracted from them
+    /// (by JSON pointer).
+    pub(crate) fn put<R: Clone + Send + Sync + 'static>(
         &self,
         table: &'static str,
         key: &str,
@@ -111,7 +117,7 @@ impl RecordCache {
         }
         let t = tables.entry(table).or_default();
         match t.get_mut(key) {
-            Some(c) if (std::ptr::eq(c.bytes.as_ref(), bytes.as_ref()) || c.bytes == bytes) && c.value.is::<R>() => {
+            Some(c) if same_bytes(&c.bytes, &bytes) && c.value.is::<R>() => {
                 for (p, v) in index {
                     if !c.pointers.iter().any(|(q, _)| *q == p) {
                         c.pointers.push((p, v));

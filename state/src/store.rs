@@ -292,19 +292,9 @@ impl Store {
         let reg = self.ensure_table(&R::TABLE)?;
         let h = &reg.tables[R::TABLE.name];
         match reg.trees[h.tree].get(key.as_bytes())? {
-            Some(bytes) => Ok(Some(self.decode_cached::<R>(key, bytes)?)),
+            Some(bytes) => Ok(Some(self.inner.cache.decode::<R>(key, bytes)?)),
             None => Ok(None),
         }
-    }
-
-    /// Decodes a record read from its table, or clones the cached one decoded from the same bytes.
-    fn decode_cached<R: Record>(&self, key: &str, bytes: sled::IVec) -> Result<R, StoreError> {
-        if let Lookup::Hit(r, _) = self.inner.cache.get::<R>(R::TABLE.name, key, &bytes, None) {
-            return Ok(r);
-        }
-        let r: R = decode(&bytes, R::TABLE.name, key)?;
-        self.inner.cache.put(R::TABLE.name, key, bytes, &r, None);
-        Ok(r)
     }
 
     /// The stored JSON of a record, byte for byte, looked up by table name (for tools and tests).
@@ -424,7 +414,7 @@ impl Store {
             None if matches => serde_json::from_slice(json).map_err(decode_err)?,
             None => return Ok(None),
         };
-        self.inner.cache.put(R::TABLE.name, key, bytes.clone(), &r, Some((pointer, at)));
+        self.inner.cache.put(R::TABLE.name, key, bytes, &r, vec![(pointer, at)]);
         Ok(matches.then_some(r))
     }
 

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::cache::{Lookup, RecordCache};
+use crate::cache::RecordCache;
 use crate::encoding::{META_LAST_SEQ, StoredTable, decode, encode, envelope, index_key, index_values, open_envelope};
 use crate::kv::TxView;
 use crate::store::{EVENTS_IX, META_IX, Registry, SETTINGS_IX, TableHandle};
@@ -123,7 +123,7 @@ impl<'a> Tx<'a> {
             values = R::TABLE.indexes.iter().map(|i| i.pointer).zip(new_values).collect();
         }
         self.view.insert(h.tree, key.as_bytes(), bytes.clone())?;
-        self.cache.put_with(R::TABLE.name, &key, bytes, record, values);
+        self.cache.put(R::TABLE.name, &key, bytes, record, values);
         Ok(())
     }
 
@@ -140,25 +140,16 @@ impl<'a> Tx<'a> {
                 }
             }
         }
-        Ok(Some(self.decode_cached::<R>(key, old)?))
+        Ok(Some(self.cache.decode::<R>(key, old)?))
     }
 
     /// The record with this key, including changes made earlier in this transaction.
     pub fn get<R: Record>(&mut self, key: &str) -> Result<Option<R>, TxAbort> {
         let h = self.table(&R::TABLE)?;
         match self.view.get(h.tree, key.as_bytes())? {
-            Some(bytes) => Ok(Some(self.decode_cached::<R>(key, bytes)?)),
+            Some(bytes) => Ok(Some(self.cache.decode::<R>(key, bytes)?)),
             None => Ok(None),
         }
-    }
-
-    fn decode_cached<R: Record>(&self, key: &str, bytes: sled::IVec) -> Result<R, StoreError> {
-        if let Lookup::Hit(r, _) = self.cache.get::<R>(R::TABLE.name, key, &bytes, None) {
-            return Ok(r);
-        }
-        let r: R = decode(&bytes, R::TABLE.name, key)?;
-        self.cache.put(R::TABLE.name, key, bytes, &r, None);
-        Ok(r)
     }
 
     /// Appends to the event log; returns the event's sequence number. Numbers are strictly increasing

@@ -776,17 +776,25 @@ impl World {
         self.quiet_until_ms = self.quiet_until_ms.min(t);
     }
 
-    /// The earliest time anything is due: completions, refills, evictions, capacity returns.
+    /// Every pending event: creations resolving, refills, evictions, and the next capacity return
+    /// (only returns after the last processed time are events; older ones were already counted as
+    /// free by `capacity_free`). `next_event` and `earliest_event` both read this one list, so a new
+    /// kind of event cannot be processed without also waking the world for it.
+    fn pending_events(&self) -> impl Iterator<Item = (i64, EventKind, &str)> + '_ {
+        let of_fleets = self.fleets.values().flat_map(|f| {
+            let name = f.req.name.as_str();
+            let complete = (f.state == ProvisioningState::Creating).then_some((f.ready_ms, EventKind::Complete, name));
+            let refill = f.refill_at_ms.map(|t| (t, EventKind::Refill, name));
+            let evict = f.next_eviction_ms.map(|t| (t, EventKind::Evict, name));
+            complete.into_iter().chain(refill).chain(evict)
+        });
+        let returns = self.reclaimed.iter().map(|(_, t)| *t).filter(|t| *t > self.now_ms).min();
+        of_fleets.chain(returns.map(|t| (t, EventKind::Reclaim, "")))
+    }
+
+    /// The earliest time anything is due.
     fn earliest_event(&self) -> i64 {
-        let mut t = i64::MAX;
-        for f in self.fleets.values() {
-            if f.state == ProvisioningState::Creating {
-                t = t.min(f.ready_ms);
-            }
-            t = t.min(f.refill_at_ms.unwrap_or(i64::MAX)).min(f.next_eviction_ms.unwrap_or(i64::MAX));
-        }
-        let returns = self.reclaimed.iter().map(|(_, r)| *r).filter(|r| *r > self.now_ms);
-        returns.fold(t, i64::min)
+        self.pending_events().map(|(t, _, _)| t).min().unwrap_or(i64::MAX)
     }
 
     /// Processes every event due up to `now`, in time order.
@@ -816,37 +824,9 @@ impl World {
         self.now_ms = self.now_ms.max(now);
     }
 
+    /// The first event due by `now`, in (time, kind, fleet name) order.
     fn next_event(&self, now: i64) -> Option<(i64, EventKind, String)> {
-        let mut best: Option<(i64, EventKind, String)> = None;
-        let mut offer = |t: i64, kind: EventKind, name: &str| {
-            if t > now {
-                return;
-            }
-            let better = match &best {
-                None => true,
-                Some((bt, bk, bn)) => (t, kind, name) < (*bt, *bk, bn.as_str()),
-            };
-            if better {
-                best = Some((t, kind, name.to_string()));
-            }
-        };
-        for f in self.fleets.values() {
-            if f.state == ProvisioningState::Creating {
-                offer(f.ready_ms, EventKind::Complete, &f.req.name);
-            }
-            if let Some(t) = f.refill_at_ms {
-                offer(t, EventKind::Refill, &f.req.name);
-            }
-            if let Some(t) = f.next_eviction_ms {
-                offer(t, EventKind::Evict, &f.req.name);
-            }
-        }
-        // Only returns that happen after "now" as last processed are events; older ones were
-        // already counted as free by `capacity_free`.
-        if let Some(t) = self.reclaimed.iter().map(|(_, t)| *t).filter(|t| *t > self.now_ms).min() {
-            offer(t, EventKind::Reclaim, "");
-        }
-        best
+        self.pending_events().filter(|(t, _, _)| *t <= now).min().map(|(t, kind, name)| (t, kind, name.to_string()))
     }
 
     fn complete(&mut self, name: &str) {
