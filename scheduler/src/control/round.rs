@@ -995,8 +995,8 @@ impl Controller {
         Ok((refused, attempts))
     }
 
-    /// The cloud's price of an offer a plan placed on (the solver saw a shunned region's prices
-    /// inflated): looked up per placement rather than kept for every offer every round.
+    /// The cloud's current price of an offer (the solver saw a shunned region's prices inflated):
+    /// looked up when placing, and when prices moved, rather than kept for every offer every round.
     fn list_price(&self, st: &LoopState, region: &str, size: &str, priority: solver::Priority) -> Option<f64> {
         st.world
             .offers
