@@ -3,7 +3,7 @@
 //! Parsing is strict (unknown fields are errors: a typo must not silently change a placement) and
 //! validation reports every problem at once, each naming its field.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
@@ -56,6 +56,16 @@ pub struct Replicas {
     /// Replicas wanted when capacity allows (at least `min`).
     #[schema(minimum = 1, maximum = 1000)]
     pub desired: u32,
+}
+
+/// What happens when every GPU of a job stays idle for `idle_minutes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OnIdle {
+    /// An `idle` job event only (the default).
+    Notify,
+    /// The `idle` event, then the job is stopped and its VMs released.
+    Stop,
 }
 
 /// The file formats a spec can come in.
@@ -154,6 +164,40 @@ pub struct JobSpec {
     /// Inference only: replica counts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<Replicas>,
+    /// The work: a shell script every VM of an attempt runs (`sh -c`) once its whole gang is up.
+    /// The job succeeds when every rank exits 0. Absent: a capacity-only job (ended by `complete`,
+    /// or by `duration_hours` in the simulated cloud).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 32768)]
+    pub run: Option<String>,
+    /// A shell script each VM runs once before `run`; a non-zero exit fails the attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 32768)]
+    pub setup: Option<String>,
+    /// Environment variables added to `setup` and `run` (never replacing a `SPILLWAY_` one).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub envs: BTreeMap<String, String>,
+    /// Directory `setup` and `run` start in (relative: under the agent's work directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 1024)]
+    pub workdir: Option<String>,
+    /// Container image to run `run` in, with the GPUs passed through (needs a container runtime on
+    /// the VM: without one the attempt fails with a clear error).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._/:@-]*$", max_length = 512)]
+    pub image: Option<String>,
+    /// Times a failing `run` (a rank exiting non-zero) is started again before the job fails;
+    /// default 0. Evictions and lost VMs do not count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 100)]
+    pub max_restarts: Option<u32>,
+    /// Minutes every GPU of the job may stay below the idle threshold before an `idle` event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 10080)]
+    pub idle_minutes: Option<u32>,
+    /// What an idle job does: `notify` (default: an event) or `stop` (end it, release its VMs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_idle: Option<OnIdle>,
 }
 
 fn default_tenant() -> String {
@@ -186,11 +230,28 @@ const SPEC_FIELDS: &[&str] = &[
     "checkpoint_interval_minutes",
     "priority",
     "replicas",
+    "run",
+    "setup",
+    "envs",
+    "workdir",
+    "image",
+    "max_restarts",
+    "idle_minutes",
+    "on_idle",
 ];
 const REPLICA_FIELDS: &[&str] = &["min", "desired"];
 
 /// Largest GPU count a single job may ask for; far above any real quota, it catches typos.
 pub const MAX_GPUS: u32 = 4096;
+
+/// Longest `run` or `setup` script, bytes (larger programs belong in the image or the workdir).
+pub const MAX_SCRIPT_BYTES: usize = 32 * 1024;
+
+/// Most `envs` entries a spec may carry.
+pub const MAX_ENVS: usize = 128;
+
+/// Prefix of the variables spillway sets for the work; `envs` may not use it.
+pub const RESERVED_ENV_PREFIX: &str = "SPILLWAY_";
 
 impl JobSpec {
     /// Parses a spec from TOML or JSON. Structural problems (unknown fields, wrong types, missing
@@ -299,6 +360,16 @@ impl JobSpec {
             JobKind::Batch => SpotPolicy::Allowed,
             JobKind::Training | JobKind::Inference => SpotPolicy::Never,
         })
+    }
+
+    /// True when the spec says what to run; otherwise the job only holds capacity.
+    pub fn runs_work(&self) -> bool {
+        self.run.is_some()
+    }
+
+    /// Times a failing `run` is restarted before the job fails.
+    pub fn max_restarts(&self) -> u32 {
+        self.max_restarts.unwrap_or(0)
     }
 
     /// Regions the job may run in, given the catalog's regions: the allow list (or all), minus
@@ -450,6 +521,7 @@ impl JobSpec {
         if self.kind == JobKind::Inference && self.gang == Some(true) {
             errs.push("gang", "inference replicas are placed independently; leave gang out");
         }
+        self.validate_work(&mut errs);
         // Only when the filters themselves are valid is "nothing matches" a meaningful message.
         if errs.is_empty() {
             let sizes = self.acceptable_sizes(catalog);
@@ -474,6 +546,99 @@ impl JobSpec {
             }
         }
         errs.into_result(())
+    }
+}
+
+impl JobSpec {
+    /// The checks of what the job runs (`run`, `setup`, `envs`, `workdir`, `image`, restarts, idle).
+    fn validate_work(&self, errs: &mut FieldErrors) {
+        check_script(errs, "run", self.run.as_deref());
+        check_script(errs, "setup", self.setup.as_deref());
+        let needs_run = |errs: &mut FieldErrors, field: &str| {
+            errs.push(field, "needs run (a capacity-only job runs nothing)");
+        };
+        if self.run.is_none() {
+            if self.setup.is_some() {
+                needs_run(errs, "setup");
+            }
+            if !self.envs.is_empty() {
+                needs_run(errs, "envs");
+            }
+            if self.workdir.is_some() {
+                needs_run(errs, "workdir");
+            }
+            if self.image.is_some() {
+                needs_run(errs, "image");
+            }
+            if self.max_restarts.is_some() {
+                needs_run(errs, "max_restarts");
+            }
+        }
+        if self.envs.len() > MAX_ENVS {
+            errs.push("envs", format!("at most {MAX_ENVS} variables"));
+        }
+        for (key, value) in &self.envs {
+            let field = format!("envs.{key}");
+            let valid_name = key.len() <= 128
+                && key.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid_name {
+                errs.push(
+                    field,
+                    "not a valid variable name: letters, digits and '_', not starting with a digit, at most 128",
+                );
+            } else if key.to_ascii_uppercase().starts_with(RESERVED_ENV_PREFIX) {
+                errs.push(field, "SPILLWAY_ variables are set by spillway and cannot be given");
+            } else if value.contains('\0') {
+                errs.push(field, "must not contain a NUL character");
+            } else if value.len() > 8192 {
+                errs.push(field, "must be at most 8192 bytes");
+            }
+        }
+        if let Some(w) = &self.workdir {
+            if w.trim().is_empty() {
+                errs.push("workdir", "must not be empty (leave it out for the agent's work directory)");
+            } else if w.len() > 1024 || w.chars().any(char::is_control) {
+                errs.push("workdir", "a path of at most 1024 characters without control characters");
+            }
+        }
+        if let Some(image) = &self.image {
+            if image.is_empty() {
+                errs.push("image", "must not be empty (leave it out to run on the VM itself)");
+            } else if image.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                errs.push("image", "must not contain spaces or control characters (e.g. ghcr.io/org/train:1.4)");
+            } else if image.len() > 512
+                || image.starts_with(['-', '.', '/', ':', '@'])
+                || !image.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '/' | ':' | '@' | '-'))
+            {
+                errs.push(
+                    "image",
+                    "not an image reference: letters, digits and . _ / : @ -, starting with a letter or digit, at most 512",
+                );
+            }
+        }
+        if self.max_restarts.is_some_and(|n| n > 100) {
+            errs.push("max_restarts", "must be at most 100");
+        }
+        match self.idle_minutes {
+            Some(0) => errs.push("idle_minutes", "must be at least 1"),
+            Some(m) if m > 10_080 => errs.push("idle_minutes", "must be at most 10080 (a week)"),
+            _ => {}
+        }
+        if self.on_idle.is_some() && self.idle_minutes.is_none() {
+            errs.push("on_idle", "needs idle_minutes (how long the GPUs must stay idle)");
+        }
+    }
+}
+
+fn check_script(errs: &mut FieldErrors, field: &str, script: Option<&str>) {
+    let Some(s) = script else { return };
+    if s.trim().is_empty() {
+        errs.push(field, "must not be empty (leave it out for a capacity-only job)");
+    } else if s.len() > MAX_SCRIPT_BYTES {
+        errs.push(field, format!("must be at most {MAX_SCRIPT_BYTES} bytes"));
+    } else if s.contains('\0') {
+        errs.push(field, "must not contain a NUL character");
     }
 }
 

@@ -15,7 +15,7 @@ mod size;
 pub use blocked_offer::BlockedOffer;
 pub use field_error::{FieldError, FieldErrors};
 pub use job::{Attempt, AttemptState, Job, JobState, fleet_name};
-pub use job_spec::{JobKind, JobSpec, Replicas, SpecFormat, SpotPolicy};
+pub use job_spec::{JobKind, JobSpec, OnIdle, RESERVED_ENV_PREFIX, Replicas, SpecFormat, SpotPolicy};
 pub use offer::{Offer, Priority};
 pub use quota::{Quota, QuotaPool, normalize_family};
 pub use size::{VmSize, Workload};

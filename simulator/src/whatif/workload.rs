@@ -166,6 +166,14 @@ pub fn map_job(
         checkpoint_interval_minutes: m.checkpoint_interval_minutes,
         priority: 1,
         replicas: None,
+        run: None,
+        setup: None,
+        envs: Default::default(),
+        workdir: None,
+        image: None,
+        max_restarts: None,
+        idle_minutes: None,
+        on_idle: None,
     }
 }
 
