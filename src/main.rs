@@ -110,6 +110,10 @@ enum Command {
     Token(cli::token::TokenArgs),
     /// Serve a simulated cloud with Azure Resource Manager's API on loopback (for testing Azure clients).
     EmulateArm(cli::emulate_arm::EmulateArmArgs),
+    /// A job's output: every rank of every attempt, or with --follow its new lines until it ends.
+    Logs(cli::logs::LogsArgs),
+    /// The node agent every VM of an attempt runs (started by the fleet's cloud-init).
+    Agent(cli::agent::AgentArgs),
 }
 
 fn main() -> ExitCode {
@@ -119,7 +123,7 @@ fn main() -> ExitCode {
     // vectored socket write (`writev` has no MSG_NOSIGNAL) killed `spillway serve` (found by
     // `fuzz/http_fuzz.sh`), so they keep Rust's default of ignoring it.
     #[cfg(unix)]
-    if !matches!(args.command, Command::Serve(_) | Command::EmulateArm(_)) {
+    if !matches!(args.command, Command::Serve(_) | Command::EmulateArm(_) | Command::Agent(_)) {
         // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
         unsafe {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
@@ -151,6 +155,8 @@ fn main() -> ExitCode {
         Command::Capacity(a) => cli::capacity::run(a),
         Command::Token(a) => cli::token::run(a),
         Command::EmulateArm(a) => cli::emulate_arm::run(&catalog, a),
+        Command::Logs(a) => cli::logs::run(a),
+        Command::Agent(a) => cli::agent::run(a),
         Command::Simulate { file, output, report, seed, no_timing } => {
             cli::simulate::run_with(file.as_deref(), output, &cli::simulate::WhatIfArgs { report, seed, no_timing })
         }

@@ -190,6 +190,74 @@ impl Client {
     }
 }
 
+impl Client {
+    /// Opens a server-sent event stream at `path` (resuming after `last_event_id`), for readers
+    /// that need each event's `id` and `event` as well as its `data` ([`SseReader`]).
+    pub async fn stream(&self, path: &str, last_event_id: Option<&str>) -> Result<SseReader, ClientError> {
+        let mut req = self.request(Method::GET, path).header("accept", "text/event-stream");
+        if let Some(id) = last_event_id {
+            req = req.header("last-event-id", id);
+        }
+        let resp = req.send().await.map_err(|e| self.transport_error(e))?;
+        let status = resp.status();
+        if !status.is_success() {
+            let text = resp.text().await.unwrap_or_default();
+            return Err(self.status_error(status, &text));
+        }
+        Ok(SseReader { resp, buf: String::new() })
+    }
+}
+
+/// One server-sent event.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SseFrame {
+    /// `id:`.
+    pub id: Option<String>,
+    /// `event:` (`message` when absent).
+    pub event: String,
+    /// `data:` lines joined.
+    pub data: String,
+}
+
+/// Reads whole frames of a server-sent event stream.
+pub struct SseReader {
+    resp: reqwest::Response,
+    buf: String,
+}
+
+impl SseReader {
+    /// The next frame; `None` when the server closed the stream.
+    pub async fn next(&mut self) -> Result<Option<SseFrame>, ClientError> {
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let block: String = self.buf.drain(..end + 2).collect();
+                let mut frame = SseFrame { event: "message".into(), ..SseFrame::default() };
+                let mut data = Vec::new();
+                for line in block.lines() {
+                    let (field, value) = line.split_once(':').unwrap_or((line, ""));
+                    let value = value.strip_prefix(' ').unwrap_or(value);
+                    match field {
+                        "id" => frame.id = Some(value.to_string()),
+                        "event" => frame.event = value.to_string(),
+                        "data" => data.push(value.to_string()),
+                        _ => {}
+                    }
+                }
+                if data.is_empty() {
+                    continue; // keep-alive comment
+                }
+                frame.data = data.join("\n");
+                return Ok(Some(frame));
+            }
+            match self.resp.chunk().await {
+                Ok(Some(bytes)) => self.buf.push_str(&String::from_utf8_lossy(&bytes).replace("\r\n", "\n")),
+                Ok(None) => return Ok(None),
+                Err(e) => return Err(ClientError(format!("the stream broke: {e}"))),
+            }
+        }
+    }
+}
+
 /// A server-sent event stream being read.
 pub struct EventStream {
     resp: reqwest::Response,

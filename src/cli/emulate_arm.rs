@@ -11,6 +11,7 @@ use std::sync::Arc;
 use clap::Args;
 use scheduler::clock::{Clock, ScaledClock, SystemClock};
 use simulator::arm_emulator::{EmulatorConfig, FaultConfig, serve};
+use simulator::sim_cloud::vms::VmRunnerConfig;
 use simulator::{SimCloud, SimCloudConfig};
 
 /// Arguments of `spillway emulate-arm`.
@@ -52,6 +53,16 @@ pub struct EmulateArmArgs {
     /// How much faster than real time the simulated cloud runs (provisioning, evictions).
     #[arg(long, default_value_t = 1.0)]
     pub speedup: f64,
+    /// Where the VMs' agents keep their sandboxes (and the shared checkpoint directory)
+    /// [default: a new directory under the system's temporary directory].
+    #[arg(long)]
+    pub vm_dir: Option<PathBuf>,
+    /// Do not start agents for fleets created with spillway's customData.
+    #[arg(long)]
+    pub no_agents: bool,
+    /// Simulated seconds between a spot VM's Preempt notice and its eviction.
+    #[arg(long, default_value_t = 30)]
+    pub notice_seconds: u64,
 }
 
 /// `A..B` milliseconds.
@@ -101,6 +112,16 @@ fn run_inner(catalog: &scheduler::Catalog, args: EmulateArmArgs) -> Result<(), S
         ..FaultConfig::default()
     };
     emu.validate().map_err(|e| format!("--{}", e.replace('_', "-").trim_start_matches("faults.")))?;
+    if !args.no_agents {
+        let dir = args
+            .vm_dir
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join(format!("spillway-emulator-{}", std::process::id())));
+        let program = std::env::current_exe().map_err(|e| format!("cannot find this program to run agents: {e}"))?;
+        let mut vms = VmRunnerConfig::new(program, vec!["agent".into()], dir.join("vms"), dir.join("checkpoints"));
+        vms.notice_seconds = args.notice_seconds;
+        emu.agents = Some(vms);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -115,6 +136,7 @@ fn run_inner(catalog: &scheduler::Catalog, args: EmulateArmArgs) -> Result<(), S
         println!("  fleets:  {url}/subscriptions/{sub}/resourceGroups/<rg>/providers/Microsoft.AzureFleet/fleets?api-version=2024-11-01");
         println!("  quota:   {url}/subscriptions/{sub}/providers/Microsoft.Compute/locations/<region>/usages?api-version=2024-07-01");
         println!("  stats:   {url}/_emulator/stats");
+        println!("  VMs:     {url}/_emulator/vms; Scheduled Events at {url}/_imds/<vm>/metadata/scheduledevents");
         let _ = std::io::stdout().flush();
         handle.run_until_ctrl_c().await.map_err(|e| e.to_string())
     })

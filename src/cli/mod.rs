@@ -1,11 +1,13 @@
 //! One module per command; each returns the process exit code.
 
+pub mod agent;
 pub mod cancel;
 pub mod capacity;
 pub mod catalog;
 pub mod client;
 pub mod emulate_arm;
 pub mod jobs;
+pub mod logs;
 pub mod plan;
 pub mod serve;
 pub mod simulate;

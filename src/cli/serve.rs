@@ -12,13 +12,15 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use prometheus_client::registry::Registry;
+use scheduler::agents::{AgentBootstrap, AgentConfig, AgentKeys, AgentMetrics, AgentService, AgentSettings};
 use scheduler::api::{ApiConfig, ApiState, TokenStore, router};
 use scheduler::clock::{Clock, ScaledClock, SystemClock};
-use scheduler::cloud::Cloud;
 use scheduler::cloud::azure::{AzureCloud, AzureConfig};
+use scheduler::cloud::{Cloud, TAG_ATTEMPT, TAG_JOB};
 use scheduler::control::{ControlConfig, ControlMetrics, Controller, DriverConfig, run_forever};
 use scheduler::jobs::JobService;
 use serde::Deserialize;
+use simulator::sim_cloud::vms::{AgentLauncher, VmRunner, VmRunnerConfig};
 use simulator::{SimCloud, SimCloudConfig};
 use state::Store;
 
@@ -100,6 +102,10 @@ pub struct ServeArgs {
     /// (0 = for ever) [default: 168]. What tenants spent is kept regardless.
     #[arg(long)]
     pub retain_finished_hours: Option<f64>,
+    /// The URL the VMs' agents reach this server at [default: the listening URL; on Azure it must
+    /// be one the VMs can reach].
+    #[arg(long)]
+    pub agent_url: Option<String>,
 }
 
 /// `[serve]` of the config file.
@@ -130,6 +136,31 @@ struct FileConfig {
     #[serde(default)]
     #[allow(dead_code)]
     azure: Option<toml::Table>,
+    #[serde(default)]
+    agent: AgentFile,
+}
+
+/// `[agent]` of the config file: how VMs run the node agent.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AgentFile {
+    /// The URL the agents reach this server at.
+    scheduler_url: Option<String>,
+    /// Azure: the directory the VM profile mounts from storage, parent of every job's
+    /// `SPILLWAY_CHECKPOINT_DIR` (default /var/lib/spillway/checkpoints, which is not shared).
+    checkpoint_root: Option<String>,
+    /// Azure: where the binary is on the VM image (default /usr/local/bin/spillway).
+    binary_path: Option<String>,
+    /// Azure: download the binary from here at first boot when the image lacks it.
+    binary_url: Option<String>,
+    /// Azure: the download's SHA-256 (hex).
+    binary_sha256: Option<String>,
+    /// A PEM file of the CA the agents trust for `scheduler_url` (with --tls-cert).
+    ca_cert_file: Option<PathBuf>,
+    /// Log bytes kept per rank and attempt (default 8 MiB).
+    log_bytes_per_rank: Option<u64>,
+    /// Seconds between heartbeats (default 5).
+    heartbeat_interval_secs: Option<f64>,
 }
 
 /// Everything `serve` runs with, after merging flags, file and defaults.
@@ -148,6 +179,8 @@ struct Settings {
     tls: Option<(PathBuf, PathBuf)>,
     /// How long finished jobs are kept (`None`: for ever).
     retain_finished_ms: Option<i64>,
+    /// `[agent]`, with `--agent-url` over its `scheduler_url`.
+    agent: AgentFile,
 }
 
 fn settings(args: ServeArgs) -> Result<Settings, String> {
@@ -197,7 +230,20 @@ fn settings(args: ServeArgs) -> Result<Settings, String> {
         Some(h) if h.is_finite() && h > 0.0 => Some((h * 3_600_000.0).round() as i64),
         Some(h) => return Err(format!("--retain-finished-hours: expected hours ≥ 0 (0 keeps everything), got {h}")),
     };
+    let mut agent = file.agent;
+    if let Some(url) = args.agent_url {
+        agent.scheduler_url = Some(url);
+    }
+    if let Some(url) = &agent.scheduler_url
+        && !(url.starts_with("http://") || url.starts_with("https://"))
+    {
+        return Err(format!("--agent-url (agent.scheduler_url) {url:?} must start with http:// or https://"));
+    }
+    if agent.heartbeat_interval_secs.is_some_and(|s| !(s.is_finite() && (0.1..=60.0).contains(&s))) {
+        return Err("agent.heartbeat_interval_secs must be between 0.1 and 60".into());
+    }
     Ok(Settings {
+        agent,
         retain_finished_ms,
         data_dir: args.data_dir.or(f.data_dir).unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
         listen,
@@ -252,15 +298,21 @@ pub fn run(catalog: &scheduler::Catalog, args: ServeArgs) -> ExitCode {
     }
 }
 
-/// The cloud to drive, the clock the scheduler reads, and whether the cloud is simulated.
+/// The cloud to drive, the clock the scheduler reads, and the simulated cloud when it is one.
 struct CloudSetup {
     cloud: Arc<dyn Cloud>,
     clock: Arc<dyn Clock>,
     simulated: bool,
+    sim: Option<Arc<SimCloud>>,
 }
 
 /// Builds the cloud and the clock for the settings.
-fn cloud_and_clock(settings: &Settings, catalog: &scheduler::Catalog, store: &Store) -> Result<CloudSetup, String> {
+fn cloud_and_clock(
+    settings: &Settings,
+    catalog: &scheduler::Catalog,
+    store: &Store,
+    bootstrap: &AgentBootstrap,
+) -> Result<CloudSetup, String> {
     match settings.cloud {
         CloudKind::Sim => {
             let config = match &settings.scenario {
@@ -278,15 +330,19 @@ fn cloud_and_clock(settings: &Settings, catalog: &scheduler::Catalog, store: &St
                 .as_ref()
                 .map(|p| p.display().to_string())
                 .unwrap_or_else(|| "the bundled scenario".into());
-            let cloud = SimCloud::new(config, catalog.clone(), clock.clone())
-                .map_err(|e| format!("scenario {origin} does not fit the catalog:\n{e}"))?;
-            Ok(CloudSetup { cloud: Arc::new(cloud), clock, simulated: true })
+            let cloud = Arc::new(
+                SimCloud::new(config, catalog.clone(), clock.clone())
+                    .map_err(|e| format!("scenario {origin} does not fit the catalog:\n{e}"))?,
+            );
+            Ok(CloudSetup { cloud: cloud.clone(), clock, simulated: true, sim: Some(cloud) })
         }
         CloudKind::Azure => {
             let config = AzureConfig::load(settings.config_path.as_deref())
                 .map_err(|e| format!("Azure settings ([azure] in --config, SPILLWAY_AZURE_*):\n{e}"))?;
-            let cloud = AzureCloud::new(config, catalog.clone()).map_err(|e| format!("cannot set up Azure: {e}"))?;
-            Ok(CloudSetup { cloud: Arc::new(cloud), clock: Arc::new(SystemClock), simulated: false })
+            let cloud = AzureCloud::new(config, catalog.clone())
+                .map_err(|e| format!("cannot set up Azure: {e}"))?
+                .with_agent_bootstrap(bootstrap.clone());
+            Ok(CloudSetup { cloud: Arc::new(cloud), clock: Arc::new(SystemClock), simulated: false, sim: None })
         }
     }
 }
@@ -305,24 +361,51 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())?
     };
-    let CloudSetup { cloud, clock, simulated } = cloud_and_clock(&settings, &catalog, &store)?;
+    // Bound before the cloud is set up: the VMs' agents are told where to reach this server.
+    let listener = tokio::net::TcpListener::bind(settings.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let keys = AgentKeys::load_or_create(&store).map_err(|e| e.to_string())?;
+    let bootstrap = agent_bootstrap(&settings.agent, &format!("{scheme}://{addr}"), keys.clone())?;
+    let CloudSetup { cloud, clock, simulated, sim } = cloud_and_clock(&settings, &catalog, &store, &bootstrap)?;
     let catalog = Arc::new(catalog);
     let mut registry = Registry::default();
     let metrics = ControlMetrics::register(&mut registry);
+    let agent_metrics = AgentMetrics::register(&mut registry);
     let control = ControlConfig {
         auto_complete: simulated,
         retain_finished_ms: settings.retain_finished_ms,
         ..ControlConfig::default()
     };
     let controller = Arc::new(Controller::new(store.clone(), cloud, clock.clone(), catalog.clone(), control, metrics));
-    let jobs = JobService::new(store.clone(), catalog, clock.clone());
+    let jobs = JobService::new(store.clone(), catalog.clone(), clock.clone());
     let tokens = TokenStore::open(store.clone()).map_err(|e| e.to_string())?;
     let (token_path, created) = tokens.ensure_admin_file(&data_dir, SystemClock.now_ms()).map_err(|e| e.to_string())?;
-
-    let listener = tokio::net::TcpListener::bind(settings.listen)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    // Heartbeats come in real time; the store sees them at most every 30 real seconds per rank,
+    // whatever the simulated clock's speed.
+    let speed = if simulated { settings.speedup } else { 1.0 };
+    let heartbeat_secs = settings.agent.heartbeat_interval_secs.unwrap_or(5.0);
+    let agent_config = AgentConfig {
+        heartbeat_interval_ms: (heartbeat_secs * 1000.0).round() as u64,
+        heartbeat_persist_ms: (30_000.0 * speed).round() as i64,
+        log_bytes_per_rank: settings.agent.log_bytes_per_rank.unwrap_or(AgentConfig::default().log_bytes_per_rank),
+        ..AgentConfig::default()
+    };
+    let agents = AgentService::new(
+        store.clone(),
+        catalog.clone(),
+        clock.clone(),
+        keys,
+        agent_config,
+        agent_metrics,
+        jobs.wake_handle(),
+    );
+    let vm_runner = match &sim {
+        Some(sim) => Some(start_sim_vms(sim.clone(), store.clone(), &bootstrap, &data_dir).await?),
+        None => None,
+    };
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let driver = if simulated {
@@ -339,27 +422,34 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
     if settings.demo {
         tokio::spawn(demo(jobs.clone(), stop_rx.clone()));
     }
-    let state = ApiState::new(jobs, controller, tokens, registry, settings.api, stop_rx.clone());
+    let state = ApiState::new(jobs, controller, tokens, registry, settings.api, stop_rx.clone()).with_agents(agents);
     let app = router(state);
 
     // Written with errors ignored: whoever started us may have closed our stdout after reading
     // the address, and that must not take the server down.
     let cloud_line = match settings.cloud {
         CloudKind::Sim => format!(
-            "cloud: simulated ({}), {}× real time{}",
+            "cloud: simulated ({}), {}× real time{}; jobs' run scripts execute here, as this user, one agent \
+             process per simulated VM under {}",
             settings.scenario.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "bundled scenario".into()),
             settings.speedup,
-            if settings.demo { ", demo jobs on" } else { "" }
+            if settings.demo { ", demo jobs on" } else { "" },
+            data_dir.join("sim-vms").display()
         ),
         CloudKind::Azure => "cloud: Azure".to_string(),
     };
     {
         use std::io::Write;
         let mut out = std::io::stdout().lock();
-        let scheme = if tls.is_some() { "https" } else { "http" };
         let _ = writeln!(out, "spillway listening on {scheme}://{addr}");
         let _ = writeln!(out, "admin token: {}{}", token_path.display(), if created { " (created)" } else { "" });
         let _ = writeln!(out, "{cloud_line}");
+        if let Some((_, vms)) = &vm_runner {
+            let _ = writeln!(
+                out,
+                "simulated VMs: http://{vms} (instance metadata under /vms/<vm>, control under /control)"
+            );
+        }
         let _ = out.flush();
     }
     tracing::info!(%addr, data_dir = %data_dir.display(), "serving");
@@ -379,6 +469,9 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
         None => axum::serve(listener, app).with_graceful_shutdown(shutdown).await,
     };
     let _ = stop_tx.send(true);
+    if let Some((r, _)) = &vm_runner {
+        r.shutdown();
+    }
     if tokio::time::timeout(Duration::from_secs(10), loop_task).await.is_err() {
         tracing::warn!("the control loop did not stop within 10 s");
     }
@@ -392,7 +485,63 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
     served.map_err(|e| format!("server error: {e}"))
 }
 
-async fn wait_for_signal() {
+/// What the VMs are told about reaching this server and running the agent.
+fn agent_bootstrap(file: &AgentFile, listening: &str, keys: AgentKeys) -> Result<AgentBootstrap, String> {
+    let url = file.scheduler_url.clone().unwrap_or_else(|| listening.to_string());
+    let mut b = AgentBootstrap::new(&url, keys);
+    if let Some(root) = &file.checkpoint_root {
+        b.checkpoint_root = root.clone();
+    }
+    if let Some(p) = &file.binary_path {
+        b.binary_path = p.clone();
+    }
+    b.binary_url = file.binary_url.clone();
+    b.binary_sha256 = file.binary_sha256.clone();
+    if let Some(p) = &file.ca_cert_file {
+        b.ca_cert = Some(std::fs::read_to_string(p).map_err(|e| format!("agent.ca_cert_file {}: {e}", p.display()))?);
+    }
+    Ok(b)
+}
+
+/// The simulated cloud's VMs run a real agent for every job that has work: a local
+/// `spillway agent` process per VM, sandboxed under `<data-dir>/sim-vms`, checkpoints under
+/// `<data-dir>/checkpoints`.
+async fn start_sim_vms(
+    sim: Arc<SimCloud>,
+    store: Store,
+    bootstrap: &AgentBootstrap,
+    data_dir: &Path,
+) -> Result<(Arc<VmRunner>, std::net::SocketAddr), String> {
+    let program = std::env::current_exe().map_err(|e| format!("cannot find this program to run agents: {e}"))?;
+    let root = data_dir.join("sim-vms");
+    // The VMs of an earlier run are gone with its simulated cloud.
+    let _ = std::fs::remove_dir_all(&root);
+    let config = VmRunnerConfig::new(program, vec!["agent".into()], root, data_dir.join("checkpoints"));
+    let launcher = Arc::new(SimLauncher { store, bootstrap: bootstrap.clone() });
+    let runner = VmRunner::new(sim, launcher, config);
+    let addr =
+        runner.serve_metadata().await.map_err(|e| format!("cannot serve the simulated instance metadata: {e}"))?;
+    runner.spawn();
+    Ok((runner, addr))
+}
+
+/// Agents for the fleets of jobs that say what to run (capacity-only jobs' VMs stay bare).
+struct SimLauncher {
+    store: Store,
+    bootstrap: AgentBootstrap,
+}
+
+impl AgentLauncher for SimLauncher {
+    fn settings(&self, fleet: &simulator::sim_cloud::FleetSnapshot) -> Option<AgentSettings> {
+        let job_id = fleet.tags.get(TAG_JOB)?;
+        let attempt: u32 = fleet.tags.get(TAG_ATTEMPT)?.parse().ok()?;
+        let job = self.store.get::<scheduler::model::Job>(job_id).ok()??;
+        job.spec.runs_work().then(|| self.bootstrap.settings(job_id, attempt))
+    }
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn wait_for_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
@@ -448,10 +597,25 @@ pub fn demo_specs() -> Vec<serde_json::Value> {
             o.insert("gpus".into(), 8.into());
             o.insert("duration_hours".into(), 3.0.into());
             o.insert("max_price_per_hour".into(), 60.0.into());
+            // The one that fails: no torchrun here, so a stand-in that fails like a broken
+            // collective, is restarted once in place, and fails again (exit code in its events).
+            o.remove("setup");
+            o.insert(
+                "run".into(),
+                "echo \"rank $SPILLWAY_NODE_RANK/$SPILLWAY_NUM_NODES: loading shards (start $SPILLWAY_RESTART)\"; sleep 3; \
+                 echo 'NCCL error: unhandled system error (simulated)' >&2; exit 1"
+                    .into(),
+            );
         }
         if kind == "inference" {
             o.insert("duration_hours".into(), 2.0.into());
             o.insert("replicas".into(), serde_json::json!({"min": 1, "desired": 3}));
+            // A demo server that stops by itself after a minute, so demo jobs keep coming.
+            o.insert(
+                "run".into(),
+                "for i in $(seq 1 12); do echo \"replica $SPILLWAY_NODE_RANK served $((i * 100)) requests\"; sleep 5; done"
+                    .into(),
+            );
         }
         if kind == "batch" {
             o.insert("duration_hours".into(), 1.5.into());
@@ -638,6 +802,7 @@ mod tests {
             tls_cert: None,
             tls_key: None,
             retain_finished_hours: None,
+            agent_url: None,
         };
         assert!(settings(args("0.0.0.0:7878", false)).unwrap_err().contains("loopback"));
         assert!(settings(args("0.0.0.0:7878", true)).is_ok());

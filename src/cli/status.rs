@@ -50,6 +50,15 @@ async fn status(args: StatusArgs) -> Result<ExitCode, ClientError> {
     let models =
         spec["gpu_models"].as_array().map(|m| m.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(", "));
     println!("wants     {} GPUs{}", cell(spec, "gpus"), models.map(|m| format!(" of {m}")).unwrap_or_default());
+    match spec["run"].as_str() {
+        Some(_) => println!(
+            "work      runs a script on every VM (max_restarts {})",
+            spec["max_restarts"].as_u64().unwrap_or(0)
+        ),
+        None => println!(
+            "work      capacity-only (no `run`: ended by `spillway complete`, or in the simulated cloud by duration_hours)"
+        ),
+    }
     println!("submitted {}", when(job["submitted_at_ms"].as_i64()));
     if job["first_running_at_ms"].is_i64() {
         println!("running   since {}", when(job["first_running_at_ms"].as_i64()));
@@ -115,6 +124,36 @@ async fn status(args: StatusArgs) -> Result<ExitCode, ClientError> {
                 &rows
             )
         );
+    }
+    if let Some(nodes) = d["nodes"].as_array().filter(|n| !n.is_empty()) {
+        println!("\nranks:");
+        for n in nodes {
+            let exit = match (n["exit_code"].as_i64(), n["exit_signal"].as_i64()) {
+                (Some(c), _) => format!("exit {c}"),
+                (None, Some(sig)) => format!("signal {sig}"),
+                _ => "-".into(),
+            };
+            let gpus = match n["gpu_utilization"].as_array() {
+                Some(g) => g
+                    .iter()
+                    .map(|x| format!("{:.0}%", x["utilization_percent"].as_f64().unwrap_or(0.0)))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                None => "GPUs unknown".into(),
+            };
+            println!(
+                "  a{} rank {:<3} {:<28} {:<15} {:<8} {:<9} heartbeat {}  {}{}",
+                cell(n, "attempt"),
+                cell(n, "rank"),
+                cell(n, "vm_name"),
+                cell(n, "private_ip"),
+                cell(n, "phase"),
+                exit,
+                when(n["last_heartbeat_ms"].as_i64()),
+                gpus,
+                if n["log_truncated"] == true { "  (log truncated)" } else { "" }
+            );
+        }
     }
     if let Some(events) = d["events"].as_array().filter(|e| !e.is_empty()) {
         println!("\nevents:");

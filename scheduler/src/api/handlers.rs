@@ -59,7 +59,7 @@ fn path_id(p: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
 }
 
 /// Loads a job the caller may see; another tenant's job is "not found", never "forbidden".
-async fn visible_job(state: &ApiState, caller: &Caller, id: &str) -> Result<Job, ApiError> {
+pub(crate) async fn visible_job(state: &ApiState, caller: &Caller, id: &str) -> Result<Job, ApiError> {
     let jobs = state.jobs().clone();
     let key = id.to_string();
     let job = blocking(move || jobs.get(&key).map_err(ApiError::from)).await?;
@@ -223,6 +223,9 @@ pub struct JobView {
     /// The attempts holding (or acquiring) cloud resources now: one for a gang, possibly several
     /// (in several regions) for splittable work.
     pub placements: Vec<Attempt>,
+    /// Every rank of every attempt that ran work: host, IP, phase, exit code, last heartbeat, GPU
+    /// utilisation (empty for capacity-only jobs).
+    pub nodes: Vec<crate::agents::NodeView>,
 }
 
 /// One job with its placement, attempts, events, cost so far and, while pending, why.
@@ -243,7 +246,11 @@ pub(crate) async fn get_job(
     let detail = blocking(move || jobs.detail(&key).map_err(ApiError::from)).await?;
     let detail = detail.ok_or_else(|| ApiError::not_found(format!("no job {id}")))?;
     let placements = detail.attempts.iter().filter(|a| a.is_active()).cloned().collect();
-    Ok(Json(JobView { detail, placements }).into_response())
+    let nodes = match state.agents().cloned() {
+        Some(agents) => blocking(move || agents.nodes(&id).map_err(ApiError::from)).await?,
+        None => Vec::new(),
+    };
+    Ok(Json(JobView { detail, placements, nodes }).into_response())
 }
 
 /// Cancel a job that has not ended; the control loop deletes its fleet.

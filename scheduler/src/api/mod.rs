@@ -6,6 +6,7 @@
 //! GET    /v1/jobs/{id}            job, placement, attempts, events, cost, pending reasons
 //! DELETE /v1/jobs/{id}            cancel
 //! POST   /v1/jobs/{id}/complete   mark a running job's work done
+//! GET    /v1/jobs/{id}/logs[?attempt=&rank=&from=&limit=&follow=]   output; SSE with follow=true
 //! GET    /v1/capacity             quota pools, blocked offers, unhealthy regions
 //! GET    /v1/plan                 what the solver would do now
 //! GET    /v1/events[?from=&job=&kinds=]   server-sent events, resumable (Last-Event-ID)
@@ -13,6 +14,7 @@
 //! GET    /metrics                 Prometheus (OpenMetrics text)
 //! GET    /openapi.json            this list, generated from the handlers
 //! GET    /healthz, /readyz        no token needed
+//! *      /v1/agent/...            the node agents' routes, with attempt credentials ([`agent_routes`])
 //! ```
 //!
 //! Every other route needs `Authorization: Bearer <token>` ([`auth`]). Errors are always
@@ -33,10 +35,12 @@
 //! # Ok(()) }
 //! ```
 
+pub mod agent_routes;
 pub mod auth;
 pub mod error;
 mod events;
 pub mod handlers;
+mod logs;
 pub mod metrics;
 pub mod ratelimit;
 
@@ -105,6 +109,7 @@ struct Inner {
     http: HttpMetrics,
     config: ApiConfig,
     shutdown: watch::Receiver<bool>,
+    agents: Option<crate::agents::AgentService>,
 }
 
 /// Everything the handlers share. Cheap to clone.
@@ -128,7 +133,31 @@ impl ApiState {
     ) -> ApiState {
         let http = HttpMetrics::register(&mut registry);
         let limiter = RateLimiter::new(config.rate_limit);
-        ApiState { inner: Arc::new(Inner { jobs, controller, tokens, limiter, registry, http, config, shutdown }) }
+        ApiState {
+            inner: Arc::new(Inner {
+                jobs,
+                controller,
+                tokens,
+                limiter,
+                registry,
+                http,
+                config,
+                shutdown,
+                agents: None,
+            }),
+        }
+    }
+
+    /// Serves the node agents' routes and the jobs' logs from `agents`. Call before the state is
+    /// cloned (it panics otherwise).
+    pub fn with_agents(mut self, agents: crate::agents::AgentService) -> ApiState {
+        Arc::get_mut(&mut self.inner).expect("with_agents is called before the state is shared").agents = Some(agents);
+        self
+    }
+
+    /// The agent side, when this server runs agents.
+    pub fn agents(&self) -> Option<&crate::agents::AgentService> {
+        self.inner.agents.as_ref()
     }
 
     /// The job service.
@@ -207,6 +236,7 @@ fn protected_routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(submit_job, list_jobs))
         .routes(routes!(get_job, cancel_job))
         .routes(routes!(complete_job))
+        .routes(routes!(logs::job_logs))
         .routes(routes!(capacity))
         .routes(routes!(plan))
         .routes(routes!(events))
@@ -273,13 +303,26 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     add_auth_responses(&mut doc);
     let (_, public) = public_routes().split_for_parts();
     doc.merge(public);
-    document(doc)
+    let (_, agent) = agent_routes::routes().split_for_parts();
+    doc.merge(agent);
+    let mut doc = document(doc);
+    doc.components.get_or_insert_with(Default::default).add_security_scheme(
+        "agent_credential",
+        SecurityScheme::Http(
+            HttpBuilder::new()
+                .scheme(HttpAuthScheme::Bearer)
+                .description(Some("An attempt's agent credential (`spwa.<job>.<attempt>.<mac>`), given to its VMs"))
+                .build(),
+        ),
+    );
+    doc
 }
 
 /// The whole API as an axum router.
 pub fn router(state: ApiState) -> axum::Router {
     let protected = protected_routes().route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
-    let (router, _) = protected.merge(public_routes()).split_for_parts();
+    let agent = agent_routes::routes().route_layer(middleware::from_fn(agent_routes::authenticate));
+    let (router, _) = protected.merge(public_routes()).merge(agent).split_for_parts();
     let http = state.inner.http.clone();
     router
         .fallback(handlers::not_found)

@@ -14,6 +14,7 @@
 //! | `GET /subscriptions/{sub}/providers/Microsoft.Compute/locations/{region}/usages` | quota pages |
 //! | `GET /subscriptions/{sub}/providers/Microsoft.Compute/skus?$filter=location eq '{region}'` | SKU pages with restrictions |
 //! | `GET /_emulator/stats` | request counts per route and status, and a log of recent requests (no token needed) |
+//! | `/_imds/{vm}/metadata/…`, `POST /_emulator/fleets/{name}/evict` | Scheduled Events and the VMs' agents ([`scheduled_events`]) |
 //!
 //! Every ARM route needs `Authorization: Bearer <token>` (401 `AuthenticationFailed` otherwise),
 //! the configured subscription (404 `SubscriptionNotFound`), and a supported `api-version` (400
@@ -28,6 +29,7 @@
 
 mod errors;
 mod routes;
+pub mod scheduled_events;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -71,6 +73,10 @@ pub struct EmulatorConfig {
     pub retry_after_seconds: u64,
     /// Injected faults.
     pub faults: FaultConfig,
+    /// Run the node agent of every VM whose fleet carries spillway's `customData`, as local
+    /// processes (`None`: VMs run nothing; Scheduled Events are served either way).
+    #[serde(default)]
+    pub agents: Option<crate::sim_cloud::vms::VmRunnerConfig>,
 }
 
 /// Fault injection, decided by a generator seeded with `seed`: the same requests in the same
@@ -121,6 +127,7 @@ impl EmulatorConfig {
             page_size: 100,
             retry_after_seconds: 1,
             faults: FaultConfig::default(),
+            agents: None,
         }
     }
 
@@ -286,6 +293,7 @@ pub struct EmulatorHandle {
     state: Arc<AppState>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<std::io::Result<()>>>,
+    vms: Arc<crate::sim_cloud::vms::VmRunner>,
 }
 
 impl EmulatorHandle {
@@ -309,6 +317,11 @@ impl EmulatorHandle {
         &self.state.cloud
     }
 
+    /// The simulated VMs (their agents, Scheduled Events, scheduled evictions).
+    pub fn vms(&self) -> &Arc<crate::sim_cloud::vms::VmRunner> {
+        &self.vms
+    }
+
     /// Requests served so far.
     pub fn stats(&self) -> EmulatorStats {
         self.state.stats()
@@ -316,6 +329,7 @@ impl EmulatorHandle {
 
     /// Stops accepting requests and waits for the server to finish.
     pub async fn shutdown(mut self) -> std::io::Result<()> {
+        self.vms.shutdown();
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -334,6 +348,7 @@ impl EmulatorHandle {
 
 impl Drop for EmulatorHandle {
     fn drop(&mut self) {
+        self.vms.shutdown();
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -345,6 +360,7 @@ pub async fn serve(config: EmulatorConfig, cloud: Arc<SimCloud>) -> std::io::Res
     config.validate().map_err(|m| std::io::Error::new(std::io::ErrorKind::InvalidInput, m))?;
     let listener = tokio::net::TcpListener::bind(config.bind).await?;
     let addr = listener.local_addr()?;
+    let agents = config.agents.clone();
     let state = Arc::new(AppState {
         cloud,
         base_url: format!("http://{addr}"),
@@ -359,7 +375,7 @@ pub async fn serve(config: EmulatorConfig, cloud: Arc<SimCloud>) -> std::io::Res
         deletes_left: AtomicU64::new(14999),
         cfg: config,
     });
-    let app = routes::router(state.clone());
+    let (app, vms) = scheduled_events::attach(routes::router(state.clone()), &state, agents);
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         axum::serve(listener, app)
@@ -368,7 +384,7 @@ pub async fn serve(config: EmulatorConfig, cloud: Arc<SimCloud>) -> std::io::Res
             })
             .await
     });
-    Ok(EmulatorHandle { addr, state, stop: Some(stop_tx), task: Some(task) })
+    Ok(EmulatorHandle { addr, state, stop: Some(stop_tx), task: Some(task), vms })
 }
 
 fn take_budget(counter: &AtomicU64) -> u64 {

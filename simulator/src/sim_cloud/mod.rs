@@ -35,6 +35,7 @@
 //!   fleet still being created cancels its operation.
 
 mod config;
+pub mod vms;
 mod world;
 
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -80,6 +80,10 @@ pub struct FleetSnapshot {
     pub maintain: bool,
     /// Tags.
     pub tags: BTreeMap<String, String>,
+    /// When its next spot eviction is due (clock ms), if one is drawn: what lets the simulated VMs
+    /// give the preemption notice before it happens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_eviction_ms: Option<i64>,
 }
 
 /// Where a create operation is, with Azure's final states.
@@ -766,6 +770,7 @@ impl World {
             evictions: f.evictions,
             maintain: f.maintain,
             tags: f.req.tags.clone(),
+            next_eviction_ms: f.next_eviction_ms,
         }
     }
 

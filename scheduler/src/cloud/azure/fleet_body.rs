@@ -24,11 +24,18 @@ pub struct FleetBodyOptions {
     pub platform_fault_domain_count: i32,
     /// The user's base VM profile (image, network, identity), a JSON object.
     pub template: Option<Value>,
+    /// When set, the VMs of a job attempt's fleet start the node agent from `customData`.
+    pub agent: Option<crate::agents::AgentBootstrap>,
 }
 
 impl Default for FleetBodyOptions {
     fn default() -> Self {
-        FleetBodyOptions { compute_api_version: "2024-03-01".into(), platform_fault_domain_count: 1, template: None }
+        FleetBodyOptions {
+            compute_api_version: "2024-03-01".into(),
+            platform_fault_domain_count: 1,
+            template: None,
+            agent: None,
+        }
     }
 }
 
@@ -167,7 +174,11 @@ pub fn build_fleet(req: &FleetRequest, options: &FleetBodyOptions) -> Result<Fle
             regular_priority_profile: regular,
             vm_sizes_profile,
             compute_profile: Some(ComputeProfile {
-                base_virtual_machine_profile: base_vm_profile(&req.name, options.template.as_ref()),
+                base_virtual_machine_profile: with_agent(
+                    base_vm_profile(&req.name, options.template.as_ref()),
+                    req,
+                    options.agent.as_ref(),
+                ),
                 compute_api_version: Some(options.compute_api_version.clone()),
                 platform_fault_domain_count: Some(options.platform_fault_domain_count),
                 additional_virtual_machine_capabilities: None,
@@ -192,6 +203,27 @@ fn base_vm_profile(fleet: &str, template: Option<&Value>) -> Value {
         Some(t) => merge_json(ours, t.clone()),
         None => ours,
     }
+}
+
+/// The agent's cloud-init `customData` in the profile of a job attempt's fleet (found by its
+/// tags); `osProfile` then needs a computer-name prefix, derived from the fleet name unless the
+/// template gives one. A `customData` of the template's own is replaced: the VMs must run the agent.
+fn with_agent(mut profile: Value, req: &FleetRequest, agent: Option<&crate::agents::AgentBootstrap>) -> Value {
+    let (Some(agent), Some(job), Some(attempt)) =
+        (agent, req.tags.get(TAG_JOB), req.tags.get(TAG_ATTEMPT).and_then(|a| a.parse::<u32>().ok()))
+    else {
+        return profile;
+    };
+    let prefix: String = req.name.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').take(15).collect();
+    let os = profile
+        .as_object_mut()
+        .map(|p| p.entry("osProfile").or_insert_with(|| serde_json::json!({})))
+        .and_then(Value::as_object_mut);
+    if let Some(os) = os {
+        os.entry("computerNamePrefix").or_insert_with(|| Value::String(prefix.trim_end_matches('-').to_string()));
+        os.insert("customData".into(), Value::String(agent.custom_data(job, attempt)));
+    }
+    profile
 }
 
 /// Deep merge: objects are merged key by key, `overlay` winning; anything else is replaced.
@@ -324,6 +356,26 @@ mod tests {
             f.properties.unwrap().compute_profile.unwrap().base_virtual_machine_profile["osProfile"]["computerNamePrefix"],
             "mine"
         );
+    }
+
+    #[test]
+    fn an_attempts_vms_start_the_agent_from_custom_data() {
+        let keys = crate::agents::AgentKeys::from_bytes([3; 32]);
+        let opts = FleetBodyOptions {
+            agent: Some(crate::agents::AgentBootstrap::new("https://spillway.internal:7878", keys.clone())),
+            ..FleetBodyOptions::default()
+        };
+        let f = build_fleet(&req(Priority::Spot, &["Standard_NC24ads_A100_v4"]), &opts).unwrap();
+        let base = &f.properties.unwrap().compute_profile.unwrap().base_virtual_machine_profile;
+        assert_eq!(base["osProfile"]["computerNamePrefix"], "spw-job-7-a2");
+        let settings =
+            crate::agents::settings_from_custom_data(base["osProfile"]["customData"].as_str().unwrap()).unwrap();
+        assert_eq!((settings.job_id.as_str(), settings.attempt), ("job-7", 2));
+        assert!(keys.verify(&settings.credential).is_some());
+        let none =
+            build_fleet(&req(Priority::Spot, &["Standard_NC24ads_A100_v4"]), &FleetBodyOptions::default()).unwrap();
+        let base = none.properties.unwrap().compute_profile.unwrap().base_virtual_machine_profile;
+        assert!(base.get("osProfile").is_none(), "no agent, no customData");
     }
 
     #[test]

@@ -100,6 +100,7 @@ impl AzureCloud {
             compute_api_version: config.api_versions.compute.clone(),
             platform_fault_domain_count: config.platform_fault_domain_count,
             template,
+            agent: None,
         };
         Ok(AzureCloud {
             config,
@@ -116,6 +117,13 @@ impl AzureCloud {
     /// Azure's lowest published eviction bucket, 0–5 % per hour).
     pub fn with_spot_eviction_rate(mut self, rate: f64) -> AzureCloud {
         self.spot_eviction_rate = if rate.is_finite() && rate >= 0.0 { rate } else { 0.05 };
+        self
+    }
+
+    /// Makes every fleet's VMs run the node agent: its settings (with the attempt's credential) go
+    /// into `osProfile.customData` (see `crate::agents::bootstrap`).
+    pub fn with_agent_bootstrap(mut self, bootstrap: crate::agents::AgentBootstrap) -> AzureCloud {
+        self.body_options.agent = Some(bootstrap);
         self
     }
 

@@ -1,0 +1,245 @@
+//! How the agents' reports are stored: one record per rank ([`NodeRecord`]), one per attempt's work
+//! ([`AttemptWork`]), one per job ([`JobWork`]), and the logs as numbered chunks ([`LogChunk`]).
+//!
+//! Log chunks are numbered per job, in the order the scheduler stored them, so a job's log is one
+//! sequence that a reader (or a follower) walks by key from any position, whatever the ranks and
+//! attempts it mixes, and a per-rank cap is kept with each rank's record.
+
+use serde::{Deserialize, Serialize};
+use state::{IndexDef, Record, TableDef};
+
+use super::protocol::{ExitReason, GpuInfo, GpuSample, LogLine, Phase, Script};
+use crate::records::attempt_key;
+
+/// One VM of an attempt, by rank.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    /// Job id.
+    pub job_id: String,
+    /// Attempt number.
+    pub attempt: u32,
+    /// Rank, 0-based.
+    pub rank: u32,
+    /// The VM's name in the cloud.
+    pub vm_name: String,
+    /// Host name.
+    pub hostname: String,
+    /// Private IP.
+    pub private_ip: String,
+    /// GPUs the agent saw at registration; `None` when it could not tell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<Vec<GpuInfo>>,
+    /// The registering agent process.
+    pub boot_id: String,
+    /// Its version.
+    #[serde(default)]
+    pub agent_version: String,
+    /// When it (last) registered, scheduler clock ms.
+    pub registered_at_ms: i64,
+    /// Last heartbeat written to the store (the server keeps fresher ones in memory).
+    pub last_heartbeat_ms: i64,
+    /// Where the rank is.
+    pub phase: Phase,
+    /// The start number it runs or last ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<u32>,
+    /// When its current `run` started (scheduler clock ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_started_at_ms: Option<i64>,
+    /// Agent start to `run` start, as the agent measured it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_ms: Option<u64>,
+    /// The last exit of a script on this rank.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<ExitRecord>,
+    /// A preemption notice for this VM, when one came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notice: Option<NoticeRecord>,
+    /// Declared lost: its heartbeats stopped. A lost rank may be taken by a new VM.
+    #[serde(default)]
+    pub lost: bool,
+    /// Log bytes stored for this rank (all restarts of the attempt).
+    #[serde(default)]
+    pub log_bytes: u64,
+    /// The cap was reached: later lines are dropped (one marker line says so).
+    #[serde(default)]
+    pub log_truncated: bool,
+    /// The agent process whose batches are counted in `last_batch`.
+    #[serde(default)]
+    pub log_boot_id: String,
+    /// The last log batch stored from `log_boot_id` (retries of it are acknowledged, not stored).
+    #[serde(default)]
+    pub last_batch: u64,
+    /// The last GPU samples written to the store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_samples: Option<Vec<GpuSample>>,
+}
+
+/// The key of a rank's record.
+pub fn node_key(job_id: &str, attempt: u32, rank: u32) -> String {
+    format!("{}/{rank:04}", attempt_key(job_id, attempt))
+}
+
+impl Record for NodeRecord {
+    const TABLE: TableDef = TableDef { name: "agent_nodes", indexes: &[IndexDef { name: "job", pointer: "/job_id" }] };
+    fn key(&self) -> String {
+        node_key(&self.job_id, self.attempt, self.rank)
+    }
+}
+
+/// How a script ended on a rank.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExitRecord {
+    /// The start number.
+    pub restart: u32,
+    /// Which script.
+    pub script: Script,
+    /// Exit code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<i32>,
+    /// Signal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// Why.
+    pub reason: ExitReason,
+    /// The agent's explanation, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// When the report came (scheduler clock ms).
+    pub at_ms: i64,
+}
+
+impl ExitRecord {
+    /// True when this exit ends the work well: `run` finished by itself with code 0.
+    pub fn succeeded(&self) -> bool {
+        self.script == Script::Run && self.reason == ExitReason::Finished && self.code == Some(0)
+    }
+
+    /// True when it counts as a failure of the work (not a stop or a preemption).
+    pub fn failed(&self) -> bool {
+        matches!(self.reason, ExitReason::Finished | ExitReason::Error) && !self.succeeded()
+    }
+
+    /// "rank 1's run exited with code 3", "…was killed by signal 9", "…could not start: why".
+    pub fn describe(&self, rank: u32) -> String {
+        let script = match self.script {
+            Script::Setup => "setup",
+            Script::Run => "run",
+        };
+        match (&self.reason, self.code, self.signal, &self.message) {
+            (ExitReason::Error, _, _, Some(m)) => format!("rank {rank}'s {script} could not start: {m}"),
+            (_, Some(c), _, _) => format!("rank {rank}'s {script} exited with code {c}"),
+            (_, None, Some(s), _) => format!("rank {rank}'s {script} was killed by signal {s}"),
+            _ => format!("rank {rank}'s {script} ended ({:?})", self.reason),
+        }
+    }
+}
+
+/// A preemption notice as a rank reported it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NoticeRecord {
+    /// The event id.
+    pub event_id: String,
+    /// `Preempt`, `Terminate`, …
+    pub event_type: String,
+    /// The event's `NotBefore`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<String>,
+    /// When it was reported (scheduler clock ms).
+    pub at_ms: i64,
+}
+
+/// The work of one attempt: the gang, the start it runs, and whether it should stop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttemptWork {
+    /// Job id.
+    pub job_id: String,
+    /// Attempt number.
+    pub attempt: u32,
+    /// VMs in the gang.
+    pub num_nodes: u32,
+    /// When the last VM registered and the work was ordered to start (scheduler clock ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at_ms: Option<i64>,
+    /// The start number the ranks should run (`SPILLWAY_RESTART`), once the gang is complete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<u32>,
+    /// Set when every rank must stop, with the reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<String>,
+    /// Every rank's `run` of the current start exited 0.
+    #[serde(default)]
+    pub done: bool,
+    /// The start whose failure was already counted (a gang failing once counts once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_restart: Option<u32>,
+    /// When the first preemption notice of the attempt came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notice_at_ms: Option<i64>,
+    /// An `idle` event was recorded for this attempt.
+    #[serde(default)]
+    pub idle_reported: bool,
+}
+
+impl Record for AttemptWork {
+    const TABLE: TableDef = TableDef { name: "attempt_work", indexes: &[IndexDef { name: "job", pointer: "/job_id" }] };
+    fn key(&self) -> String {
+        attempt_key(&self.job_id, self.attempt)
+    }
+}
+
+/// The work of one job over all its attempts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobWork {
+    /// Job id.
+    pub job_id: String,
+    /// The next start number (`SPILLWAY_RESTART`): 0 before the first start.
+    pub next_restart: u32,
+    /// Failures of the work counted against `max_restarts`.
+    pub failures: u32,
+    /// The next log chunk number.
+    pub next_log_seq: u64,
+}
+
+impl JobWork {
+    /// A job whose work never started.
+    pub fn new(job_id: &str) -> JobWork {
+        JobWork { job_id: job_id.to_string(), next_restart: 0, failures: 0, next_log_seq: 0 }
+    }
+}
+
+impl Record for JobWork {
+    const TABLE: TableDef = TableDef { name: "job_work", indexes: &[] };
+    fn key(&self) -> String {
+        self.job_id.clone()
+    }
+}
+
+/// A batch of log lines of one rank, numbered within the job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LogChunk {
+    /// Job id.
+    pub job_id: String,
+    /// Number within the job (0, 1, …).
+    pub seq: u64,
+    /// Attempt.
+    pub attempt: u32,
+    /// Rank.
+    pub rank: u32,
+    /// Start number.
+    pub restart: u32,
+    /// The lines.
+    pub lines: Vec<LogLine>,
+}
+
+/// The key of a log chunk.
+pub fn chunk_key(job_id: &str, seq: u64) -> String {
+    format!("{job_id}/{seq:012}")
+}
+
+impl Record for LogChunk {
+    const TABLE: TableDef = TableDef { name: "log_chunks", indexes: &[IndexDef { name: "job", pointer: "/job_id" }] };
+    fn key(&self) -> String {
+        chunk_key(&self.job_id, self.seq)
+    }
+}
