@@ -436,6 +436,12 @@ async fn openapi_lists_every_route() {
         ("get", "/v1/jobs/{id}"),
         ("delete", "/v1/jobs/{id}"),
         ("post", "/v1/jobs/{id}/complete"),
+        ("get", "/v1/jobs/{id}/logs"),
+        ("post", "/v1/agent/jobs/{job}/attempts/{attempt}/register"),
+        ("get", "/v1/agent/jobs/{job}/attempts/{attempt}/ranks/{rank}/work"),
+        ("post", "/v1/agent/jobs/{job}/attempts/{attempt}/ranks/{rank}/logs"),
+        ("post", "/v1/agent/jobs/{job}/attempts/{attempt}/ranks/{rank}/heartbeat"),
+        ("post", "/v1/agent/jobs/{job}/attempts/{attempt}/ranks/{rank}/reports"),
         ("get", "/v1/capacity"),
         ("get", "/v1/plan"),
         ("get", "/v1/events"),
@@ -455,15 +461,22 @@ async fn openapi_lists_every_route() {
     assert_eq!(count, expected.len(), "the document lists exactly the served routes");
     // Every documented route is really served (no 404 from the router for any of them).
     for (method, path) in expected {
-        let path = path.replace("{id}", "x");
+        let path = path.replace("{id}", "x").replace("{job}", "x").replace("{attempt}", "1").replace("{rank}", "0");
         let m = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
         let r = s.req(m, &path, Some(&s.admin)).await.timeout(Duration::from_secs(5)).send().await.unwrap();
-        if path != "/v1/jobs/x" && path != "/v1/tokens/x" && path != "/v1/jobs/x/complete" {
+        if !path.starts_with("/v1/jobs/x") && path != "/v1/tokens/x" {
             assert_ne!(r.status(), StatusCode::NOT_FOUND, "{method} {path}");
         }
         assert_ne!(r.status(), StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
     }
     assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
+    assert!(doc["components"]["securitySchemes"]["agent_credential"].is_object());
+    let register = &paths["/v1/agent/jobs/{job}/attempts/{attempt}/register"]["post"];
+    assert_eq!(
+        register["security"][0]["agent_credential"],
+        serde_json::json!([]),
+        "agent routes take agent credentials"
+    );
 }
 
 /// Parses OpenMetrics text strictly enough to catch a broken exposition: every sample line is

@@ -1,0 +1,330 @@
+//! The agent side of the server, called directly (no HTTP, no processes): ranks, the gang's work
+//! order, logs within their cap and durably acknowledged, verdicts on exits, notices, idleness.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use scheduler::Catalog;
+use scheduler::agents::protocol::{
+    Action, ExitReason, GpuSample, Heartbeat, LogBatch, LogLine, LogStream, Phase, Registration, Report, Script,
+};
+use scheduler::agents::{AgentConfig, AgentError, AgentKeys, AgentMetrics, AgentService, LogCursor, LogFilter};
+use scheduler::clock::{Clock, ManualClock};
+use scheduler::model::{Attempt, AttemptState, Job, JobSpec, JobState, Priority, fleet_name};
+use state::Store;
+
+const T0: i64 = 1_800_000_000_000;
+
+struct World {
+    store: Store,
+    clock: Arc<ManualClock>,
+    svc: AgentService,
+}
+
+fn world_on(store: Store, config: AgentConfig) -> World {
+    let clock = Arc::new(ManualClock::new(T0));
+    let svc = AgentService::new(
+        store.clone(),
+        Arc::new(Catalog::builtin()),
+        clock.clone() as Arc<dyn Clock>,
+        AgentKeys::from_bytes([9; 32]),
+        config,
+        AgentMetrics::unregistered(),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    World { store, clock, svc }
+}
+
+fn world() -> World {
+    world_on(Store::in_memory().unwrap(), AgentConfig { durable: false, ..AgentConfig::default() })
+}
+
+/// A running job with one active attempt of `vms` VMs.
+fn job(w: &World, id: &str, vms: u32, extra: &str) -> Attempt {
+    let spec: JobSpec = toml::from_str(&format!(
+        "name = \"t\"\nkind = \"training\"\ngpus = {vms}\nsizes = [\"Standard_NC4as_T4_v3\"]\nrun = \"true\"\n{extra}"
+    ))
+    .unwrap();
+    let mut job = Job::new(id.into(), spec, T0);
+    job.state = JobState::Running;
+    job.attempts = 1;
+    let a = Attempt {
+        job_id: id.into(),
+        number: 1,
+        fleet_name: fleet_name(id, 1),
+        region: "eastus".into(),
+        size: "Standard_NC4as_T4_v3".into(),
+        alternatives: Vec::new(),
+        priority: Priority::Spot,
+        vms,
+        gpus: vms,
+        vcpus: 4 * vms as u64,
+        family: "standardNCASv3_T4Family".into(),
+        price_per_hour: 0.2,
+        max_price_per_vm: None,
+        state: AttemptState::Running,
+        started_at_ms: T0,
+        running_since_ms: Some(T0),
+        ended_at_ms: None,
+        operation: None,
+        running_vms: vms,
+        below_min_since_ms: None,
+        cost_usd: 0.0,
+        accounted_until_ms: Some(T0),
+        failure: None,
+        failure_class: None,
+    };
+    w.store.put(&job).unwrap();
+    w.store.put(&a).unwrap();
+    a
+}
+
+fn reg(vm: &str, ip: &str) -> Registration {
+    Registration {
+        vm_name: vm.into(),
+        hostname: vm.into(),
+        private_ip: ip.into(),
+        gpus: None,
+        boot_id: format!("boot-{vm}"),
+        agent_version: "test".into(),
+    }
+}
+
+fn exit(restart: u32, code: i32) -> Report {
+    Report::Exited {
+        restart,
+        script: Script::Run,
+        code: Some(code),
+        signal: None,
+        reason: ExitReason::Finished,
+        message: None,
+        tail: vec![format!("last line of start {restart}")],
+    }
+}
+
+fn job_of(w: &World, id: &str) -> Job {
+    w.store.get::<Job>(id).unwrap().unwrap()
+}
+
+#[test]
+fn the_gang_gets_its_order_once_complete_with_stable_ranks() {
+    let w = world();
+    let a = job(&w, "j-1", 2, "[envs]\nFOO = \"bar\"");
+    assert_eq!(w.svc.register(&a, reg("vm-a", "10.0.0.4")).unwrap().rank, 0);
+    let waiting = w.svc.work_now(&a, 0).unwrap();
+    assert_eq!((waiting.registered, waiting.num_nodes, waiting.order.is_none()), (1, 2, true));
+    assert_eq!(w.svc.register(&a, reg("vm-b", "10.0.0.5")).unwrap().rank, 1);
+    assert_eq!(w.svc.register(&a, reg("vm-a", "10.0.0.4")).unwrap().rank, 0, "a VM registering again keeps its rank");
+    let third = w.svc.register(&a, reg("vm-c", "10.0.0.6"));
+    assert!(matches!(third, Err(AgentError::Conflict(_))), "{third:?}");
+    let order = w.svc.work_now(&a, 1).unwrap().order.unwrap();
+    assert_eq!(order.action, Action::Run { restart: 0 });
+    assert_eq!(order.env["SPILLWAY_NODE_RANK"], "1");
+    assert_eq!(order.env["SPILLWAY_NODE_IPS"], "10.0.0.4\n10.0.0.5");
+    assert_eq!(order.env["SPILLWAY_NUM_GPUS_PER_NODE"], "1");
+    assert_eq!(order.env["SPILLWAY_PRIORITY"], "spot");
+    assert_eq!(order.env["FOO"], "bar");
+    let bad = w.svc.register(&a, Registration { private_ip: "not an ip".into(), ..reg("vm-d", "x") });
+    let Err(AgentError::Invalid(e)) = bad else { panic!("{bad:?}") };
+    assert_eq!(e.0[0].field, "private_ip");
+}
+
+#[test]
+fn credentials_are_checked_against_the_attempt_in_the_path() {
+    let w = world();
+    let a = job(&w, "j-1", 1, "");
+    job(&w, "j-2", 1, "");
+    let cred = w.svc.keys().mint("j-1", 1);
+    assert!(w.svc.authorize(&cred, "j-1", 1).is_ok());
+    assert!(matches!(w.svc.authorize(&cred, "j-2", 1), Err(AgentError::NotFound(_))));
+    assert!(matches!(w.svc.authorize("spwa.j-1.1.00", "j-1", 1), Err(AgentError::Unauthorized(_))));
+    let mut ended = a.clone();
+    ended.state = AttemptState::Ended;
+    w.store.put(&ended).unwrap();
+    assert!(matches!(w.svc.authorize(&cred, "j-1", 1), Err(AgentError::Unauthorized(_))), "ended: refused");
+}
+
+fn batch(boot: &str, n: u64, lines: &[&str]) -> LogBatch {
+    LogBatch {
+        boot_id: boot.into(),
+        batch: n,
+        restart: 0,
+        lines: lines.iter().map(|t| LogLine { at_ms: T0, stream: LogStream::Stdout, text: t.to_string() }).collect(),
+    }
+}
+
+#[test]
+fn logs_are_stored_once_within_the_cap_and_read_by_pages() {
+    let w = world_on(
+        Store::in_memory().unwrap(),
+        AgentConfig { durable: false, log_bytes_per_rank: 64, max_line_bytes: 16, ..AgentConfig::default() },
+    );
+    let a = job(&w, "j-1", 1, "");
+    w.svc.register(&a, reg("vm-a", "10.0.0.4")).unwrap();
+    w.svc.ingest_logs(&a, 0, batch("b1", 1, &["one", "two"])).unwrap();
+    let again = w.svc.ingest_logs(&a, 0, batch("b1", 1, &["one", "two"])).unwrap();
+    assert_eq!((again.batch, again.truncated), (1, false), "a retried batch is acknowledged, not stored again");
+    w.svc.ingest_logs(&a, 0, batch("b1", 2, &["three", &"x".repeat(100)])).unwrap();
+    let ack = w.svc.ingest_logs(&a, 0, batch("b1", 3, &["beyond the cap line"])).unwrap();
+    assert!(ack.truncated);
+    let all = w.svc.read_logs("j-1", LogFilter::default(), LogCursor::default(), 100, 1 << 20).unwrap();
+    let texts: Vec<&str> = all.lines.iter().map(|l| l.text.as_str()).collect();
+    assert_eq!(&texts[..3], ["one", "two", "three"], "{texts:?}");
+    assert!(texts[3].starts_with("xxxxxxxxxxxxxxxx …[line cut: 84 more bytes]"), "{texts:?}");
+    assert!(texts.iter().any(|t| t.contains("reached its cap")), "{texts:?}");
+    assert!(!texts.contains(&"beyond the cap line"));
+    // Pages: two lines at a time, each starting where the last stopped.
+    let mut from = LogCursor::default();
+    let mut paged = Vec::new();
+    loop {
+        let page = w.svc.read_logs("j-1", LogFilter::default(), from, 2, 1 << 20).unwrap();
+        paged.extend(page.lines.iter().map(|l| l.text.clone()));
+        from = LogCursor::parse(&page.next).unwrap();
+        if !page.more {
+            break;
+        }
+    }
+    assert_eq!(paged, texts);
+    let none = w.svc.read_logs("j-1", LogFilter { rank: Some(1), attempt: None }, LogCursor::default(), 10, 1 << 20);
+    assert!(none.unwrap().lines.is_empty());
+    // A new agent process on the same VM numbers its batches from 1 again.
+    w.svc.register(&a, Registration { boot_id: "b2".into(), ..reg("vm-a", "10.0.0.4") }).unwrap();
+    assert!(w.svc.ingest_logs(&a, 0, batch("b2", 1, &["after restart"])).unwrap().truncated, "the cap is per rank");
+}
+
+#[test]
+fn acknowledged_logs_survive_a_restart_of_the_server() {
+    let dir = std::env::temp_dir().join(format!("spillway-agents-durable-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    {
+        let w = world_on(Store::open(&dir).unwrap(), AgentConfig::default());
+        let a = job(&w, "j-1", 1, "");
+        w.svc.register(&a, reg("vm-a", "10.0.0.4")).unwrap();
+        w.svc.ingest_logs(&a, 0, batch("b1", 1, &["kept"])).unwrap();
+        drop(w);
+    }
+    let store = Store::open(&dir).unwrap();
+    let w = world_on(store, AgentConfig::default());
+    let page = w.svc.read_logs("j-1", LogFilter::default(), LogCursor::default(), 10, 1 << 20).unwrap();
+    assert_eq!(page.lines[0].text, "kept");
+    drop(w);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn exits_end_restart_or_fail_the_job() {
+    let w = world();
+    let a = job(&w, "ok", 2, "");
+    w.svc.register(&a, reg("vm-a", "10.0.0.4")).unwrap();
+    w.svc.register(&a, reg("vm-b", "10.0.0.5")).unwrap();
+    w.svc.report(&a, 0, exit(0, 0)).unwrap();
+    assert_eq!(job_of(&w, "ok").state, JobState::Running, "one rank of two");
+    w.svc.report(&a, 1, exit(0, 0)).unwrap();
+    assert_eq!(job_of(&w, "ok").state, JobState::Succeeded);
+
+    let a = job(&w, "flaky", 2, "max_restarts = 1");
+    w.svc.register(&a, reg("vm-a", "10.0.0.4")).unwrap();
+    w.svc.register(&a, reg("vm-b", "10.0.0.5")).unwrap();
+    w.svc.report(&a, 1, exit(0, 7)).unwrap();
+    assert_eq!(job_of(&w, "flaky").state, JobState::Running);
+    assert_eq!(w.svc.work_now(&a, 0).unwrap().order.unwrap().action, Action::Run { restart: 1 }, "both ranks restart");
+    // The other rank, stopped for the restart, does not count as a failure.
+    let stopped = Report::Exited {
+        restart: 0,
+        script: Script::Run,
+        code: Some(143),
+        signal: None,
+        reason: ExitReason::Stopped,
+        message: None,
+        tail: Vec::new(),
+    };
+    w.svc.report(&a, 0, stopped).unwrap();
+    assert_eq!(job_of(&w, "flaky").state, JobState::Running);
+    w.svc.report(&a, 0, exit(1, 2)).unwrap();
+    let j = job_of(&w, "flaky");
+    assert_eq!(j.state, JobState::Failed);
+    assert_eq!(j.end_reason.as_deref(), Some("rank 0's run exited with code 2 (after 1 restart)"));
+    assert!(matches!(w.svc.work_now(&a, 1).unwrap().order.unwrap().action, Action::Stop { .. }));
+}
+
+#[test]
+fn a_notice_stops_every_rank_of_a_gang() {
+    let w = world();
+    let a = job(&w, "g", 2, "");
+    w.svc.register(&a, reg("vm-a", "10.0.0.4")).unwrap();
+    w.svc.register(&a, reg("vm-b", "10.0.0.5")).unwrap();
+    let notice = Report::Notice { event_id: "E1".into(), event_type: "Preempt".into(), not_before: None };
+    w.svc.report(&a, 1, notice).unwrap();
+    for rank in 0..2 {
+        let action = w.svc.work_now(&a, rank).unwrap().order.unwrap().action;
+        assert!(matches!(action, Action::Stop { .. }), "rank {rank}: {action:?}");
+    }
+    let preempted = Report::Exited {
+        restart: 0,
+        script: Script::Run,
+        code: Some(143),
+        signal: None,
+        reason: ExitReason::Preempted,
+        message: None,
+        tail: Vec::new(),
+    };
+    w.svc.report(&a, 1, preempted).unwrap();
+    assert_eq!(job_of(&w, "g").state, JobState::Running, "a preemption is not a failure of the work");
+}
+
+#[test]
+fn idle_gpus_raise_an_event_and_stop_the_job_when_asked() {
+    let w = world();
+    let a = job(&w, "idle", 1, "idle_minutes = 10\non_idle = \"stop\"");
+    w.svc.register(&a, reg("vm-a", "10.0.0.4")).unwrap();
+    let hb = |util: f64| Heartbeat {
+        phase: Phase::Running,
+        restart: Some(0),
+        gpus: Some(vec![GpuSample {
+            index: 0,
+            utilization_percent: util,
+            memory_used_mib: 100,
+            memory_total_mib: 16384,
+        }]),
+    };
+    let unknown = Heartbeat { phase: Phase::Running, restart: Some(0), gpus: None };
+    w.svc.heartbeat(&a, 0, hb(1.0)).unwrap();
+    w.clock.advance_ms(5 * 60_000);
+    w.svc.heartbeat(&a, 0, hb(80.0)).unwrap();
+    w.clock.advance_ms(6 * 60_000);
+    w.svc.heartbeat(&a, 0, unknown.clone()).unwrap();
+    w.clock.advance_ms(11 * 60_000);
+    w.svc.heartbeat(&a, 0, unknown).unwrap();
+    assert_eq!(job_of(&w, "idle").state, JobState::Running, "busy, then unknown: never idle");
+    w.svc.heartbeat(&a, 0, hb(2.0)).unwrap();
+    w.clock.advance_ms(9 * 60_000);
+    w.svc.heartbeat(&a, 0, hb(3.0)).unwrap();
+    assert_eq!(job_of(&w, "idle").state, JobState::Running, "nine minutes");
+    w.clock.advance_ms(60_000);
+    w.svc.heartbeat(&a, 0, hb(0.0)).unwrap();
+    let j = job_of(&w, "idle");
+    assert_eq!(j.state, JobState::Cancelled);
+    assert!(j.end_reason.unwrap().contains("idle"));
+    assert!(matches!(w.svc.work_now(&a, 0).unwrap().order.unwrap().action, Action::Stop { .. }));
+    let bad = Heartbeat {
+        gpus: Some(vec![GpuSample { utilization_percent: 250.0, ..hb(0.0).gpus.unwrap()[0].clone() }]),
+        ..hb(0.0)
+    };
+    assert!(matches!(w.svc.heartbeat(&a, 0, bad), Err(AgentError::Invalid(_))));
+}
+
+#[tokio::test]
+async fn a_rank_waiting_for_its_gang_is_answered_when_the_gang_completes() {
+    let w = world();
+    let a = job(&w, "j-1", 2, "");
+    w.svc.register(&a, reg("vm-a", "10.0.0.4")).unwrap();
+    let (svc, a2) = (w.svc.clone(), a.clone());
+    let waiter = tokio::spawn(async move { svc.work(&a2, 0, Duration::from_secs(10)).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!waiter.is_finished());
+    let t = std::time::Instant::now();
+    w.svc.register(&a, reg("vm-b", "10.0.0.5")).unwrap();
+    let status = waiter.await.unwrap().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(2), "woken by the registration, not by its timeout");
+    assert_eq!(status.order.unwrap().action, Action::Run { restart: 0 });
+}
