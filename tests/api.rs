@@ -382,6 +382,28 @@ async fn bad_input_is_refused_with_the_field_named_and_the_server_stays_healthy(
             StatusCode::UNPROCESSABLE_ENTITY,
             "replicas",
         ),
+        // Issue #24: each of these used to be accepted.
+        (
+            "denormal duration",
+            with("duration_hours", json!(5e-324)),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "duration_hours",
+        ),
+        (
+            "duplicate key",
+            br#"{"name": "d", "tenant": "ml", "kind": "batch", "gpus": 1, "gpus": 2}"#.to_vec(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "gpus",
+        ),
+        ("5000 regions", with("regions", json!(vec!["eastus"; 5000])), StatusCode::UNPROCESSABLE_ENTITY, "regions"),
+        ("1 PB plus", with("data_gb", json!(1e308)), StatusCode::UNPROCESSABLE_ENTITY, "data_gb"),
+        (
+            "price 1e308",
+            with("max_price_per_hour", json!(1e308)),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "max_price_per_hour",
+        ),
+        ("year 9999", with("deadline", json!("9999-12-31T00:00:00Z")), StatusCode::UNPROCESSABLE_ENTITY, "deadline"),
     ];
     for (what, body, status, field) in cases {
         let (st, v) = post_raw(body).await;
@@ -393,6 +415,13 @@ async fn bad_input_is_refused_with_the_field_named_and_the_server_stays_healthy(
             "{what}: expected a problem with field {field:?}: {v}"
         );
     }
+    // Every problem at once, in the user's terms (issue #24: only `kind: missing` was reported).
+    let (st, v) = post_raw(br#"{"name": "three", "gpus": -4, "spot": "sometimes"}"#.to_vec()).await;
+    assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    let fields: Vec<&str> = v["problems"].as_array().unwrap().iter().map(|p| p["field"].as_str().unwrap()).collect();
+    assert_eq!(fields, ["kind", "gpus", "spot"], "{v}");
+    assert_eq!(v["problems"][1]["problem"], "must be ≥ 1 (got -4)", "{v}");
+    assert!(!v.to_string().contains("4294967295"), "no internal ranges: {v}");
     // Far too large: 413, with the same JSON shape.
     let mut big = quick_job("big", "ml");
     big["name"] = json!("x".repeat(200_000));
@@ -477,6 +506,42 @@ async fn openapi_lists_every_route() {
         serde_json::json!([]),
         "agent routes take agent credentials"
     );
+    // Issue #24: the bodies of jobs, capacity and the plan were `{"type": "object"}`, so a
+    // generated client got no Job, Attempt or Plan types. Every JSON body has a real schema now.
+    for (path, ops) in paths {
+        for (method, op) in ops.as_object().unwrap() {
+            for (status, resp) in op["responses"].as_object().unwrap() {
+                let Some(schema) = resp.pointer("/content/application~1json/schema") else { continue };
+                let bare =
+                    schema.get("$ref").is_none() && schema.get("properties").is_none() && schema.get("items").is_none();
+                if path != "/openapi.json" {
+                    assert!(!bare, "{method} {path} {status} has no schema of its body: {schema}");
+                }
+            }
+        }
+    }
+    let schemas = doc["components"]["schemas"].as_object().unwrap();
+    for name in [
+        "JobView",
+        "JobDetailView",
+        "AttemptView",
+        "JobListView",
+        "PlanView",
+        "CapacityView",
+        "EventView",
+        "EventKind",
+        "TokenInfo",
+        "TokenCreated",
+        "ErrorBody",
+        "Health",
+    ] {
+        assert!(schemas.contains_key(name), "{name} missing from the document's schemas");
+    }
+    let kinds: Vec<&str> =
+        schemas["EventKind"]["enum"].as_array().unwrap().iter().map(|k| k.as_str().unwrap()).collect();
+    for k in ["submitted", "placed", "running", "provisioning_failed", "failover", "succeeded", "cancelled"] {
+        assert!(kinds.contains(&k), "event kind {k} not listed: {kinds:?}");
+    }
 }
 
 /// Parses OpenMetrics text strictly enough to catch a broken exposition: every sample line is
@@ -511,7 +576,13 @@ async fn metrics_are_prometheus_text_with_job_gauges_and_http_latency() {
     assert_eq!(st, StatusCode::CREATED);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let r = s.req(reqwest::Method::GET, "/metrics", Some(&s.admin)).await.send().await.unwrap();
+        let r = s
+            .req(reqwest::Method::GET, "/metrics", Some(&s.admin))
+            .await
+            .header("accept", "application/openmetrics-text; version=1.0.0")
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), StatusCode::OK);
         assert!(r.headers()["content-type"].to_str().unwrap().starts_with("application/openmetrics-text"));
         let samples = parse_metrics(&r.text().await.unwrap());
@@ -608,9 +679,9 @@ async fn events_stream_resumes_from_a_sequence_number_and_filters_by_tenant() {
         .await
         .unwrap();
     assert_eq!(read_events(&mut from, 1).await[0].0, Some(seqs[2]));
-    // A beta viewer sees only beta's events.
+    // A beta viewer sees only beta's events (from=0: the oldest kept; its positions are cursors).
     let beta = s.token("viewer", Some("beta")).await;
-    let mut mine = s.req(reqwest::Method::GET, "/v1/events?from=1", Some(&beta)).await.send().await.unwrap();
+    let mut mine = s.req(reqwest::Method::GET, "/v1/events?from=0", Some(&beta)).await.send().await.unwrap();
     let evs = read_events(&mut mine, 2).await;
     for (_, e) in &evs {
         assert_eq!(e["tenant"], "beta", "{e}");
@@ -704,4 +775,166 @@ async fn listing_pages_return_the_newest_jobs_oldest_first_with_the_total() {
     let (_, whole) = s.get("/v1/jobs?tenant=research", &s.admin).await;
     assert_eq!(page_ids(&whole), vec![ids[1].clone(), ids[3].clone(), ids[5].clone()]);
     assert_eq!((whole["total"].as_u64(), whole["truncated"].as_bool()), (Some(3), Some(false)));
+}
+
+/// Reads `/metrics` with an `Accept` header; returns the content type and the text.
+async fn scrape(s: &Server, token: &str, accept: Option<&str>) -> (String, String) {
+    let mut r = s.req(reqwest::Method::GET, "/metrics", Some(token)).await;
+    if let Some(a) = accept {
+        r = r.header("accept", a);
+    }
+    let resp = r.send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let ct = resp.headers()["content-type"].to_str().unwrap().to_string();
+    (ct, resp.text().await.unwrap())
+}
+
+/// Issue #24: `/metrics` always answered OpenMetrics, which Prometheus' text parser mis-reads
+/// (every counter became an untyped family of its own); provisioning failures appeared only with
+/// the first failure; there was no cost per tenant.
+#[tokio::test]
+async fn metrics_negotiate_the_format_and_show_every_failure_class_and_each_tenants_cost() {
+    let s = Server::start("metrics-format", &[]);
+    let (ct, text) = scrape(&s, &s.admin, None).await;
+    assert!(ct.starts_with("text/plain; version=0.0.4"), "{ct}");
+    assert!(!text.contains("# EOF"), "0.0.4 has no EOF marker");
+    assert!(text.contains("# TYPE spillway_placements_total counter\n"), "a counter's TYPE names its sample:\n{text}");
+    for class in
+        ["quota", "capacity", "size_unavailable", "price_above_cap", "throttled", "transient", "permanent", "not_found"]
+    {
+        let line = format!("spillway_provisioning_failures_total{{class=\"{class}\"}} 0\n");
+        assert!(text.contains(&line), "{line:?} missing before any failure:\n{text}");
+    }
+    let (ct, text) = scrape(&s, &s.admin, Some("text/plain;version=0.0.4")).await;
+    assert!(ct.starts_with("text/plain; version=0.0.4") && !text.contains("# EOF"), "{ct}");
+    let (ct, om) =
+        scrape(&s, &s.admin, Some("application/openmetrics-text;version=1.0.0;q=0.5,text/plain;q=0.3")).await;
+    assert!(ct.starts_with("application/openmetrics-text"), "{ct}");
+    assert!(om.ends_with("# EOF\n") && om.contains("# TYPE spillway_placements counter\n"), "{om}");
+
+    // Two tenants' jobs run and cost money; each tenant's cost is a series of its own.
+    let (_, a) = s.submit(&quick_job("cost-a", "alpha"), &s.admin).await;
+    let (_, b) = s.submit(&quick_job("cost-b", "beta"), &s.admin).await;
+    for j in [&a, &b] {
+        s.wait_state(j["id"].as_str().unwrap(), &["succeeded"], 60).await;
+    }
+    let (_, text) = scrape(&s, &s.admin, None).await;
+    let spent = |text: &str, tenant: &str| -> f64 {
+        let prefix = format!("spillway_tenant_spent_usd_total{{tenant=\"{tenant}\"}} ");
+        text.lines().find_map(|l| l.strip_prefix(prefix.as_str())).and_then(|v| v.parse().ok()).unwrap_or(-1.0)
+    };
+    assert!(spent(&text, "alpha") > 0.0 && spent(&text, "beta") > 0.0, "{text}");
+    assert!(text.contains("# TYPE spillway_tenant_spent_usd_total counter"), "{text}");
+
+    // A tenant-bound token sees its own series and nothing cluster-wide.
+    let alpha = s.token("viewer", Some("alpha")).await;
+    for accept in [None, Some("application/openmetrics-text")] {
+        let (_, mine) = scrape(&s, &alpha, accept).await;
+        assert!(spent(&mine, "alpha") > 0.0, "{mine}");
+        let samples: Vec<&str> = mine.lines().filter(|l| !l.starts_with('#') && !l.is_empty()).collect();
+        assert!(!samples.is_empty());
+        for l in samples {
+            assert!(l.contains("tenant=\"alpha\""), "a tenant sees only its own series, got {l:?}");
+        }
+        for global in ["spillway_gpus_in_use", "spillway_cost_rate_usd_per_hour", "spillway_http_requests", "beta"] {
+            assert!(!mine.contains(global), "{global} shown to a tenant:\n{mine}");
+        }
+    }
+}
+
+/// Issue #24 and #21: a tenant's view is its own share of the cluster, in response types of their
+/// own: no Azure operation URLs or quota bookkeeping in attempts, its inference parts kept in the
+/// plan (they were looked up as job ids `<job>#min` and dropped), capacity without other tenants'
+/// use, no global plan weight, and event positions that are not the global sequence numbers.
+#[tokio::test]
+async fn a_tenant_sees_its_own_share_and_nothing_of_other_tenants() {
+    let s = Server::start("tenant-view", &[]);
+    let alpha = s.token("submitter", Some("alpha")).await;
+    // An inference service too big to place in full: its parts (#min, #extra) wait in the plan.
+    let service = json!({"name": "svc", "kind": "inference", "gpus": 8, "gpu_models": ["A100-80GB"],
+        "min_gpus_per_vm": 8, "replicas": {"min": 2, "desired": 4}, "duration_hours": 500.0});
+    let (st, svc) = s.submit(&service, &alpha).await;
+    assert_eq!(st, StatusCode::CREATED, "{svc}");
+    let svc_id = svc["id"].as_str().unwrap().to_string();
+    let (_, small) = s.submit(&long_job("small", "alpha"), &alpha).await;
+    let small_id = small["id"].as_str().unwrap().to_string();
+    let (_, other) = s.submit(&long_job("theirs", "beta"), &s.admin).await;
+    let other_id = other["id"].as_str().unwrap().to_string();
+    let detail = s.wait_state(&small_id, &["running"], 30).await;
+
+    // Attempts carry what a client needs, not what the scheduler keeps to resume.
+    let (_, mine) = s.get(&format!("/v1/jobs/{small_id}"), &alpha).await;
+    let text = mine.to_string();
+    for internal in
+        ["status_url", "\"operation\"", "accounted_until_ms", "\"vcpus\"", "\"family\"", "awaiting_failover"]
+    {
+        assert!(!text.contains(internal), "{internal} in a tenant's job view: {text}");
+    }
+    let attempt = &mine["attempts"][0];
+    for field in ["fleet_name", "region", "size", "priority", "vms", "running_vms", "gpus", "state", "cost_usd"] {
+        assert!(attempt.get(field).is_some(), "{field} missing from {attempt}");
+    }
+    assert_eq!(mine["clock"]["kind"], "simulated", "times are labelled with their clock: {mine}");
+
+    // Event positions: the admin sees the log's sequence numbers, the tenant opaque cursors that
+    // resume its stream all the same.
+    let admin_seqs: Vec<u64> =
+        detail["events"].as_array().unwrap().iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    let tenant_seqs: Vec<u64> = mine["events"].as_array().unwrap().iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert!(tenant_seqs.len() >= 2, "{mine}");
+    assert!(admin_seqs.iter().zip(&tenant_seqs).all(|(a, t)| a != t), "{admin_seqs:?} vs {tenant_seqs:?}");
+    assert!(tenant_seqs.iter().all(|&c| c > 1_000_000), "cursors say nothing about the log's length: {tenant_seqs:?}");
+    let mut resumed = s
+        .req(reqwest::Method::GET, &format!("/v1/events?job={small_id}"), Some(&alpha))
+        .await
+        .header("Last-Event-ID", tenant_seqs[0].to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resumed.status(), StatusCode::OK);
+    let next = read_events(&mut resumed, 1).await;
+    assert_eq!(next[0].0, Some(tenant_seqs[1]), "a cursor resumes right after its event");
+    assert_eq!(next[0].1["seq"].as_u64(), Some(tenant_seqs[1]));
+    let bad = s.req(reqwest::Method::GET, "/v1/events?from=7", Some(&alpha)).await.send().await.unwrap();
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST, "a guessed position is not a cursor");
+
+    // The plan: the tenant's own entries, inference parts included and named; no global weight.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let plan = loop {
+        let (st, plan) = s.get("/v1/plan", &alpha).await;
+        assert_eq!(st, StatusCode::OK, "{plan}");
+        let entries: Vec<&Value> =
+            plan["placements"].as_array().unwrap().iter().chain(plan["unplaced"].as_array().unwrap()).collect();
+        if entries.iter().any(|e| e["job"] == svc_id.as_str()) {
+            break plan;
+        }
+        assert!(Instant::now() < deadline, "the tenant's inference service never shows in its plan: {plan}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let entries: Vec<&Value> =
+        plan["placements"].as_array().unwrap().iter().chain(plan["unplaced"].as_array().unwrap()).collect();
+    for e in &entries {
+        assert!(e["job"] == svc_id.as_str() || e["job"] == small_id.as_str(), "not alpha's: {e}");
+        if e["job"] == svc_id.as_str() {
+            assert!(e["part"] == "min" || e["part"] == "extra", "an inference part names itself: {e}");
+        }
+    }
+    assert!(plan.get("placed_weight").is_none(), "the cluster-wide weight is not a tenant's: {plan}");
+    assert!(!plan.to_string().contains(&other_id));
+    let (_, admin_plan) = s.get("/v1/plan", &s.admin).await;
+    assert!(admin_plan["placed_weight"].is_number(), "{admin_plan}");
+
+    // Capacity: what the tenant may use and what it holds, not what others hold.
+    let (_, cap) = s.get("/v1/capacity", &alpha).await;
+    let pools = cap["pools"].as_array().unwrap();
+    assert!(!pools.is_empty());
+    for p in pools {
+        for hidden in ["used_by_others", "used_by_us", "in_flight"] {
+            assert!(p.get(hidden).is_none(), "{hidden} shown to a tenant: {p}");
+        }
+        assert!(p["used_by_tenant"].is_u64() && p["free"].is_u64() && p["limit"].is_u64(), "{p}");
+    }
+    assert!(pools.iter().any(|p| p["used_by_tenant"].as_u64() > Some(0)), "alpha's running job holds quota: {cap}");
+    let (_, admin_cap) = s.get("/v1/capacity", &s.admin).await;
+    assert!(admin_cap["pools"][0]["used_by_others"].is_u64(), "{admin_cap}");
 }

@@ -119,9 +119,19 @@ fn submit_wait_jobs_status_and_cancel_through_the_cli() {
         std::thread::sleep(Duration::from_millis(200));
     }
     let status = stdout(&s.cli(&["status", &id]));
-    for want in ["state     succeeded", "attempts:", "events:", "Standard_NC4as_T4_v3", "cost      $"] {
+    for want in ["state     succeeded", "attempts (", "events (", "Standard_NC4as_T4_v3", "cost      $"] {
         assert!(status.contains(want), "status lacks {want:?}:\n{status}");
     }
+    // Issue #24: times are labelled with their clock; a finished job's cost is not "so far"; the
+    // events say what was submitted and what runs in words, not "running … running".
+    assert!(status.contains("clock     simulated clock (3600× real time"), "{status}");
+    assert!(status.contains("events (times on the simulated clock)"), "{status}");
+    assert!(status.contains(" in all; progress") && !status.contains("so far"), "{status}");
+    assert!(
+        status.contains("batch job, 1 GPU\n") && status.contains("attempt 1 is running: 1 × Standard_NC4as_T4_v3"),
+        "{status}"
+    );
+    assert!(!status.contains("Batch"), "{status}");
 
     let long = s.write("long.json", LONG);
     let v = json(&s.cli(&["submit", long.to_str().unwrap(), "--output", "json", "--idempotency-key", "k1"]));
@@ -132,6 +142,19 @@ fn submit_wait_jobs_status_and_cancel_through_the_cli() {
     let table = stdout(&s.cli(&["jobs"]));
     assert!(table.starts_with("ID "), "{table}");
     assert!(table.contains(&id) && table.contains(&long_id), "{table}");
+    // Issue #24: GPUS counts replicas × GPUs of an inference service; TRIES is named for what it counts.
+    let service = s.write(
+        "svc.json",
+        r#"{"name": "cli-svc", "tenant": "ml", "kind": "inference", "gpus": 2, "duration_hours": 500,
+            "replicas": {"min": 1, "desired": 3}}"#,
+    );
+    let svc = json(&s.cli(&["submit", service.to_str().unwrap(), "--output", "json"]));
+    assert_eq!(svc["wanted_gpus"], 6, "{svc}");
+    let table = stdout(&s.cli(&["jobs"]));
+    let header = table.lines().next().unwrap();
+    assert!(header.contains("FLEETS") && header.contains("MOVES") && !header.contains("TRIES"), "{table}");
+    let row = table.lines().find(|l| l.contains("cli-svc")).unwrap();
+    assert!(row.contains("6 (3×2)"), "{row}");
     let running = json(&s.cli(&["jobs", "--state", "succeeded", "--output", "json"]));
     let ids: Vec<&str> = running["jobs"].as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap()).collect();
     assert_eq!(ids, vec![id.as_str()]);
@@ -191,6 +214,15 @@ fn tokens_are_created_listed_used_and_revoked_through_the_cli() {
     let tid = created["id"].as_str().unwrap().to_string();
     let list = stdout(&s.cli(&["token", "list"]));
     assert!(list.contains(&tid) && list.contains("submitter") && list.contains("ml"), "{list}");
+    // Issue #24: every token's time is wall-clock time (the server's cloud is simulated at 3600×,
+    // whose clock would put this token days ahead), and the column says so.
+    assert!(list.contains("CREATED (WALL CLOCK, UTC)"), "{list}");
+    let listed = json(&s.cli(&["token", "list", "--output", "json"]));
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    for t in listed.as_array().unwrap() {
+        let at = t["created_at_ms"].as_i64().unwrap();
+        assert!((now_ms - at).abs() < 120_000, "token {t} is not on the wall clock (now {now_ms})");
+    }
     assert!(!list.contains(&token), "the list never shows a token");
 
     let spec = s.write("ml.json", LONG);

@@ -67,3 +67,51 @@ fn validate_of_a_missing_file_fails() {
     let out = spillway(&["validate", "no/such/file.toml"]);
     assert_eq!(out.status.code(), Some(1));
 }
+
+/// Issue #24: `validate` stopped at the first type error and spoke Rust (`expected u32`).
+#[test]
+fn validate_reports_every_problem_in_the_users_terms() {
+    let dir = std::env::temp_dir().join(format!("spillway-validate-three-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("three.toml");
+    std::fs::write(&file, "name = \"three\"\ngpus = -4\nspot = \"sometimes\"\n").unwrap();
+    let out = spillway(&["validate", file.to_str().unwrap(), "--output", "json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let body: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let errors = body["errors"].as_array().unwrap();
+    let fields: Vec<&str> = errors.iter().map(|e| e["field"].as_str().unwrap()).collect();
+    assert_eq!(fields, ["kind", "gpus", "spot"], "{body}");
+    assert_eq!(errors[1]["problem"], "must be ≥ 1 (got -4)");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Issue #24: a JSON syntax error in a plan file printed `?: trailing comma`; `expected_cost`
+/// printed `-0`.
+#[test]
+fn plan_names_where_a_file_breaks_and_never_prints_negative_zero() {
+    let dir = std::env::temp_dir().join(format!("spillway-plan-errors-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, "{\"offers\": [],\n \"jobs\": [],\n}\n").unwrap();
+    let out = spillway(&["plan", "--problem", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("line 3, column 1: trailing comma"), "{err}");
+    assert!(!err.contains("?:"), "{err}");
+    // Nothing can be placed: the cost of no placements (an empty float sum, -0.0 in Rust) is zero.
+    let none = dir.join("none.json");
+    std::fs::write(
+        &none,
+        r#"{"offers": [{"region": "eastus", "size": "S", "priority": "regular", "gpu_model": "A100-80GB",
+            "gpus_per_vm": 1, "vcpus_per_vm": 24, "family": "f", "price_per_hour": 1.0}],
+            "jobs": [{"id": "big", "gpus": 64, "gpu_models": ["H100"], "duration_hours": 1.0}]}"#,
+    )
+    .unwrap();
+    for output in ["table", "json"] {
+        let out = spillway(&["plan", "--problem", none.to_str().unwrap(), "--output", output]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(!text.contains("-0"), "{output}: {text}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

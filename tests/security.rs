@@ -231,6 +231,85 @@ async fn data_dir_is_0700_and_the_token_file_0600() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Issue #24: an existing 0755 data directory was used as is (the store then readable by every
+/// user); it is refused with the fix in the message, and nothing in it is touched.
+#[test]
+fn a_data_dir_open_to_other_users_is_refused_and_left_alone() {
+    let dir = temp_dir("sec-open-dir");
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data)
+        .env_remove("SPILLWAY_CONFIG")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("mode 0755") && err.contains("chmod 700"), "{err}");
+    assert_eq!(std::fs::read_dir(&data).unwrap().count(), 0, "nothing was written into it");
+    assert_eq!(std::fs::metadata(&data).unwrap().permissions().mode() & 0o777, 0o755, "its mode is the owner's call");
+    // Once tightened, it is used.
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let s = Server::start(&dir, &data, 1, &[], &[]);
+    drop(s);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Issue #24: a second `serve` on a busy port wrote a new admin.token into its data directory and
+/// then failed to listen; now it fails first and changes nothing.
+#[test]
+fn a_second_server_on_a_busy_port_changes_nothing() {
+    let dir = temp_dir("sec-busy-port");
+    let first = Server::start(&dir, &dir.join("data"), 1, &[], &[]);
+    let addr = first.url.trim_start_matches("http://").to_string();
+    let other = dir.join("other-data");
+    let out = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["serve", "--listen", &addr, "--data-dir"])
+        .arg(&other)
+        .env_remove("SPILLWAY_CONFIG")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("cannot listen on {addr}")) && err.contains("nothing was changed"), "{err}");
+    assert!(!other.exists(), "the second server created its data directory");
+    // The same data directory as the first server: its token is not replaced either.
+    let before = std::fs::read_to_string(dir.join("data/admin.token")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["serve", "--listen", &addr, "--data-dir"])
+        .arg(dir.join("data"))
+        .env_remove("SPILLWAY_CONFIG")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(std::fs::read_to_string(dir.join("data/admin.token")).unwrap(), before);
+    drop(first);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Issue #24: `state export` wrote its file 0644, token hashes included.
+#[test]
+fn state_export_is_readable_by_its_owner_only() {
+    let dir = temp_dir("sec-export");
+    let first = Server::start(&dir, &dir.join("data"), 1, &[], &[]);
+    drop(first);
+    let file = dir.join("backup.jsonl");
+    let out = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["state", "export"])
+        .arg(&file)
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .env_remove("SPILLWAY_CONFIG")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
+    assert!(std::fs::read_to_string(&file).unwrap().contains("api_tokens"), "the export holds the token table");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn refuses_a_non_loopback_address_in_clear_unless_told() {
     let dir = temp_dir("sec-remote");

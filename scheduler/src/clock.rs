@@ -8,6 +8,20 @@ use std::sync::atomic::{AtomicI64, Ordering};
 pub trait Clock: Send + Sync {
     /// Now, in Unix milliseconds.
     fn now_ms(&self) -> i64;
+
+    /// What this clock is, so that people can be told whether a time is today's.
+    fn kind(&self) -> ClockKind;
+}
+
+/// How a clock relates to real time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ClockKind {
+    /// The wall clock.
+    Wall,
+    /// A simulated clock running this many times faster than real time.
+    Scaled(f64),
+    /// Virtual time moved by hand (the simulator, tests).
+    Manual,
 }
 
 /// The wall clock.
@@ -18,6 +32,10 @@ impl Clock for SystemClock {
     fn now_ms(&self) -> i64 {
         let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    fn kind(&self) -> ClockKind {
+        ClockKind::Wall
     }
 }
 
@@ -48,6 +66,10 @@ impl Clock for ManualClock {
     fn now_ms(&self) -> i64 {
         self.now_ms.load(Ordering::SeqCst)
     }
+
+    fn kind(&self) -> ClockKind {
+        ClockKind::Manual
+    }
 }
 
 /// A clock that runs `speedup` times faster than the wall clock from the moment it was made:
@@ -70,6 +92,10 @@ impl Clock for ScaledClock {
     fn now_ms(&self) -> i64 {
         let elapsed = (SystemClock.now_ms() - self.origin_wall_ms) as f64 * self.speedup;
         self.origin_ms + elapsed as i64
+    }
+
+    fn kind(&self) -> ClockKind {
+        ClockKind::Scaled(self.speedup)
     }
 }
 

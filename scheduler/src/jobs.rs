@@ -98,6 +98,22 @@ pub fn record_event(
     Ok(seq)
 }
 
+/// What the `submitted` event says: `batch job, 16 GPUs` or `inference service, 6 GPUs (3 replicas × 2)`.
+fn submitted_message(job: &Job) -> String {
+    use crate::model::JobKind;
+    let what = match job.spec.kind {
+        JobKind::Training => "training job",
+        JobKind::Batch => "batch job",
+        JobKind::Inference => "inference service",
+    };
+    let n = job.wanted_gpus();
+    let gpus = if n == 1 { "1 GPU".to_string() } else { format!("{n} GPUs") };
+    match job.spec.replicas {
+        Some(r) => format!("{what}, {gpus} ({} replicas × {})", r.desired, job.spec.gpus),
+        None => format!("{what}, {gpus}"),
+    }
+}
+
 /// Submission and lifecycle changes requested by users.
 #[derive(Clone)]
 pub struct JobService {
@@ -228,14 +244,7 @@ impl JobService {
                 return Ok(Err(format!("a job with id {} exists already", job.id)));
             }
             tx.put(&job)?;
-            record_event(
-                tx,
-                &job,
-                now,
-                "submitted",
-                format!("{} GPUs, {:?}", job.wanted_gpus(), job.spec.kind),
-                serde_json::Value::Null,
-            )?;
+            record_event(tx, &job, now, "submitted", submitted_message(&job), serde_json::Value::Null)?;
             Ok(Ok(Submitted { job: job.clone(), created: true }))
         })?;
         let submitted = outcome.map_err(JobError::Conflict)?;

@@ -39,15 +39,95 @@ fn missing_required_fields_are_named() {
 #[test]
 fn zero_gpus_is_rejected() {
     let errs = check("name = \"a\"\nkind = \"training\"\ngpus = 0\n").unwrap_err();
-    assert!(errs.contains(&"gpus: must be at least 1".to_string()), "{errs:?}");
+    assert!(errs.contains(&"gpus: must be ≥ 1 (got 0)".to_string()), "{errs:?}");
 }
 
 #[test]
-fn negative_gpus_is_a_type_error_on_the_field() {
+fn out_of_range_gpus_are_reported_in_the_fields_own_bounds() {
     let errs = check("name = \"a\"\nkind = \"training\"\ngpus = -4\n").unwrap_err();
-    assert_eq!(fields(&errs), ["gpus"], "{errs:?}");
+    assert_eq!(errs, ["gpus: must be ≥ 1 (got -4)"]);
     let errs = check("name = \"a\"\nkind = \"training\"\ngpus = 99999999999\n").unwrap_err();
-    assert_eq!(fields(&errs), ["gpus"], "{errs:?}");
+    assert_eq!(errs, ["gpus: must be ≤ 4096, the most one job may ask for (got 99999999999)"]);
+    let errs = check("name = \"a\"\nkind = \"training\"\ngpus = 1.5\n").unwrap_err();
+    assert_eq!(errs, ["gpus: must be a whole number (got 1.5)"]);
+    assert!(errs.iter().all(|e| !e.contains("u32") && !e.contains("4294967295")), "{errs:?}");
+}
+
+/// Issue #24: a spec with no `kind`, `gpus = -4` and `spot = "sometimes"` used to report only
+/// `kind: missing`; every problem is reported at once, each in the user's terms.
+#[test]
+fn type_errors_missing_fields_and_range_errors_are_all_reported_together() {
+    let errs = check("name = \"a\"\ngpus = -4\nspot = \"sometimes\"\n").unwrap_err();
+    assert_eq!(fields(&errs), ["kind", "gpus", "spot"], "{errs:?}");
+    assert!(errs[0].contains("one of training, batch, inference"), "{errs:?}");
+    assert_eq!(errs[1], "gpus: must be ≥ 1 (got -4)");
+    assert_eq!(errs[2], "spot: must be one of never, allowed, preferred (got \"sometimes\")");
+    // Type errors on several fields, plus a semantic problem on a field that could be read.
+    let errs = JobSpec::parse_checked(
+        r#"{"name": "x y", "kind": "batch", "gpus": "eight", "gang": "yes", "regions": ["eastus", 5],
+            "replicas": {"min": "one"}, "priority": 0, "deadline": "tomorrow"}"#,
+        SpecFormat::Json,
+        &Catalog::builtin(),
+        now(),
+    )
+    .unwrap_err();
+    let got: Vec<&str> = errs.0.iter().map(|e| e.field.as_str()).collect();
+    for want in ["name", "gpus", "gang", "regions[1]", "replicas.min", "replicas.desired", "priority", "deadline"] {
+        assert!(got.contains(&want), "{want} missing from {got:?}");
+    }
+}
+
+/// Issue #24: values no one means are refused with the field's documented bound.
+#[test]
+fn absurd_values_are_refused_naming_the_field_and_the_bound() {
+    let base = "name = \"a\"\nkind = \"batch\"\ngpus = 1\n";
+    let cases = [
+        ("duration_hours = 5e-324", "duration_hours", "at least one minute"),
+        ("duration_hours = 100000.0", "duration_hours", "at most a year"),
+        ("data_region = \"eastus\"\ndata_gb = 1e308", "data_gb", "at most 1000000 GB"),
+        ("max_price_per_hour = 1e308", "max_price_per_hour", "at most 1000000 USD per hour"),
+        ("budget = 1e308", "budget", "at most 1000000000 USD"),
+        ("max_price_per_hour = 0.0", "max_price_per_hour", "more than 0"),
+        ("duration_hours = nan", "duration_hours", "must be a number"),
+        ("deadline = \"9999-12-31T00:00:00Z\"", "deadline", "within five years"),
+        ("deadline = 9999-12-31T00:00:00Z", "deadline", "within five years"),
+        ("checkpoint_interval_minutes = 9999999", "checkpoint_interval_minutes", "≤ 527040"),
+        ("priority = 5000", "priority", "≤ 1000"),
+    ];
+    for (line, field, text) in cases {
+        let errs = check(&format!("{base}{line}\n")).unwrap_err();
+        assert_eq!(fields(&errs), [field], "{line}: {errs:?}");
+        assert!(errs[0].contains(text), "{line}: {errs:?}");
+    }
+    // A TOML date is a deadline like an RFC 3339 string.
+    let ok = check(&format!("{base}deadline = 2026-12-24T00:00:00Z\n")).unwrap();
+    assert_eq!(ok.deadline, Some(time::macros::datetime!(2026-12-24 00:00 UTC)));
+}
+
+/// Issue #24: `regions` with 5,000 copies of one region was accepted.
+#[test]
+fn lists_must_be_short_and_name_each_entry_once() {
+    let many = vec!["\"eastus\""; 5000].join(", ");
+    let errs = check(&format!("name = \"a\"\nkind = \"batch\"\ngpus = 1\nregions = [{many}]\n")).unwrap_err();
+    assert_eq!(errs, ["regions: must list at most 64 entries, each once (got 5000)"]);
+    let errs = check(
+        "name = \"a\"\nkind = \"batch\"\ngpus = 1\nregions = [\"eastus\", \"westus3\", \"eastus\", \"eastus\"]\n",
+    )
+    .unwrap_err();
+    assert_eq!(errs, ["regions[2]: \"eastus\" is listed 3 times; list each once"]);
+    let errs = check("name = \"a\"\nkind = \"batch\"\ngpus = 1\ngpu_models = [\"T4\", \"T4\"]\n").unwrap_err();
+    assert_eq!(fields(&errs), ["gpu_models[1]"]);
+}
+
+/// Issue #24: `{"gpus": 1, "gpus": 2}` silently kept 2.
+#[test]
+fn duplicate_json_keys_are_refused_naming_the_key() {
+    let errs = JobSpec::parse(r#"{"name": "a", "kind": "batch", "gpus": 1, "gpus": 2}"#, SpecFormat::Json).unwrap_err();
+    assert_eq!(errs.0.len(), 1, "{errs}");
+    assert_eq!(errs.0[0].field, "gpus");
+    assert!(errs.0[0].problem.contains("given twice"), "{errs}");
+    let errs = JobSpec::parse("name = \"a\"\nname = \"b\"\n", SpecFormat::Toml).unwrap_err();
+    assert!(errs.0[0].problem.contains("line 2"), "{errs}");
 }
 
 #[test]

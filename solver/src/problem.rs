@@ -299,11 +299,18 @@ impl Problem {
             let path = e.path().to_string();
             let inner = e.into_inner();
             let mut message = inner.to_string();
-            // serde_json appends the location; keep it, but after the field's own message.
             if let Some(i) = message.rfind(" at line ") {
                 message.truncate(i);
-                message = format!("{message} (line {}, column {})", inner.line(), inner.column());
             }
+            let at = format!("line {}, column {}", inner.line(), inner.column());
+            // Where the document stops being JSON (a trailing comma, a missing brace) the path has
+            // unknown segments (`?`): name the known part, or else the position.
+            let known = path.trim_end_matches('?').trim_end_matches('.');
+            let (path, message) = if known.is_empty() || known.contains('?') {
+                (at, message)
+            } else {
+                (known.to_string(), format!("{message} ({at})"))
+            };
             ProblemError { issues: vec![FieldIssue { path, message }] }
         })?;
         problem.validate()?;

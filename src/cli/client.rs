@@ -336,6 +336,32 @@ pub fn when(ms: Option<i64>) -> String {
         .unwrap_or_else(|| ms.to_string())
 }
 
+/// The clock of a response (`clock` of job responses): how its times are labelled.
+pub fn clock_label(v: &Value) -> &'static str {
+    match v["clock"]["kind"].as_str() {
+        Some("simulated") => "simulated clock",
+        _ => "wall clock, UTC",
+    }
+}
+
+/// Describes the clock of a response for a header line: `simulated clock, 60× real time; now …`.
+pub fn clock_line(v: &Value) -> String {
+    let now = when(v["clock"]["now_ms"].as_i64());
+    match (v["clock"]["kind"].as_str(), v["clock"]["speedup"].as_f64()) {
+        (Some("simulated"), Some(x)) => {
+            format!("simulated clock ({x}× real time; its now is {now}): times below are simulated, not today's")
+        }
+        (Some("simulated"), None) => format!("simulated clock (its now is {now}): times below are simulated"),
+        _ => format!("wall clock, UTC (now {now})"),
+    }
+}
+
+/// Dollars for a table or a sentence: two decimals, never `-0.00`.
+pub fn usd(v: f64) -> String {
+    let s = format!("{v:.2}");
+    if s == "-0.00" { "0.00".into() } else { s }
+}
+
 /// A JSON field as text for a table cell.
 pub fn cell(v: &Value, key: &str) -> String {
     match v.get(key) {

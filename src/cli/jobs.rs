@@ -1,4 +1,6 @@
-//! `spillway jobs [--state S] [--tenant T]`: a table of jobs.
+//! `spillway jobs [--state S] [--tenant T]`: a table of jobs. GPUS is what a job wants in all
+//! (replicas × GPUs for an inference service), FLEETS the fleets created for it (one per attempt:
+//! a placement, a top-up or a failover), MOVES its failovers.
 
 use std::process::ExitCode;
 
@@ -21,6 +23,15 @@ pub struct JobsArgs {
     pub limit: usize,
     #[command(flatten)]
     pub client: ClientArgs,
+}
+
+/// GPUs a job wants in all: `replicas × gpus` for an inference service, shown as such.
+fn gpus(j: &serde_json::Value) -> String {
+    let total = j["wanted_gpus"].as_u64().or_else(|| j["spec"]["gpus"].as_u64()).unwrap_or(0);
+    match (j["spec"]["replicas"]["desired"].as_u64(), j["spec"]["gpus"].as_u64()) {
+        (Some(r), Some(g)) => format!("{total} ({r}×{g})"),
+        _ => total.to_string(),
+    }
 }
 
 /// Runs `spillway jobs`.
@@ -63,18 +74,24 @@ async fn list(args: JobsArgs) -> Result<ExitCode, ClientError> {
                 j["spec"]["name"].as_str().unwrap_or("").to_string(),
                 j["spec"]["tenant"].as_str().unwrap_or("").to_string(),
                 j["spec"]["kind"].as_str().unwrap_or("").to_string(),
-                cell(&j["spec"], "gpus"),
+                gpus(j),
                 cell(j, "state"),
                 cell(j, "attempts"),
-                format!("{:.2}", j["cost_usd"].as_f64().unwrap_or(0.0)),
+                cell(j, "failovers"),
+                super::client::usd(j["cost_usd"].as_f64().unwrap_or(0.0)),
                 why,
             ]
         })
         .collect();
     print!(
         "{}",
-        super::table::render(&["ID", "NAME", "TENANT", "KIND", "GPUS", "STATE", "TRIES", "COST $", "NOTE"], &rows)
+        super::table::render(
+            &["ID", "NAME", "TENANT", "KIND", "GPUS", "STATE", "FLEETS", "MOVES", "COST $", "NOTE"],
+            &rows
+        )
     );
+    // The column names are short; what they count is not obvious.
+    println!("(GPUS: wanted in all, replicas × GPUs for inference; FLEETS: fleets created; MOVES: failovers)");
     if page["truncated"].as_bool() == Some(true) {
         println!("({} of {} jobs shown; use --limit)", jobs.len(), page["total"]);
     }

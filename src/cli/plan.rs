@@ -43,7 +43,13 @@ pub fn run(problem: &Path, output: Output, method: SolverArg, time_limit_ms: Opt
         SolverArg::Best => solver::Method::Best,
         SolverArg::Greedy => solver::Method::Greedy,
     };
-    let plan = solver::solve(&problem, &solver::SolveOptions { method, time_limit_ms });
+    let mut plan = solver::solve(&problem, &solver::SolveOptions { method, time_limit_ms });
+    // Sums of zero-cost placements can come out as -0.0, which prints as "-0"; no cost is negative.
+    let clean = |v: f64| if v == 0.0 { 0.0 } else { v };
+    plan.expected_cost = clean(plan.expected_cost);
+    for p in &mut plan.placements {
+        p.expected_cost = clean(p.expected_cost);
+    }
     match output {
         Output::Json => println!("{}", plan.to_json_pretty()),
         Output::Table => print!("{}", render(&plan)),
@@ -68,7 +74,7 @@ pub fn render(plan: &solver::Plan) -> String {
                     p.vms.to_string(),
                     p.gpus.to_string(),
                     format!("{:.3}", p.price_per_hour),
-                    format!("{:.2}", p.expected_cost),
+                    super::client::usd(p.expected_cost),
                 ]
             })
             .collect();
@@ -88,8 +94,11 @@ pub fn render(plan: &solver::Plan) -> String {
     }
     let proof = if plan.optimal { "optimal".to_string() } else { format!("gap {:.4} %", plan.gap * 100.0) };
     out.push_str(&format!(
-        "\nplaced weight {}, expected cost {:.2} USD; solver {}, {proof}, {:.1} ms\n",
-        plan.placed_weight, plan.expected_cost, plan.solver, plan.solve_ms
+        "\nplaced weight {}, expected cost {} USD; solver {}, {proof}, {:.1} ms\n",
+        plan.placed_weight,
+        super::client::usd(plan.expected_cost),
+        plan.solver,
+        plan.solve_ms
     ));
     out
 }

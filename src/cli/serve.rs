@@ -59,7 +59,7 @@ pub enum LogFormat {
 /// Arguments of `spillway serve`. Flags win over the config file, which wins over the defaults.
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// Data directory (created 0700 if absent) [default: ./spillway-data].
+    /// Data directory (created 0700 if absent; an existing one must not be open to other users) [default: ./spillway-data].
     #[arg(long, env = "SPILLWAY_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
     /// Address to listen on; `127.0.0.1:0` picks a free port (printed on stdout) [default: 127.0.0.1:7878].
@@ -353,7 +353,15 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
         Some((cert, key)) => Some(tls::acceptor(cert, key)?),
         None => None,
     };
+    // Before anything is written: a second server on a busy port must change nothing (it used to
+    // write a new admin.token into its data directory, then fail to listen). Bound before the
+    // cloud is set up, too: the VMs' agents are told where to reach this server.
+    let listener = tokio::net::TcpListener::bind(settings.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}; nothing was changed", settings.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let data_dir = settings.data_dir.clone();
+    check_data_dir(&data_dir)?;
     let store = {
         let dir = data_dir.clone();
         tokio::task::spawn_blocking(move || Store::open(&dir))
@@ -361,11 +369,6 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())?
     };
-    // Bound before the cloud is set up: the VMs' agents are told where to reach this server.
-    let listener = tokio::net::TcpListener::bind(settings.listen)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     let keys = AgentKeys::load_or_create(&store).map_err(|e| e.to_string())?;
     let bootstrap = agent_bootstrap(&settings.agent, &format!("{scheme}://{addr}"), keys.clone())?;
@@ -422,6 +425,7 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
     if settings.demo {
         tokio::spawn(demo(jobs.clone(), stop_rx.clone()));
     }
+    let limits = scheduler::api::server::Limits::of(&settings.api);
     let state = ApiState::new(jobs, controller, tokens, registry, settings.api, stop_rx.clone()).with_agents(agents);
     let app = router(state);
 
@@ -464,9 +468,9 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
     };
     let served = match tls {
         Some(acceptor) => {
-            axum::serve(tls::TlsListener::new(listener, acceptor), app).with_graceful_shutdown(shutdown).await
+            scheduler::api::server::serve(tls::TlsListener::new(listener, acceptor), app, limits, shutdown).await
         }
-        None => axum::serve(listener, app).with_graceful_shutdown(shutdown).await,
+        None => scheduler::api::server::serve(listener, app, limits, shutdown).await,
     };
     let _ = stop_tx.send(true);
     if let Some((r, _)) = &vm_runner {
@@ -537,6 +541,24 @@ impl AgentLauncher for SimLauncher {
         let attempt: u32 = fleet.tags.get(TAG_ATTEMPT)?.parse().ok()?;
         let job = self.store.get::<scheduler::model::Job>(job_id).ok()??;
         job.spec.runs_work().then(|| self.bootstrap.settings(job_id, attempt))
+    }
+}
+
+/// Refuses a data directory that other users may read or enter: the store holds every job and the
+/// tokens' hashes, and sled creates its files readable by the directory's readers. Refused rather
+/// than tightened, because the directory may be shared on purpose (a home directory, a mount) and
+/// changing its mode behind the owner's back would surprise them more than a clear refusal.
+fn check_data_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() && m.permissions().mode() & 0o077 != 0 => Err(format!(
+            "data directory {} is mode {:04o}: other users could read the job store and the token hashes; \
+             run `chmod 700 {}` (or pass another --data-dir) and start again; nothing was changed",
+            dir.display(),
+            m.permissions().mode() & 0o777,
+            dir.display()
+        )),
+        _ => Ok(()),
     }
 }
 

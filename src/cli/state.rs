@@ -3,6 +3,7 @@
 
 use std::fs::File;
 use std::io::{BufReader, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -88,7 +89,14 @@ fn export(dir: &Path, file: &Path) -> Result<ExitCode, String> {
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
     let write = || -> Result<state::DumpSummary, String> {
-        let mut f = File::create(&tmp).map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
+        // The export holds every record, token hashes included: readable by its owner only.
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
         let summary = store.export(&mut f).map_err(|e| e.to_string())?;
         f.flush().and_then(|_| f.sync_all()).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
         std::fs::rename(&tmp, file)

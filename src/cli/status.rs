@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::Value;
 
-use super::client::{Client, ClientArgs, ClientError, cell, encode, print_json, when};
+use super::client::{Client, ClientArgs, ClientError, cell, clock_line, encode, print_json, usd, when};
 use crate::Output;
 
 /// Arguments of `spillway status`.
@@ -23,15 +23,18 @@ pub fn run(args: StatusArgs) -> ExitCode {
 }
 
 fn placement_line(a: &Value) -> String {
+    let (vms, running) = (a["vms"].as_u64().unwrap_or(0), a["running_vms"].as_u64().unwrap_or(0));
+    let up = if a["state"] == "running" && running != vms { format!(" ({running} running)") } else { String::new() };
     format!(
-        "{} × {} ({}) in {}, {} GPUs, ${:.2}/h, fleet {}",
-        cell(a, "vms"),
+        "{vms} × {} ({}) in {}{up}, {} GPUs, ${}/h, fleet {} (attempt {}, {})",
         cell(a, "size"),
         cell(a, "priority"),
         cell(a, "region"),
         cell(a, "gpus"),
-        a["price_per_hour"].as_f64().unwrap_or(0.0) * a["vms"].as_f64().unwrap_or(0.0),
-        cell(a, "fleet_name")
+        usd(a["price_per_hour"].as_f64().unwrap_or(0.0) * vms as f64),
+        cell(a, "fleet_name"),
+        cell(a, "number"),
+        cell(a, "state"),
     )
 }
 
@@ -44,12 +47,18 @@ async fn status(args: StatusArgs) -> Result<ExitCode, ClientError> {
     }
     let job = &d["job"];
     let spec = &job["spec"];
+    let finished = job["finished_at_ms"].is_i64();
     println!("job       {}  ({})", cell(job, "id"), cell(spec, "name"));
     println!("state     {}", cell(job, "state"));
     println!("tenant    {}   kind {}   priority {}", cell(spec, "tenant"), cell(spec, "kind"), cell(spec, "priority"));
     let models =
         spec["gpu_models"].as_array().map(|m| m.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(", "));
-    println!("wants     {} GPUs{}", cell(spec, "gpus"), models.map(|m| format!(" of {m}")).unwrap_or_default());
+    let gpus = match (spec["replicas"]["desired"].as_u64(), spec["gpus"].as_u64()) {
+        (Some(r), Some(g)) => format!("{} GPUs ({r} replicas × {g})", r * g),
+        _ => format!("{} GPUs", cell(spec, "gpus")),
+    };
+    println!("wants     {gpus}{}", models.map(|m| format!(" of {m}")).unwrap_or_default());
+    println!("clock     {}", clock_line(&d));
     match spec["run"].as_str() {
         Some(_) => println!(
             "work      runs a script on every VM (max_restarts {})",
@@ -61,16 +70,17 @@ async fn status(args: StatusArgs) -> Result<ExitCode, ClientError> {
     }
     println!("submitted {}", when(job["submitted_at_ms"].as_i64()));
     if job["first_running_at_ms"].is_i64() {
-        println!("running   since {}", when(job["first_running_at_ms"].as_i64()));
+        println!("first ran {}", when(job["first_running_at_ms"].as_i64()));
     }
-    if job["finished_at_ms"].is_i64() {
+    if finished {
         println!("finished  {}", when(job["finished_at_ms"].as_i64()));
     }
     let progress = job["progress_hours"].as_f64().unwrap_or(0.0);
     let duration = spec["duration_hours"].as_f64();
     println!(
-        "cost      ${:.2} so far; progress {progress:.2} h{}",
-        job["cost_usd"].as_f64().unwrap_or(0.0),
+        "cost      ${} {}; progress {progress:.2} h{}",
+        usd(job["cost_usd"].as_f64().unwrap_or(0.0)),
+        if finished { "in all" } else { "so far" },
         duration.map(|d| format!(" of {d} h")).unwrap_or_default()
     );
     println!(
@@ -100,7 +110,7 @@ async fn status(args: StatusArgs) -> Result<ExitCode, ClientError> {
         println!("ended: {r}");
     }
     if let Some(attempts) = d["attempts"].as_array().filter(|a| !a.is_empty()) {
-        println!("\nattempts:");
+        println!("\nattempts (one fleet each; times on the {}):", super::client::clock_label(&d));
         let rows: Vec<Vec<String>> = attempts
             .iter()
             .map(|a| {
@@ -112,7 +122,7 @@ async fn status(args: StatusArgs) -> Result<ExitCode, ClientError> {
                     cell(a, "vms"),
                     cell(a, "state"),
                     when(a["started_at_ms"].as_i64()),
-                    format!("{:.2}", a["cost_usd"].as_f64().unwrap_or(0.0)),
+                    usd(a["cost_usd"].as_f64().unwrap_or(0.0)),
                     a["failure"].as_str().unwrap_or("").to_string(),
                 ]
             })
@@ -156,7 +166,7 @@ async fn status(args: StatusArgs) -> Result<ExitCode, ClientError> {
         }
     }
     if let Some(events) = d["events"].as_array().filter(|e| !e.is_empty()) {
-        println!("\nevents:");
+        println!("\nevents (times on the {}):", super::client::clock_label(&d));
         for e in events {
             println!(
                 "  {}  {:<20} {}",

@@ -99,7 +99,11 @@ async fn token(cmd: TokenCommand) -> Result<ExitCode, ClientError> {
                             ]
                         })
                         .collect();
-                    print!("{}", super::table::render(&["ID", "ROLE", "TENANT", "NAME", "CREATED"], &rows));
+                    // Tokens live in real time, even when the server's cloud is simulated.
+                    print!(
+                        "{}",
+                        super::table::render(&["ID", "ROLE", "TENANT", "NAME", "CREATED (WALL CLOCK, UTC)"], &rows)
+                    );
                 }
             }
         }

@@ -1,30 +1,45 @@
 //! `GET /v1/events`: the store's event log as server-sent events, resumable.
 //!
-//! Each SSE event carries the log's sequence number as its `id`, the event kind as its `event`
-//! and the whole [`state::Event`] as JSON `data`. A client that lost the connection reconnects
-//! with `Last-Event-ID: N` (browsers do this by themselves) or `?from=N+1` and misses nothing: the
-//! log is durable and its sequence numbers never repeat. Without either, the stream starts with
-//! the next event. The log is polled (it lives in the store, written by several components), at
-//! an interval short enough for people and cheap when idle.
+//! Each SSE event carries the log position as its `id` (the sequence number, or an opaque cursor
+//! for tenant-bound tokens: [`super::cursor`]), the event kind as its `event` and the event as
+//! JSON `data`. A client that lost the connection reconnects with `Last-Event-ID: N` (browsers do
+//! this by themselves) or `?from=N+1` and misses nothing: the log is durable and its positions
+//! never repeat. Without either, the stream starts with the next event.
+//!
+//! One task (the [`EventHub`]) reads the log, which lives in the store and is written by several
+//! components, and fans new events out to every stream over a broadcast channel; a stream reads
+//! the store itself only to catch up on history (a resume, or after falling behind the channel),
+//! a few streams at a time. So an open stream costs a little memory and no thread, and the number
+//! of streams is capped ([`super::ApiConfig::max_event_streams`]): past it, 503 with Retry-After.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures_util::Stream;
+use serde::Serialize;
 use state::{Event, Store};
-use tokio::sync::watch;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, watch};
 
-/// Largest batch read from the log per poll.
+use super::cursor::Cursors;
+
+/// Largest batch read from the log per read.
 const BATCH: usize = 256;
+
+/// Events the hub keeps for streams that fall behind before they must catch up from the store.
+const CHANNEL: usize = 1024;
+
+/// Streams reading history from the store at the same time (each read runs on a blocking thread).
+const CATCH_UP_READERS: usize = 4;
 
 /// What one subscriber wants.
 #[derive(Debug, Clone)]
 pub(crate) struct Subscription {
     /// First sequence number to send.
     pub next_seq: u64,
-    /// Only this tenant's events (tenant-bound tokens).
+    /// Only this tenant's events (tenant-bound tokens, who also see cursors, not sequence numbers).
     pub tenant: Option<String>,
     /// Only this job's events.
     pub job: Option<String>,
@@ -40,57 +55,225 @@ impl Subscription {
     }
 }
 
-struct Cursor {
-    store: Store,
-    sub: Subscription,
-    buffer: VecDeque<Event>,
-    poll: Duration,
-    shutdown: watch::Receiver<bool>,
+/// An event as streamed (the `data` of each frame).
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct EventView {
+    /// Position in the log: the sequence number, or an opaque cursor for tenant-bound tokens.
+    pub seq: u64,
+    /// When, Unix milliseconds on the server's clock.
+    pub at_ms: i64,
+    /// What happened.
+    #[schema(value_type = super::views::EventKind)]
+    pub kind: String,
+    /// The job concerned, if any.
+    #[serde(default)]
+    pub job_id: Option<String>,
+    /// The tenant concerned, if any.
+    #[serde(default)]
+    pub tenant: Option<String>,
+    /// What happened, in words.
+    pub message: String,
+    /// Details for programs (e.g. `{"class": "capacity"}` of a `provisioning_failed`), or null.
+    #[schema(value_type = Option<Object>)]
+    pub data: serde_json::Value,
 }
 
-/// The SSE response for a subscription; ends when the server shuts down.
-pub(crate) fn stream(
+/// Reads the log once for every stream and fans new events out.
+pub(crate) struct EventHub {
     store: Store,
-    sub: Subscription,
     poll: Duration,
     shutdown: watch::Receiver<bool>,
-) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
-    let cursor = Cursor { store, sub, buffer: VecDeque::new(), poll, shutdown };
-    let s = futures_util::stream::unfold(cursor, |mut c| async move {
-        loop {
-            if let Some(e) = c.buffer.pop_front() {
-                let data = serde_json::to_string(&e).unwrap_or_else(|_| "{}".into());
-                let ev = SseEvent::default().id(e.seq.to_string()).event(e.kind.clone()).data(data);
-                return Some((Ok(ev), c));
-            }
-            if *c.shutdown.borrow() {
-                return None;
-            }
-            let store = c.store.clone();
-            let from = c.sub.next_seq;
-            let batch = tokio::task::spawn_blocking(move || store.events_from(from, BATCH)).await;
-            match batch {
-                Ok(Ok(events)) if !events.is_empty() => {
-                    let full = events.len() == BATCH;
-                    if let Some(last) = events.last() {
-                        c.sub.next_seq = last.seq + 1;
+    tx: broadcast::Sender<Arc<Event>>,
+    streams: Arc<Semaphore>,
+    max_streams: usize,
+    catch_up: Arc<Semaphore>,
+    started: Mutex<bool>,
+    cursors: Cursors,
+}
+
+/// A stream could not be opened.
+#[derive(Debug)]
+pub(crate) struct TooManyStreams(pub usize);
+
+impl EventHub {
+    pub(crate) fn new(
+        store: Store,
+        poll: Duration,
+        max_streams: usize,
+        cursors: Cursors,
+        shutdown: watch::Receiver<bool>,
+    ) -> EventHub {
+        let (tx, _) = broadcast::channel(CHANNEL);
+        EventHub {
+            store,
+            poll,
+            shutdown,
+            tx,
+            streams: Arc::new(Semaphore::new(max_streams)),
+            max_streams,
+            catch_up: Arc::new(Semaphore::new(CATCH_UP_READERS)),
+            started: Mutex::new(false),
+            cursors,
+        }
+    }
+
+    /// Streams open now.
+    pub(crate) fn open_streams(&self) -> usize {
+        self.max_streams - self.streams.available_permits()
+    }
+
+    /// Starts the reader task the first time a stream opens (it needs a runtime, which the hub's
+    /// creator may not be in).
+    fn ensure_reader(&self) {
+        let mut started = self.started.lock().unwrap_or_else(|p| p.into_inner());
+        if *started {
+            return;
+        }
+        *started = true;
+        let (store, tx, poll, mut shutdown) = (self.store.clone(), self.tx.clone(), self.poll, self.shutdown.clone());
+        tokio::spawn(async move {
+            let mut next = store.last_seq() + 1;
+            loop {
+                if *shutdown.borrow() {
+                    return;
+                }
+                let mut more = false;
+                if tx.receiver_count() > 0 {
+                    let s = store.clone();
+                    match tokio::task::spawn_blocking(move || s.events_from(next, BATCH)).await {
+                        Ok(Ok(events)) => {
+                            more = events.len() == BATCH;
+                            for e in events {
+                                next = e.seq + 1;
+                                let _ = tx.send(Arc::new(e));
+                            }
+                        }
+                        Ok(Err(e)) => tracing::warn!(error = %e, "cannot read the event log; retrying"),
+                        Err(e) => tracing::warn!(error = %e, "event log reader failed; retrying"),
                     }
-                    c.buffer.extend(events.into_iter().filter(|e| c.sub.wants(e)));
-                    if full || !c.buffer.is_empty() {
-                        continue;
+                } else {
+                    // Nobody listens: what is appended meanwhile is history, read by whoever asks.
+                    next = store.last_seq() + 1;
+                }
+                if !more {
+                    tokio::select! {
+                        _ = tokio::time::sleep(poll) => {}
+                        _ = shutdown.changed() => {}
                     }
                 }
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => tracing::warn!(error = %e, "cannot read the event log; retrying"),
-                Err(e) => tracing::warn!(error = %e, "event log reader failed; retrying"),
+            }
+        });
+    }
+
+    /// Opens a stream, or refuses when [`super::ApiConfig::max_event_streams`] are open.
+    pub(crate) fn subscribe(
+        self: &Arc<Self>,
+        sub: Subscription,
+    ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>> + use<>>, TooManyStreams> {
+        let permit = self.streams.clone().try_acquire_owned().map_err(|_| TooManyStreams(self.max_streams))?;
+        self.ensure_reader();
+        let cursor = Cursor {
+            hub: self.clone(),
+            rx: self.tx.subscribe(),
+            catching_up: true,
+            sub,
+            buffer: VecDeque::new(),
+            shutdown: self.shutdown.clone(),
+            _permit: permit,
+        };
+        let s = futures_util::stream::unfold(cursor, |mut c| async move {
+            let e = c.next().await?;
+            let frame = c.frame(&e);
+            Some((Ok(frame), c))
+        });
+        Ok(Sse::new(s).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+    }
+}
+
+/// One open stream.
+struct Cursor {
+    hub: Arc<EventHub>,
+    rx: broadcast::Receiver<Arc<Event>>,
+    /// Reading history from the store (at the start, and after falling behind the channel).
+    catching_up: bool,
+    sub: Subscription,
+    buffer: VecDeque<Arc<Event>>,
+    shutdown: watch::Receiver<bool>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Cursor {
+    fn frame(&self, e: &Event) -> SseEvent {
+        let seq = if self.sub.tenant.is_some() { self.hub.cursors.encode(e.seq) } else { e.seq };
+        let view = EventView {
+            seq,
+            at_ms: e.at_ms,
+            kind: e.kind.clone(),
+            job_id: e.job_id.clone(),
+            tenant: e.tenant.clone(),
+            message: e.message.clone(),
+            data: e.data.clone(),
+        };
+        let data = serde_json::to_string(&view).unwrap_or_else(|_| "{}".into());
+        SseEvent::default().id(seq.to_string()).event(e.kind.clone()).data(data)
+    }
+
+    /// The next event this stream wants; `None` once the server shuts down.
+    async fn next(&mut self) -> Option<Arc<Event>> {
+        loop {
+            if let Some(e) = self.buffer.pop_front() {
+                return Some(e);
+            }
+            if *self.shutdown.borrow() {
+                return None;
+            }
+            if self.catching_up {
+                self.catch_up().await;
+                continue;
             }
             tokio::select! {
-                _ = tokio::time::sleep(c.poll) => {}
-                _ = c.shutdown.changed() => {}
+                got = self.rx.recv() => match got {
+                    Ok(e) if e.seq >= self.sub.next_seq => {
+                        self.sub.next_seq = e.seq + 1;
+                        if self.sub.wants(&e) {
+                            return Some(e);
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Lagged(_)) => self.catching_up = true,
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                },
+                _ = self.shutdown.changed() => {}
             }
         }
-    });
-    Sse::new(s).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+    }
+
+    /// Reads one batch of history from the store; done when the batch is short.
+    async fn catch_up(&mut self) {
+        let Ok(_reader) = self.hub.catch_up.clone().acquire_owned().await else { return };
+        let (store, from) = (self.hub.store.clone(), self.sub.next_seq);
+        match tokio::task::spawn_blocking(move || store.events_from(from, BATCH)).await {
+            Ok(Ok(events)) => {
+                if events.len() < BATCH {
+                    self.catching_up = false;
+                }
+                for e in events {
+                    self.sub.next_seq = e.seq + 1;
+                    if self.sub.wants(&e) {
+                        self.buffer.push_back(Arc::new(e));
+                    }
+                }
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot read the event log; retrying");
+                tokio::time::sleep(self.hub.poll).await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "event log reader failed; retrying");
+                tokio::time::sleep(self.hub.poll).await;
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -15,8 +15,13 @@ use serde::{Deserialize, Serialize};
 use super::ApiState;
 use super::auth::{ApiToken, Caller, Role, TokenError};
 use super::error::{ApiError, ErrorBody, blocking};
-use crate::jobs::JobDetail;
-use crate::model::{Attempt, FieldErrors, Job, JobState};
+use super::views::{
+    AttemptView, BlockedOfferView, CapacityView, DemandPartView, JobDetailView, JobEventView, JobListView, JobView,
+    PlacementView, PlanView, PoolView, PriorityView, RegionHealthView, UnplacedView, money,
+};
+use crate::clock::{Clock, SystemClock};
+use crate::model::strict_json::{self, JsonError};
+use crate::model::{FieldErrors, Job, JobState};
 
 /// Longest accepted `Idempotency-Key`.
 const MAX_IDEMPOTENCY_KEY: usize = 200;
@@ -42,12 +47,20 @@ async fn read_body(state: &ApiState, headers: &HeaderMap, body: Body) -> Result<
     })
 }
 
-/// Parses a body as JSON; malformed JSON is a 400 naming where it broke.
+/// Parses a body as JSON; malformed JSON is a 400 naming where it broke, a key given twice a 422
+/// naming the key (a client must not get a job other than the one it reviewed).
 fn parse_json(bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::bad_field("body", "empty body: send a JSON object"));
     }
-    serde_json::from_slice(bytes).map_err(|e| ApiError::bad_field("body", format!("malformed JSON: {e}")))
+    strict_json::parse_slice(bytes).map_err(|e| match e {
+        JsonError::Syntax(m) => ApiError::bad_field("body", format!("malformed JSON: {m}")),
+        JsonError::DuplicateKey(f) => {
+            let mut fe = FieldErrors::default();
+            fe.0.push(f);
+            ApiError::invalid(&fe)
+        }
+    })
 }
 
 fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
@@ -99,13 +112,13 @@ fn require_admin(caller: &Caller) -> Result<(), ApiError> {
     params(("Idempotency-Key" = Option<String>, Header, nullable = false, pattern = "^[!-~]{1,200}$",
         description = "Makes a retried submission return the same job (1 to 200 printable ASCII characters)")),
     responses(
-        (status = 201, description = "Accepted and durable", body = Object),
-        (status = 200, description = "An earlier submission with this Idempotency-Key", body = Object),
+        (status = 201, description = "Accepted and durable", body = JobView),
+        (status = 200, description = "An earlier submission with this Idempotency-Key", body = JobView),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 403, description = "The token may not submit", body = ErrorBody),
         (status = 409, description = "Idempotency-Key reused with a different spec", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 422, description = "Invalid spec; every problem names its field", body = ErrorBody),
+        (status = 422, description = "Invalid spec (or a key given twice); every problem names its field", body = ErrorBody),
         (status = 429, description = "Rate limited", body = ErrorBody),
         (status = 503, description = "Store unavailable; nothing was accepted", body = ErrorBody),
     )
@@ -148,7 +161,7 @@ pub(crate) async fn submit_job(
     if submitted.created {
         tracing::info!(job = %submitted.job.id, tenant = %submitted.job.spec.tenant, by = %caller.token_id, "job submitted");
     }
-    let mut resp = (status, Json(&submitted.job)).into_response();
+    let mut resp = (status, Json(JobView::from(&submitted.job))).into_response();
     if let Ok(loc) = HeaderValue::from_str(&format!("/v1/jobs/{}", submitted.job.id)) {
         resp.headers_mut().insert(header::LOCATION, loc);
     }
@@ -170,28 +183,16 @@ pub(crate) struct ListQuery {
     limit: Option<usize>,
 }
 
-/// A page of jobs.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct JobList {
-    /// The jobs, oldest first.
-    #[schema(value_type = Vec<Object>)]
-    pub jobs: Vec<Job>,
-    /// How many jobs matched before `limit`.
-    pub total: usize,
-    /// True when older jobs were left out because of `limit`.
-    pub truncated: bool,
-}
-
 /// List jobs, oldest first; a tenant-bound token sees only its tenant's.
 #[utoipa::path(
     get, path = "/v1/jobs", tag = "jobs", params(ListQuery),
-    responses((status = 200, body = JobList), (status = 400, body = ErrorBody))
+    responses((status = 200, body = JobListView), (status = 400, body = ErrorBody))
 )]
 pub(crate) async fn list_jobs(
     State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
     q: Result<Query<ListQuery>, QueryRejection>,
-) -> Result<Json<JobList>, ApiError> {
+) -> Result<Json<JobListView>, ApiError> {
     let q = query(q)?;
     let job_state = match q.state.as_deref() {
         None | Some("") => None,
@@ -203,7 +204,7 @@ pub(crate) async fn list_jobs(
     }
     let tenant = match (caller.tenant.clone(), q.tenant.filter(|t| !t.is_empty())) {
         (Some(own), Some(asked)) if own != asked => {
-            return Ok(Json(JobList { jobs: Vec::new(), total: 0, truncated: false }));
+            return Ok(Json(JobListView { jobs: Vec::new(), total: 0, truncated: false, clock: state.clock_view() }));
         }
         (Some(own), _) => Some(own),
         (None, asked) => asked,
@@ -211,28 +212,15 @@ pub(crate) async fn list_jobs(
     let jobs = state.jobs().clone();
     let (page, total) =
         blocking(move || jobs.newest(job_state, tenant.as_deref(), limit).map_err(ApiError::from)).await?;
-    Ok(Json(JobList { jobs: page, total, truncated: total > limit }))
-}
-
-/// Everything about one job.
-#[derive(Debug, Serialize)]
-pub struct JobView {
-    /// The job, its attempts and its events.
-    #[serde(flatten)]
-    pub detail: JobDetail,
-    /// The attempts holding (or acquiring) cloud resources now: one for a gang, possibly several
-    /// (in several regions) for splittable work.
-    pub placements: Vec<Attempt>,
-    /// Every rank of every attempt that ran work: host, IP, phase, exit code, last heartbeat, GPU
-    /// utilisation (empty for capacity-only jobs).
-    pub nodes: Vec<crate::agents::NodeView>,
+    let jobs = page.iter().map(JobView::from).collect();
+    Ok(Json(JobListView { jobs, total, truncated: total > limit, clock: state.clock_view() }))
 }
 
 /// One job with its placement, attempts, events, cost so far and, while pending, why.
 #[utoipa::path(
     get, path = "/v1/jobs/{id}", tag = "jobs",
     params(("id" = String, Path, description = "Job id")),
-    responses((status = 200, description = "The job, its placement, attempts and events", body = Object), (status = 404, body = ErrorBody))
+    responses((status = 200, description = "The job, its placement, attempts and events", body = JobDetailView), (status = 404, body = ErrorBody))
 )]
 pub(crate) async fn get_job(
     State(state): State<ApiState>,
@@ -245,19 +233,28 @@ pub(crate) async fn get_job(
     let key = id.clone();
     let detail = blocking(move || jobs.detail(&key).map_err(ApiError::from)).await?;
     let detail = detail.ok_or_else(|| ApiError::not_found(format!("no job {id}")))?;
-    let placements = detail.attempts.iter().filter(|a| a.is_active()).cloned().collect();
+    let placements = detail.attempts.iter().filter(|a| a.is_active()).map(AttemptView::from).collect();
     let nodes = match state.agents().cloned() {
         Some(agents) => blocking(move || agents.nodes(&id).map_err(ApiError::from)).await?,
         None => Vec::new(),
     };
-    Ok(Json(JobView { detail, placements, nodes }).into_response())
+    let seq = |s: u64| if caller.tenant.is_some() { state.cursors().encode(s) } else { s };
+    let view = JobDetailView {
+        job: JobView::from(&detail.job),
+        attempts: detail.attempts.iter().map(AttemptView::from).collect(),
+        events: detail.events.iter().map(|e| JobEventView::new(e, seq(e.seq))).collect(),
+        placements,
+        nodes,
+        clock: state.clock_view(),
+    };
+    Ok(Json(view).into_response())
 }
 
 /// Cancel a job that has not ended; the control loop deletes its fleet.
 #[utoipa::path(
     delete, path = "/v1/jobs/{id}", tag = "jobs",
     params(("id" = String, Path, description = "Job id")),
-    responses((status = 200, body = Object), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, description = "Already ended", body = ErrorBody))
+    responses((status = 200, description = "The job, now cancelled", body = JobView), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, description = "Already ended", body = ErrorBody))
 )]
 pub(crate) async fn cancel_job(
     State(state): State<ApiState>,
@@ -271,14 +268,14 @@ pub(crate) async fn cancel_job(
     let by = caller.describe();
     let job = blocking(move || jobs.cancel(&id, &by).map_err(ApiError::from)).await?;
     tracing::info!(job = %job.id, by = %caller.token_id, "job cancelled");
-    Ok(Json(job).into_response())
+    Ok(Json(JobView::from(&job)).into_response())
 }
 
 /// Mark a running job's work as done.
 #[utoipa::path(
     post, path = "/v1/jobs/{id}/complete", tag = "jobs",
     params(("id" = String, Path, description = "Job id")),
-    responses((status = 200, body = Object), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, description = "Not running", body = ErrorBody))
+    responses((status = 200, description = "The job, now succeeded", body = JobView), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, description = "Not running", body = ErrorBody))
 )]
 pub(crate) async fn complete_job(
     State(state): State<ApiState>,
@@ -290,40 +287,131 @@ pub(crate) async fn complete_job(
     visible_job(&state, &caller, &id).await?;
     let jobs = state.jobs().clone();
     let job = blocking(move || jobs.complete(&id).map_err(ApiError::from)).await?;
-    Ok(Json(job).into_response())
+    Ok(Json(JobView::from(&job)).into_response())
 }
 
-/// Quota pools per region (limit, used, in flight, free), blocked offers with reason and
-/// expiry, and unhealthy regions.
+/// Quota pools per region (limit, free, and who uses what), blocked offers with reason and
+/// expiry, and unhealthy regions. A tenant-bound token sees the capacity it may use (limits, what
+/// is free, blocks, breakers) and its own use, not other tenants' nor spillway's total.
 #[utoipa::path(
     get, path = "/v1/capacity", tag = "cluster",
-    responses((status = 200, body = Object), (status = 503, body = ErrorBody))
+    responses((status = 200, body = CapacityView), (status = 503, body = ErrorBody))
 )]
-pub(crate) async fn capacity(State(state): State<ApiState>) -> Result<Response, ApiError> {
+pub(crate) async fn capacity(
+    State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Response, ApiError> {
     let view = state.controller().capacity().await?;
-    Ok(Json(view).into_response())
+    let tenant_use = match caller.tenant.clone() {
+        None => None,
+        Some(t) => {
+            let store = state.jobs().store().clone();
+            Some(
+                blocking(move || {
+                    let mut mine = Vec::new();
+                    for s in ["provisioning", "running"] {
+                        for a in store.by_index::<crate::model::Attempt>("state", s)? {
+                            if store.get::<Job>(&a.job_id)?.is_some_and(|j| j.spec.tenant == t) {
+                                mine.push(a);
+                            }
+                        }
+                    }
+                    Ok(crate::control::our_usage(mine.iter()))
+                })
+                .await?,
+            )
+        }
+    };
+    let scrub = caller.tenant.is_some();
+    let pools = view
+        .pools
+        .iter()
+        .map(|p| {
+            let key = (p.region.clone(), crate::model::normalize_family(&p.pool));
+            PoolView {
+                region: p.region.clone(),
+                pool: p.pool.clone(),
+                limit: p.limit,
+                free: p.free,
+                used_by_tenant: tenant_use.as_ref().map(|u| u.get(&key).map_or(0, |x| x.0)),
+                used_by_others: (!scrub).then_some(p.used_by_others),
+                used_by_us: (!scrub).then_some(p.used_by_us),
+                in_flight: (!scrub).then_some(p.in_flight),
+                refreshed_at_ms: p.refreshed_at_ms,
+            }
+        })
+        .collect();
+    Ok(Json(CapacityView {
+        pools,
+        blocked_offers: view.blocked_offers.iter().map(|b| BlockedOfferView::new(b, scrub)).collect(),
+        regions: view
+            .regions
+            .iter()
+            .map(|r| RegionHealthView { region: r.region.clone(), breaker: r.breaker.into() })
+            .collect(),
+    })
+    .into_response())
 }
 
-/// What the solver would do now with the pending work, without provisioning anything.
+/// What the solver would do now with the open work, without provisioning anything. A
+/// tenant-bound token sees its own jobs' entries (inference parts included), their GPUs and
+/// cost, and not the cluster-wide `placed_weight`.
 #[utoipa::path(
     get, path = "/v1/plan", tag = "cluster",
-    responses((status = 200, body = Object), (status = 503, body = ErrorBody))
+    responses((status = 200, body = PlanView), (status = 503, body = ErrorBody))
 )]
 pub(crate) async fn plan(
     State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
 ) -> Result<Response, ApiError> {
+    use crate::control::DemandPart;
     // The control loop's only error is a store failure: retry later.
-    let mut plan = state
+    let plan = state
         .controller()
         .plan_preview()
         .await
         .map_err(|e| ApiError::unavailable(format!("cannot compute a plan now ({e}); retry later")))?;
+    // Solver ids name a job, or a part of an inference service (`<job>#min`, `<job>#extra`).
+    let split = |solver_id: &str| -> (String, Option<DemandPartView>) {
+        let (job, part) = DemandPart::parse(solver_id);
+        let part = match part {
+            DemandPart::Whole => None,
+            DemandPart::Min => Some(DemandPartView::Min),
+            DemandPart::Extra => Some(DemandPartView::Extra),
+        };
+        (job.to_string(), part)
+    };
+    let mut placements: Vec<PlacementView> = plan
+        .placements
+        .iter()
+        .map(|p| {
+            let (job, part) = split(&p.job);
+            PlacementView {
+                job,
+                part,
+                region: p.region.clone(),
+                size: p.size.clone(),
+                priority: PriorityView::of_solver(p.priority),
+                vms: p.vms,
+                gpus: p.gpus,
+                price_per_hour: money(p.price_per_hour),
+                expected_cost: money(p.expected_cost),
+            }
+        })
+        .collect();
+    let mut unplaced: Vec<UnplacedView> = plan
+        .unplaced
+        .iter()
+        .map(|u| {
+            let (job, part) = split(&u.job);
+            UnplacedView { job, part, reasons: u.reasons.clone() }
+        })
+        .collect();
     if let Some(t) = caller.tenant.clone() {
         // Only the jobs the plan names (open work) are looked up, not the tenant's whole history.
         let jobs = state.jobs().clone();
         let named: std::collections::BTreeSet<String> =
-            plan.placements.iter().map(|p| p.job.clone()).chain(plan.unplaced.iter().map(|u| u.job.clone())).collect();
+            placements.iter().map(|p| p.job.clone()).chain(unplaced.iter().map(|u| u.job.clone())).collect();
         let mine = blocking(move || -> Result<std::collections::HashSet<String>, ApiError> {
             let mut mine = std::collections::HashSet::new();
             for id in named {
@@ -334,12 +422,21 @@ pub(crate) async fn plan(
             Ok(mine)
         })
         .await?;
-        plan.placements.retain(|p| mine.contains(&p.job));
-        plan.unplaced.retain(|u| mine.contains(&u.job));
-        // Totals are recomputed over what the tenant may see; the weight stays global (it names no job).
-        plan.expected_cost = plan.placements.iter().map(|p| p.expected_cost).sum();
+        placements.retain(|p| mine.contains(&p.job));
+        unplaced.retain(|u| mine.contains(&u.job));
     }
-    Ok(Json(plan).into_response())
+    let view = PlanView {
+        placed_gpus: placements.iter().map(|p| u64::from(p.gpus)).sum(),
+        expected_cost: money(placements.iter().map(|p| p.expected_cost).sum()),
+        placed_weight: caller.tenant.is_none().then_some(plan.placed_weight),
+        placements,
+        unplaced,
+        solver: plan.solver,
+        optimal: plan.optimal,
+        gap: plan.gap,
+        solve_ms: plan.solve_ms,
+    };
+    Ok(Json(view).into_response())
 }
 
 /// Query of `GET /v1/events`.
@@ -347,12 +444,13 @@ pub(crate) async fn plan(
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct EventsQuery {
-    /// First sequence number to send (the stream starts with the next new event when absent).
+    /// First position to send: a sequence number, or for tenant-bound tokens a cursor they were
+    /// given; 0 = the oldest event kept. Absent: the stream starts with the next new event.
     #[param(maximum = 9223372036854775807_i64)]
     from: Option<u64>,
     /// Only this job's events.
     job: Option<String>,
-    /// Only these kinds, comma-separated (e.g. `running,succeeded,failed`).
+    /// Only these kinds, comma-separated (e.g. `running,succeeded,failed`; see `EventKind`).
     kinds: Option<String>,
 }
 
@@ -361,21 +459,30 @@ pub(crate) struct EventsQuery {
 /// (and what property-based testers check each event against); found by `fuzz/http_fuzz.sh`.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct EventFrame {
-    /// The event's sequence number; send it back as `Last-Event-ID` to resume after it.
+    /// The event's position in the log (its `seq`); send it back as `Last-Event-ID` to resume
+    /// after it.
     pub id: String,
-    /// The event's kind (`submitted`, `running`, `failover`, …).
+    /// The event's kind.
+    #[schema(value_type = super::views::EventKind)]
     pub event: String,
-    /// The event as JSON: `seq`, `at_ms`, `kind`, `job_id`, `tenant`, `message`, `data`.
+    /// The event as JSON, an `EventView`: `seq`, `at_ms`, `kind`, `job_id`, `tenant`, `message`, `data`.
+    #[schema(content_media_type = "application/json")]
     pub data: String,
 }
 
-/// The event log as server-sent events (`id` = sequence number, `event` = kind, `data` = the
-/// event as JSON). Resume with `?from=SEQ` or `Last-Event-ID`; tenant-bound tokens see only their
-/// tenant's events.
+/// The event log as server-sent events (`id` = the event's position, `event` = kind, `data` = the
+/// event as JSON, an `EventView`). Resume with `?from=POSITION` or `Last-Event-ID`. Tenant-bound
+/// tokens see only their tenant's events, and positions as opaque cursors instead of the log's
+/// global sequence numbers (they resume the same way; `from=0` starts at the oldest event kept).
+/// At most `max_event_streams` streams are open at once; past that, 503 with Retry-After.
 #[utoipa::path(
     get, path = "/v1/events", tag = "events", params(EventsQuery,
-        ("Last-Event-ID" = Option<u64>, Header, nullable = false, maximum = 9223372036854775807_i64, description = "Resume after this sequence number")),
-    responses((status = 200, description = "text/event-stream; each frame has `id`, `event` and `data`", content_type = "text/event-stream", body = EventFrame), (status = 400, body = ErrorBody))
+        ("Last-Event-ID" = Option<u64>, Header, nullable = false, maximum = 9223372036854775807_i64, description = "Resume after this position")),
+    responses(
+        (status = 200, description = "text/event-stream; each frame has `id`, `event` and `data`", content_type = "text/event-stream", body = EventFrame),
+        (status = 400, body = ErrorBody),
+        (status = 503, description = "Too many event streams open; see Retry-After", body = ErrorBody),
+    )
 )]
 pub(crate) async fn events(
     State(state): State<ApiState>,
@@ -384,41 +491,79 @@ pub(crate) async fn events(
     q: Result<Query<EventsQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let q = query(q)?;
-    // Sequence numbers are published as int64 (what most clients can hold): refuse what the
-    // document says is out of range instead of silently accepting it.
-    if q.from.is_some_and(|f| f > MAX_SEQ) {
-        return Err(ApiError::bad_field("from", format!("must be an event sequence number (0 to {MAX_SEQ})")));
-    }
+    let tenant_bound = caller.tenant.is_some();
+    let what = if tenant_bound { "an event cursor from this server" } else { "an event sequence number" };
+    // Positions are published as int64 (what most clients can hold): refuse what the document says
+    // is out of range instead of silently accepting it. A tenant's positions are cursors.
+    let position = |field: &str, n: u64| -> Result<u64, ApiError> {
+        let bad = || ApiError::bad_field(field, format!("must be {what} (0 to {MAX_SEQ})"));
+        if n > MAX_SEQ {
+            return Err(bad());
+        }
+        if !tenant_bound || n == 0 {
+            return Ok(n);
+        }
+        // Every number decodes to some position; one past the log's end was not given out (the
+        // odds of guessing a real cursor are the log's length in 2^62).
+        let last = state.jobs().store().last_seq();
+        state.cursors().decode(n).filter(|&seq| seq <= last).ok_or_else(bad)
+    };
+    let from = q.from.map(|f| position("from", f)).transpose()?;
     let last_event_id = match headers.get("last-event-id") {
         None => None,
         Some(v) => {
-            Some(v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok()).filter(|&n| n <= MAX_SEQ).ok_or_else(
-                || ApiError::bad_field("Last-Event-ID", format!("must be an event sequence number (0 to {MAX_SEQ})")),
-            )?)
+            let n = v
+                .to_str()
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .ok_or_else(|| ApiError::bad_field("Last-Event-ID", format!("must be {what} (0 to {MAX_SEQ})")))?;
+            Some(position("Last-Event-ID", n)?)
         }
     };
-    let store = state.jobs().store().clone();
-    let next_seq = match (last_event_id, q.from) {
+    let next_seq = match (last_event_id, from) {
         (Some(id), _) => id.saturating_add(1),
         (None, Some(from)) => from,
-        (None, None) => store.last_seq() + 1,
+        (None, None) => state.jobs().store().last_seq() + 1,
     };
     let kinds = q.kinds.map(|k| k.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect());
     let sub = super::events::Subscription { next_seq, tenant: caller.tenant.clone(), job: q.job, kinds };
-    Ok(super::events::stream(store, sub, state.config().event_poll, state.shutdown()).into_response())
+    match state.hub().subscribe(sub) {
+        Ok(sse) => Ok(sse.into_response()),
+        Err(super::events::TooManyStreams(n)) => Err(ApiError {
+            retry_after_secs: Some(5),
+            ..ApiError::unavailable(format!("{n} event streams are open, the most this server serves; retry later"))
+        }),
+    }
 }
 
-/// Prometheus metrics (OpenMetrics text): jobs by state, GPUs in use, cost rate, failovers,
-/// evictions, provisioning failures by class, solve and HTTP latency.
+/// Prometheus metrics: jobs by state, GPUs in use, cost rate, failovers, evictions, provisioning
+/// failures by class (every class from the start), solve, round and HTTP latency, and per tenant
+/// spend, cost rate, GPUs and open jobs. OpenMetrics 1.0 when the `Accept` header asks for
+/// `application/openmetrics-text`, else the Prometheus text format 0.0.4. A tenant-bound token
+/// gets only the series labelled with its tenant.
 #[utoipa::path(
     get, path = "/metrics", tag = "operations",
-    responses((status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text", body = String))
+    params(("Accept" = Option<String>, Header, description = "`application/openmetrics-text` for OpenMetrics 1.0; anything else gets `text/plain; version=0.0.4`")),
+    responses((status = 200, description = "Prometheus text format 0.0.4 or OpenMetrics 1.0", body = String,
+        content((String = "text/plain; version=0.0.4"), (String = "application/openmetrics-text; version=1.0.0"))))
 )]
-pub(crate) async fn metrics(State(state): State<ApiState>) -> Result<Response, ApiError> {
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, state.registry())
-        .map_err(|e| ApiError::unavailable(format!("cannot encode metrics: {e}")))?;
-    Ok(([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response())
+pub(crate) async fn metrics(
+    State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let format = super::exposition::negotiate(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
+    let tenant = caller.tenant.clone();
+    // Encoding reads the store (the per-tenant series): off the async threads.
+    let st = state.clone();
+    let text = blocking(move || {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, st.registry())
+            .map_err(|e| ApiError::unavailable(format!("cannot encode metrics: {e}")))?;
+        Ok(super::exposition::render(&text, format, tenant.as_deref()))
+    })
+    .await?;
+    Ok(([(header::CONTENT_TYPE, format.content_type())], text).into_response())
 }
 
 /// Health of the process and readiness of the scheduler.
@@ -457,7 +602,7 @@ pub(crate) async fn readyz(State(state): State<ApiState>) -> Response {
 }
 
 /// This document: the OpenAPI 3.1 description of every route, generated from the handlers.
-#[utoipa::path(get, path = "/openapi.json", tag = "operations", responses((status = 200, body = Object)))]
+#[utoipa::path(get, path = "/openapi.json", tag = "operations", responses((status = 200, description = "An OpenAPI 3.1 document", body = Object)))]
 pub(crate) async fn openapi_json() -> Response {
     static DOC: OnceLock<String> = OnceLock::new();
     let doc = DOC.get_or_init(|| super::openapi().to_pretty_json().unwrap_or_else(|_| "{}".into()));
@@ -491,7 +636,8 @@ pub struct TokenInfo {
     pub tenant: Option<String>,
     /// Label.
     pub name: Option<String>,
-    /// Creation time, Unix milliseconds.
+    /// Creation time, Unix milliseconds on the wall clock (tokens live in real time, even when
+    /// the cloud is simulated).
     pub created_at_ms: i64,
 }
 
@@ -549,7 +695,7 @@ pub(crate) async fn create_token(
         ApiError::invalid(&fe)
     })?;
     let tokens = state.tokens().clone();
-    let now = state.jobs_clock_ms();
+    let now = SystemClock.now_ms();
     let (record, token) =
         blocking(move || tokens.create(req.role, req.tenant, req.name, now).map_err(token_error)).await?;
     tracing::info!(token_id = %record.id, role = record.role.as_str(), by = %caller.token_id, "token created");

@@ -11,14 +11,16 @@
 //! GET    /v1/plan                 what the solver would do now
 //! GET    /v1/events[?from=&job=&kinds=]   server-sent events, resumable (Last-Event-ID)
 //! POST   /v1/tokens, GET /v1/tokens, DELETE /v1/tokens/{id}   (admin)
-//! GET    /metrics                 Prometheus (OpenMetrics text)
+//! GET    /metrics                 Prometheus (text 0.0.4, or OpenMetrics when asked for)
 //! GET    /openapi.json            this list, generated from the handlers
 //! GET    /healthz, /readyz        no token needed
 //! *      /v1/agent/...            the node agents' routes, with attempt credentials ([`agent_routes`])
 //! ```
 //!
 //! Every other route needs `Authorization: Bearer <token>` ([`auth`]). Errors are always
-//! `{"error", "problems": [{"field", "problem"}]}` ([`error`]); store failures are 503.
+//! `{"error", "problems": [{"field", "problem"}]}` ([`error`]); store failures are 503. Bodies are
+//! the types of [`views`], never stored records; what a tenant-bound token sees is decided there.
+//! [`server`] serves the router with a header-read timeout and a connection cap.
 //! Requests are rate-limited per token ([`ratelimit`]) and counted by route and status
 //! ([`metrics`]).
 //!
@@ -37,12 +39,17 @@
 
 pub mod agent_routes;
 pub mod auth;
+pub mod cursor;
 pub mod error;
 mod events;
+pub mod exposition;
 pub mod handlers;
 mod logs;
 pub mod metrics;
 pub mod ratelimit;
+pub mod server;
+pub mod tenant_metrics;
+pub mod views;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -74,9 +81,17 @@ pub struct ApiConfig {
     pub max_body_bytes: usize,
     /// Per-token rate limit.
     pub rate_limit: RateLimitConfig,
-    /// How often an event stream looks for new events.
+    /// How often the event log is read for new events (one reader serves every stream).
     #[serde(with = "millis")]
     pub event_poll: Duration,
+    /// Event streams (`GET /v1/events`) open at once, at most; past it, 503 with Retry-After.
+    pub max_event_streams: usize,
+    /// Connections open at once, at most; past it, a new connection gets 503 and is closed.
+    pub max_connections: usize,
+    /// Longest a client may take to send a request's headers; past it, 408 and the connection
+    /// is closed (milliseconds in the config file).
+    #[serde(with = "millis")]
+    pub header_read_timeout: Duration,
 }
 
 mod millis {
@@ -96,11 +111,16 @@ impl Default for ApiConfig {
             max_body_bytes: 64 * 1024,
             rate_limit: RateLimitConfig::default(),
             event_poll: Duration::from_millis(200),
+            max_event_streams: 256,
+            max_connections: 1024,
+            header_read_timeout: Duration::from_secs(10),
         }
     }
 }
 
 struct Inner {
+    hub: Arc<events::EventHub>,
+    cursors: cursor::Cursors,
     jobs: JobService,
     controller: Arc<Controller>,
     tokens: TokenStore,
@@ -120,9 +140,9 @@ pub struct ApiState {
 
 impl ApiState {
     /// The API over a job service and a controller. `registry` should already hold the
-    /// controller's metrics ([`crate::control::ControlMetrics::register`]); the HTTP metrics are
-    /// added to it here. Event streams end when `shutdown` turns true, so a graceful shutdown
-    /// does not wait for them forever.
+    /// controller's metrics ([`crate::control::ControlMetrics::register`]); the HTTP and
+    /// per-tenant metrics are added to it here. Event streams end when `shutdown` turns true, so a
+    /// graceful shutdown does not wait for them forever.
     pub fn new(
         jobs: JobService,
         controller: Arc<Controller>,
@@ -132,9 +152,20 @@ impl ApiState {
         shutdown: watch::Receiver<bool>,
     ) -> ApiState {
         let http = HttpMetrics::register(&mut registry);
+        registry.register_collector(Box::new(tenant_metrics::TenantMetrics::new(jobs.store().clone())));
         let limiter = RateLimiter::new(config.rate_limit);
+        let cursors = cursor::Cursors::open(jobs.store());
+        let hub = Arc::new(events::EventHub::new(
+            jobs.store().clone(),
+            config.event_poll,
+            config.max_event_streams,
+            cursors.clone(),
+            shutdown.clone(),
+        ));
         ApiState {
             inner: Arc::new(Inner {
+                hub,
+                cursors,
                 jobs,
                 controller,
                 tokens,
@@ -194,8 +225,22 @@ impl ApiState {
         self.inner.shutdown.clone()
     }
 
-    fn jobs_clock_ms(&self) -> i64 {
-        self.inner.controller.clock().now_ms()
+    /// Event streams open now.
+    pub fn open_event_streams(&self) -> usize {
+        self.inner.hub.open_streams()
+    }
+
+    fn hub(&self) -> &Arc<events::EventHub> {
+        &self.inner.hub
+    }
+
+    fn cursors(&self) -> &cursor::Cursors {
+        &self.inner.cursors
+    }
+
+    /// The scheduler's clock, as responses label it.
+    fn clock_view(&self) -> views::ClockView {
+        views::ClockView::of(self.inner.controller.clock().as_ref())
     }
 }
 
@@ -296,13 +341,20 @@ fn add_auth_responses(doc: &mut utoipa::openapi::OpenApi) {
     }
 }
 
+/// Schemas a client needs that no route names directly: the JSON inside each event-stream frame.
+#[derive(utoipa::OpenApi)]
+#[openapi(components(schemas(events::EventView, views::EventKind)))]
+struct Extra;
+
 /// The OpenAPI document of every route, generated from the handlers' annotations (the same
 /// routers that serve the requests, so it cannot drift).
 pub fn openapi() -> utoipa::openapi::OpenApi {
+    use utoipa::OpenApi as _;
     let (_, mut doc) = protected_routes().split_for_parts();
     add_auth_responses(&mut doc);
     let (_, public) = public_routes().split_for_parts();
     doc.merge(public);
+    doc.merge(Extra::openapi());
     let (_, agent) = agent_routes::routes().split_for_parts();
     doc.merge(agent);
     let mut doc = document(doc);

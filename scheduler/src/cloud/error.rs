@@ -118,6 +118,18 @@ pub enum FailureClass {
 }
 
 impl FailureClass {
+    /// Every class, so that a dashboard sees each one (at 0) before the first failure.
+    pub const ALL: [FailureClass; 8] = [
+        FailureClass::Quota,
+        FailureClass::Capacity,
+        FailureClass::SizeUnavailable,
+        FailureClass::PriceAboveCap,
+        FailureClass::Throttled,
+        FailureClass::Transient,
+        FailureClass::Permanent,
+        FailureClass::NotFound,
+    ];
+
     /// The lower-case name used in metrics and events.
     pub fn as_str(self) -> &'static str {
         match self {

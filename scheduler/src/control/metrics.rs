@@ -75,6 +75,11 @@ impl ControlMetrics {
         r.register("failovers", "Jobs moved after a failure or eviction", m.failovers.clone());
         r.register("evictions", "Spot evictions seen", m.evictions.clone());
         r.register("provisioning_failures", "Provisioning failures by class", m.provisioning_failures.clone());
+        // Every class from the start, at 0: a rate over a series that appears only with its first
+        // failure misses that failure, and alerts cannot tell "none" from "not scraped".
+        for class in crate::cloud::FailureClass::ALL {
+            let _ = m.provisioning_failures.get_or_create(&ClassLabel { class: class.as_str().to_string() });
+        }
         r.register("provisioning_seconds", "Time from intent to running", m.provisioning_seconds.clone());
         r.register("blocked_offers", "Offers blocked now", m.blocked_offers.clone());
         r.register("jobs", "Jobs by state", m.jobs.clone());

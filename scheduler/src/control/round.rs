@@ -433,7 +433,10 @@ impl Controller {
                 &job,
                 now,
                 "running",
-                format!("{} × {} {} in {} running (attempt {})", a.running_vms, a.size, a.priority, a.region, a.number),
+                format!(
+                    "attempt {} is running: {} × {} ({}) in {}",
+                    a.number, a.running_vms, a.size, a.priority, a.region
+                ),
                 serde_json::Value::Null,
             )?;
             Ok(if all_running { degraded.clone() } else { Vec::new() })

@@ -8,7 +8,7 @@ use super::job_spec::JobSpec;
 use super::offer::Priority;
 
 /// Where a job is in its life. `Succeeded`, `Failed` and `Cancelled` are final.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum JobState {
     /// Accepted, waiting for a placement.
@@ -182,7 +182,7 @@ impl Job {
 }
 
 /// Where an attempt is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum AttemptState {
     /// Intent written; the fleet may or may not exist yet.

@@ -10,6 +10,8 @@ use time::OffsetDateTime;
 
 use super::field_error::FieldErrors;
 use super::size::{Workload, gpu_model_matches};
+use super::spec_reader::{self, ReadSpec};
+use super::strict_json::{self, JsonError};
 use crate::catalog::Catalog;
 
 /// What kind of work a job is; it sets the defaults for gang, spot and the sizes considered.
@@ -109,9 +111,11 @@ pub struct JobSpec {
     pub gpus: u32,
     /// Acceptable GPU models (any of); a family prefix such as `A100` matches every A100 model.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(max_items = 64)]
     pub gpu_models: Vec<String>,
     /// Explicit acceptable VM sizes; empty = any size with an acceptable GPU model.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(max_items = 64)]
     pub sizes: Vec<String>,
     /// Smallest acceptable GPUs per VM (e.g. 8 for an NVLink-bound model).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -122,32 +126,33 @@ pub struct JobSpec {
     pub gang: Option<bool>,
     /// Regions allowed; absent = any region in the catalog.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(min_items = 1)]
+    #[schema(min_items = 1, max_items = 64)]
     pub regions: Option<Vec<String>>,
     /// Regions never to use.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(max_items = 64)]
     pub deny_regions: Vec<String>,
     /// Where the job's data lives; running elsewhere costs egress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_region: Option<String>,
     /// Data moved when the job runs outside `data_region`, in GB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 0)]
+    #[schema(minimum = 0, maximum = 1000000)]
     pub data_gb: Option<f64>,
     /// Spot policy; defaults to `allowed` for batch and `never` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spot: Option<SpotPolicy>,
     /// Cap on the job's total price per hour (all its VMs), USD.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(exclusive_minimum = 0)]
+    #[schema(exclusive_minimum = 0, maximum = 1000000)]
     pub max_price_per_hour: Option<f64>,
     /// Cap on the job's expected total cost, USD.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(exclusive_minimum = 0)]
+    #[schema(exclusive_minimum = 0, maximum = 1000000000)]
     pub budget: Option<f64>,
     /// Estimated run time in hours (used for cost and deadlines).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(exclusive_minimum = 0, maximum = 8784)]
+    #[schema(minimum = 0.016666666666666666, maximum = 8784)]
     pub duration_hours: Option<f64>,
     /// When the job must be finished, RFC 3339.
     #[serde(default, skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
@@ -155,7 +160,7 @@ pub struct JobSpec {
     pub deadline: Option<OffsetDateTime>,
     /// How often the job checkpoints; bounds the work lost on an eviction.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1)]
+    #[schema(minimum = 1, maximum = 527040)]
     pub checkpoint_interval_minutes: Option<u32>,
     /// Relative importance, 1 to 1000 (higher places first).
     #[serde(default = "default_priority")]
@@ -208,39 +213,6 @@ fn default_priority() -> u32 {
     1
 }
 
-/// The field names a spec accepts, for reporting every unknown field at once.
-const SPEC_FIELDS: &[&str] = &[
-    "name",
-    "tenant",
-    "kind",
-    "gpus",
-    "gpu_models",
-    "sizes",
-    "min_gpus_per_vm",
-    "gang",
-    "regions",
-    "deny_regions",
-    "data_region",
-    "data_gb",
-    "spot",
-    "max_price_per_hour",
-    "budget",
-    "duration_hours",
-    "deadline",
-    "checkpoint_interval_minutes",
-    "priority",
-    "replicas",
-    "run",
-    "setup",
-    "envs",
-    "workdir",
-    "image",
-    "max_restarts",
-    "idle_minutes",
-    "on_idle",
-];
-const REPLICA_FIELDS: &[&str] = &["min", "desired"];
-
 /// Largest GPU count a single job may ask for; far above any real quota, it catches typos.
 pub const MAX_GPUS: u32 = 4096;
 
@@ -255,7 +227,8 @@ pub const RESERVED_ENV_PREFIX: &str = "SPILLWAY_";
 
 impl JobSpec {
     /// Parses a spec from TOML or JSON. Structural problems (unknown fields, wrong types, missing
-    /// required fields) come back as field errors; semantic checks are [`JobSpec::validate`]'s.
+    /// required fields, duplicate keys) come back as field errors, all of them; semantic checks are
+    /// [`JobSpec::validate`]'s.
     pub fn parse(content: &str, format: SpecFormat) -> Result<JobSpec, FieldErrors> {
         let value = parse_value(content, format)?;
         Self::from_value(value)
@@ -274,69 +247,25 @@ impl JobSpec {
     }
 
     /// [`JobSpec::from_value`] followed by [`JobSpec::validate`], reporting every problem found
-    /// by either.
+    /// by either: the semantic checks run on every field that could be read, so a spec with a
+    /// missing `kind`, a negative `gpus` and an unknown `spot` gets all three problems at once.
     pub fn from_value_checked(
         value: serde_json::Value,
         catalog: &Catalog,
         now: OffsetDateTime,
     ) -> Result<JobSpec, FieldErrors> {
-        let (spec, mut errs) = Self::from_value_lenient(value);
-        if let Some(spec) = spec {
-            if let Err(more) = spec.validate(catalog, now) {
-                errs.0.extend(more.0);
-            }
-            return errs.into_result(spec);
+        let ReadSpec { spec, mut errors, broken } = spec_reader::read(value)?;
+        if let Err(more) = spec.check(catalog, now, &broken, errors.is_empty()) {
+            errors.0.extend(more.0);
         }
-        Err(errs)
+        errors.into_result(spec)
     }
 
-    /// Builds a spec from an already-parsed JSON value (the HTTP API's path).
+    /// Builds a spec from an already-parsed JSON value, without the checks against the catalog
+    /// and the clock.
     pub fn from_value(value: serde_json::Value) -> Result<JobSpec, FieldErrors> {
-        match Self::from_value_lenient(value) {
-            (Some(spec), errs) => errs.into_result(spec),
-            (None, errs) => Err(errs),
-        }
-    }
-
-    /// Reports unknown fields but still builds the spec without them, so that validation can
-    /// report the remaining problems in the same pass.
-    fn from_value_lenient(mut value: serde_json::Value) -> (Option<JobSpec>, FieldErrors) {
-        let mut errs = FieldErrors::default();
-        let Some(obj) = value.as_object_mut() else {
-            errs.push("", "a job spec must be an object (a table)");
-            return (None, errs);
-        };
-        let unknown: Vec<String> = obj.keys().filter(|k| !SPEC_FIELDS.contains(&k.as_str())).cloned().collect();
-        for key in unknown {
-            obj.remove(&key);
-            errs.push(key, "unknown field");
-        }
-        if let Some(rep) = obj.get_mut("replicas").and_then(|r| r.as_object_mut()) {
-            let unknown: Vec<String> = rep.keys().filter(|k| !REPLICA_FIELDS.contains(&k.as_str())).cloned().collect();
-            for key in unknown {
-                rep.remove(&key);
-                errs.push(format!("replicas.{key}"), "unknown field");
-            }
-        }
-        let mut missing = false;
-        for required in ["name", "kind", "gpus"] {
-            if !obj.contains_key(required) {
-                errs.push(required, "missing (required)");
-                missing = true;
-            }
-        }
-        if missing {
-            return (None, errs);
-        }
-        match serde_path_to_error::deserialize::<_, JobSpec>(value) {
-            Ok(spec) => (Some(spec), errs),
-            Err(e) => {
-                let path = e.path().to_string();
-                let field = if path == "." { String::new() } else { path };
-                errs.push(field, describe_serde_error(&e.into_inner().to_string()));
-                (None, errs)
-            }
-        }
+        let ReadSpec { spec, errors, .. } = spec_reader::read(value)?;
+        errors.into_result(spec)
     }
 
     /// Serialises to pretty JSON (the normalised form `spillway validate` prints).
@@ -401,13 +330,39 @@ impl JobSpec {
 
     /// Checks the spec against the catalog and the current time; returns every problem found.
     pub fn validate(&self, catalog: &Catalog, now: OffsetDateTime) -> Result<(), FieldErrors> {
+        self.check(catalog, now, &BTreeSet::new(), true)
+    }
+
+    /// The semantic checks, skipping the fields in `broken` (already reported as unreadable, and
+    /// standing in with neutral values) and the checks that depend on them; `whole` is false when
+    /// anything else was wrong, which makes "no size matches" meaningless.
+    fn check(
+        &self,
+        catalog: &Catalog,
+        now: OffsetDateTime,
+        broken: &BTreeSet<String>,
+        whole: bool,
+    ) -> Result<(), FieldErrors> {
+        let ok = |f: &str| !broken.contains(f);
         let mut errs = FieldErrors::default();
-        check_label(&mut errs, "name", &self.name);
-        check_label(&mut errs, "tenant", &self.tenant);
-        if self.gpus == 0 {
-            errs.push("gpus", "must be at least 1");
-        } else if self.gpus > MAX_GPUS {
-            errs.push("gpus", format!("must be at most {MAX_GPUS}"));
+        if ok("name") {
+            check_label(&mut errs, "name", &self.name);
+        }
+        if ok("tenant") {
+            check_label(&mut errs, "tenant", &self.tenant);
+        }
+        let ints = [
+            ("gpus", Some(self.gpus)),
+            ("min_gpus_per_vm", self.min_gpus_per_vm),
+            ("checkpoint_interval_minutes", self.checkpoint_interval_minutes),
+            ("priority", Some(self.priority)),
+        ];
+        for (field, value) in ints {
+            if let (true, Some(v), Some(bounds)) = (ok(field), value, int_bounds(field))
+                && let Some(problem) = bounds.problem(i128::from(v))
+            {
+                errs.push(field, problem);
+            }
         }
         let models: BTreeSet<String> = catalog.sizes().iter().map(|s| s.gpu_model.clone()).collect();
         for (i, m) in self.gpu_models.iter().enumerate() {
@@ -437,13 +392,6 @@ impl JobSpec {
                 Some(_) => {}
             }
         }
-        if let Some(m) = self.min_gpus_per_vm {
-            if m == 0 {
-                errs.push("min_gpus_per_vm", "must be at least 1");
-            } else if m > 8 {
-                errs.push("min_gpus_per_vm", "must be at most 8 (no Azure size has more GPUs per VM)");
-            }
-        }
         let known_regions = catalog.regions();
         if let Some(regions) = &self.regions {
             if regions.is_empty() {
@@ -460,7 +408,11 @@ impl JobSpec {
                 errs.push(format!("deny_regions[{i}]"), format!("unknown region {r:?}"));
             }
         }
-        if self.regions.as_ref().is_some_and(|r| !r.is_empty()) && self.allowed_regions(catalog).is_empty() {
+        if ok("regions")
+            && ok("deny_regions")
+            && self.regions.as_ref().is_some_and(|r| !r.is_empty())
+            && self.allowed_regions(catalog).is_empty()
+        {
             errs.push("deny_regions", "denies every region that regions allows");
         }
         if let Some(r) = &self.data_region
@@ -469,23 +421,40 @@ impl JobSpec {
             errs.push("data_region", format!("unknown region {r:?}"));
         }
         if let Some(gb) = self.data_gb {
-            if !gb.is_finite() || gb < 0.0 {
-                errs.push("data_gb", "must be zero or more");
-            }
-            if self.data_region.is_none() {
+            bounded(&mut errs, "data_gb", gb, 0.0, false, MAX_DATA_GB, "GB (1 PB)");
+            if self.data_region.is_none() && ok("data_region") {
                 errs.push("data_gb", "needs data_region (where the data lives)");
             }
         }
-        positive(&mut errs, "max_price_per_hour", self.max_price_per_hour);
-        positive(&mut errs, "budget", self.budget);
-        positive(&mut errs, "duration_hours", self.duration_hours);
-        if self.duration_hours.is_some_and(|h| h > 24.0 * 366.0) {
-            errs.push("duration_hours", "must be at most a year (8784 hours)");
+        if let Some(p) = self.max_price_per_hour {
+            bounded(&mut errs, "max_price_per_hour", p, 0.0, true, MAX_PRICE_PER_HOUR, "USD per hour");
+        }
+        if let Some(b) = self.budget {
+            bounded(&mut errs, "budget", b, 0.0, true, MAX_BUDGET_USD, "USD");
+        }
+        if let Some(h) = self.duration_hours {
+            if !h.is_finite() {
+                errs.push("duration_hours", format!("must be a finite number (got {h})"));
+            } else if h < MIN_DURATION_HOURS {
+                errs.push(
+                    "duration_hours",
+                    format!("must be at least one minute ({MIN_DURATION_HOURS:.4} h; got {h})"),
+                );
+            } else if h > MAX_DURATION_HOURS {
+                errs.push("duration_hours", format!("must be at most a year ({MAX_DURATION_HOURS} h; got {h})"));
+            }
         }
         if let Some(deadline) = self.deadline {
+            let latest = now + time::Duration::days(MAX_DEADLINE_DAYS);
             if deadline <= now {
                 errs.push("deadline", "is in the past");
-            } else if let Some(h) = self.duration_hours {
+            } else if deadline > latest {
+                let latest = latest.format(&time::format_description::well_known::Rfc3339).unwrap_or_default();
+                errs.push(
+                    "deadline",
+                    format!("must be within five years ({MAX_DEADLINE_DAYS} days) from now (by {latest})"),
+                );
+            } else if let Some(h) = self.duration_hours.filter(|_| ok("duration_hours")) {
                 let hours_left = (deadline - now).as_seconds_f64() / 3600.0;
                 if h.is_finite() && h > hours_left {
                     errs.push(
@@ -495,35 +464,29 @@ impl JobSpec {
                 }
             }
         }
-        if self.checkpoint_interval_minutes == Some(0) {
-            errs.push("checkpoint_interval_minutes", "must be at least 1");
-        }
-        if self.priority == 0 || self.priority > 1000 {
-            errs.push("priority", "must be between 1 and 1000");
-        }
         match (&self.replicas, self.kind) {
+            _ if !ok("kind") => {}
             (Some(_), JobKind::Training | JobKind::Batch) => {
                 errs.push("replicas", "only inference jobs have replicas");
             }
             (Some(r), JobKind::Inference) => {
-                if r.min == 0 {
-                    errs.push("replicas.min", "must be at least 1");
+                for (field, v) in [("replicas.min", r.min), ("replicas.desired", r.desired)] {
+                    if let Some(problem) = int_bounds(field).and_then(|b| b.problem(i128::from(v))) {
+                        errs.push(field, problem);
+                    }
                 }
                 if r.desired < r.min {
                     errs.push("replicas.desired", "must be at least replicas.min");
                 }
-                if r.desired > 1000 {
-                    errs.push("replicas.desired", "must be at most 1000");
-                }
             }
             (None, _) => {}
         }
-        if self.kind == JobKind::Inference && self.gang == Some(true) {
+        if ok("kind") && self.kind == JobKind::Inference && self.gang == Some(true) {
             errs.push("gang", "inference replicas are placed independently; leave gang out");
         }
         self.validate_work(&mut errs);
         // Only when the filters themselves are valid is "nothing matches" a meaningful message.
-        if errs.is_empty() {
+        if errs.is_empty() && whole && broken.is_empty() {
             let sizes = self.acceptable_sizes(catalog);
             let regions = self.allowed_regions(catalog);
             if sizes.is_empty() {
@@ -642,20 +605,101 @@ fn check_script(errs: &mut FieldErrors, field: &str, script: Option<&str>) {
     }
 }
 
-fn parse_value(content: &str, format: SpecFormat) -> Result<serde_json::Value, FieldErrors> {
-    let fail = |msg: String| {
-        let mut errs = FieldErrors::default();
-        errs.push("", msg);
-        errs
-    };
-    match format {
-        SpecFormat::Json => serde_json::from_str(content).map_err(|e| fail(format!("not valid JSON: {e}"))),
-        SpecFormat::Toml => {
-            let table: toml::Table =
-                toml::from_str(content).map_err(|e| fail(format!("not valid TOML: {}", e.message().trim())))?;
-            serde_json::to_value(table).map_err(|e| fail(format!("unsupported TOML value: {e}")))
+/// The bounds of a whole-number field, in the user's terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IntBounds {
+    /// Smallest accepted value.
+    pub min: i128,
+    /// Largest accepted value.
+    pub max: i128,
+    /// Why the maximum is what it is, for the message.
+    pub why_max: &'static str,
+}
+
+impl IntBounds {
+    /// The problem with `v`, if it is out of bounds.
+    pub fn problem(&self, v: i128) -> Option<String> {
+        if v < self.min {
+            Some(format!("must be ≥ {} (got {v})", self.min))
+        } else if v > self.max {
+            Some(format!("must be ≤ {}{} (got {v})", self.max, self.why_max))
+        } else {
+            None
         }
     }
+}
+
+/// The bounds of each whole-number field of a spec (README's field table lists them).
+pub fn int_bounds(field: &str) -> Option<IntBounds> {
+    let b = |min: i128, max: i128, why_max: &'static str| Some(IntBounds { min, max, why_max });
+    match field {
+        "gpus" => b(1, MAX_GPUS as i128, ", the most one job may ask for"),
+        "min_gpus_per_vm" => b(1, 8, ": no Azure size has more GPUs per VM"),
+        "checkpoint_interval_minutes" => b(1, MAX_CHECKPOINT_MINUTES as i128, ", a year"),
+        "priority" => b(1, 1000, ""),
+        "replicas.min" | "replicas.desired" => b(1, MAX_REPLICAS as i128, ""),
+        _ => None,
+    }
+}
+
+/// Most replicas an inference service may ask for.
+pub const MAX_REPLICAS: u32 = 1000;
+/// Shortest `duration_hours`: one minute, the control loop's resolution.
+pub const MIN_DURATION_HOURS: f64 = 1.0 / 60.0;
+/// Longest `duration_hours`: a (leap) year.
+pub const MAX_DURATION_HOURS: f64 = 8784.0;
+/// Furthest `deadline`, in days from now: five years. Far enough for any plan (and for examples
+/// that must stay valid for years), near enough to catch a typed 9999.
+pub const MAX_DEADLINE_DAYS: i64 = 1827;
+/// Largest `checkpoint_interval_minutes`: a year.
+pub const MAX_CHECKPOINT_MINUTES: u32 = 527_040;
+/// Largest `data_gb`: 1 PB.
+pub const MAX_DATA_GB: f64 = 1_000_000.0;
+/// Largest `max_price_per_hour`, USD: 4096 GPUs at the dearest list price are about 50,000.
+pub const MAX_PRICE_PER_HOUR: f64 = 1_000_000.0;
+/// Largest `budget`, USD: a year of the largest price cap is about 10^10; no real budget is near.
+pub const MAX_BUDGET_USD: f64 = 1_000_000_000.0;
+
+/// Checks a number against `(min, max]` (`exclusive_min`) or `[min, max]`.
+fn bounded(errs: &mut FieldErrors, field: &str, v: f64, min: f64, exclusive_min: bool, max: f64, unit: &str) {
+    if !v.is_finite() {
+        errs.push(field, format!("must be a finite number (got {v})"));
+    } else if exclusive_min && v <= min {
+        errs.push(field, format!("must be more than {min} (got {v})"));
+    } else if !exclusive_min && v < min {
+        errs.push(field, format!("must be ≥ {min} (got {v})"));
+    } else if v > max {
+        errs.push(field, format!("must be at most {max} {unit} (got {v})"));
+    }
+}
+
+fn parse_value(content: &str, format: SpecFormat) -> Result<serde_json::Value, FieldErrors> {
+    let mut errs = FieldErrors::default();
+    match format {
+        SpecFormat::Json => strict_json::parse(content).map_err(|e| {
+            match e {
+                JsonError::Syntax(m) => errs.push("", format!("not valid JSON: {m}")),
+                JsonError::DuplicateKey(f) => errs.0.push(f),
+            }
+            errs
+        }),
+        SpecFormat::Toml => {
+            let table: toml::Table = toml::from_str(content).map_err(|e| {
+                let at = e.span().map(|s| line_col(content, s.start)).unwrap_or_default();
+                errs.push("", format!("not valid TOML{at}: {}", e.message().trim()));
+                errs
+            })?;
+            Ok(spec_reader::toml_to_json(toml::Value::Table(table)))
+        }
+    }
+}
+
+/// ` (line L, column C)` of a byte offset.
+fn line_col(text: &str, offset: usize) -> String {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    format!(" (line {line}, column {col})")
 }
 
 fn check_label(errs: &mut FieldErrors, field: &str, value: &str) {
@@ -666,18 +710,4 @@ fn check_label(errs: &mut FieldErrors, field: &str, value: &str) {
     } else if !value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) {
         errs.push(field, "may contain only letters, digits, '-', '_' and '.'");
     }
-}
-
-fn positive(errs: &mut FieldErrors, field: &str, value: Option<f64>) {
-    if let Some(v) = value
-        && (!v.is_finite() || v <= 0.0)
-    {
-        errs.push(field, "must be a positive number");
-    }
-}
-
-/// serde's messages speak Rust ("u32"); users speak numbers.
-fn describe_serde_error(msg: &str) -> String {
-    let msg = msg.split(" at line ").next().unwrap_or(msg);
-    msg.replace("u32", "a whole number from 0 to 4294967295").replace("f64", "a number")
 }

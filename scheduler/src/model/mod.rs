@@ -11,11 +11,18 @@ mod job_spec;
 mod offer;
 mod quota;
 mod size;
+mod spec_reader;
+pub mod strict_json;
 
 pub use blocked_offer::BlockedOffer;
 pub use field_error::{FieldError, FieldErrors};
 pub use job::{Attempt, AttemptState, Job, JobState, fleet_name};
-pub use job_spec::{JobKind, JobSpec, OnIdle, RESERVED_ENV_PREFIX, Replicas, SpecFormat, SpotPolicy};
+pub use job_spec::{
+    IntBounds, JobKind, JobSpec, MAX_BUDGET_USD, MAX_CHECKPOINT_MINUTES, MAX_DATA_GB, MAX_DEADLINE_DAYS,
+    MAX_DURATION_HOURS, MAX_GPUS, MAX_PRICE_PER_HOUR, MAX_REPLICAS, MIN_DURATION_HOURS, OnIdle, RESERVED_ENV_PREFIX,
+    Replicas, SpecFormat, SpotPolicy, int_bounds,
+};
 pub use offer::{Offer, Priority};
 pub use quota::{Quota, QuotaPool, normalize_family};
 pub use size::{VmSize, Workload};
+pub use spec_reader::MAX_LIST_ITEMS;
