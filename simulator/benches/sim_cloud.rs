@@ -24,6 +24,7 @@ fn request(i: usize, region: &str) -> FleetRequest {
         max_price_per_vm: None,
         zones: vec![],
         tags: BTreeMap::new(),
+        regular: None,
     }
 }
 

@@ -105,8 +105,17 @@ async fn api_version_and_subscription_are_checked() {
     let (s, _, b) = e.call(Method::GET, &base, None).await;
     assert_eq!((s, b["error"]["code"].as_str()), (StatusCode::BAD_REQUEST, Some("MissingApiVersionParameter")));
     let (s, _, b) = e.call(Method::GET, &format!("{base}?api-version=2099-01-01"), None).await;
-    assert_eq!((s, b["error"]["code"].as_str()), (StatusCode::BAD_REQUEST, Some("InvalidApiVersionParameter")));
-    assert!(b["error"]["message"].as_str().unwrap().contains("2024-11-01"));
+    assert_eq!((s, b["error"]["code"].as_str()), (StatusCode::BAD_REQUEST, Some("NoRegisteredProviderFound")));
+    assert_eq!(
+        b["error"]["message"],
+        "No registered resource provider found for location 'eastus' and API version '2099-01-01' for type 'fleets'. \
+         The supported api-versions are '2024-11-01, 2026-08-01'. The supported locations are 'eastus, westus3'."
+    );
+    // Both served versions answer.
+    for v in ["2024-11-01", "2026-08-01"] {
+        let (s, _, b) = e.call(Method::GET, &format!("{base}?api-version={v}"), None).await;
+        assert_eq!((s, b["error"]["code"].as_str()), (StatusCode::NOT_FOUND, Some("ResourceNotFound")), "{v}");
+    }
     let other = format!(
         "{}/subscriptions/other/resourceGroups/rg1/providers/Microsoft.AzureFleet/fleets/f?{API}",
         e.emu.base_url()
@@ -157,6 +166,13 @@ async fn create_poll_get_delete() {
     assert_eq!(s, StatusCode::ACCEPTED);
     assert!(h.get("retry-after").is_some());
     let location = header(&h, "location").to_string();
+    // A deletion takes time: the fleet shows Deleting and the monitor says 202 until it is gone.
+    let (s, _, got) = e.call(Method::GET, &e.fleet_url("f1"), None).await;
+    assert_eq!((s, got["properties"]["provisioningState"].as_str()), (StatusCode::OK, Some("Deleting")));
+    let (s, h, _) = e.call(Method::GET, &location, None).await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    assert!(h.get("retry-after").is_some());
+    e.clock.advance_ms(10_000);
     let (s, _, _) = e.call(Method::GET, &location, None).await;
     assert_eq!(s, StatusCode::NO_CONTENT);
     let (s, _, _) = e.call(Method::DELETE, &e.fleet_url("f1"), None).await;
@@ -295,7 +311,23 @@ async fn usages_and_skus_come_from_the_scenario() {
     let (s, _, b) = e
         .call(Method::GET, &format!("{}/providers/Microsoft.Compute/skus?api-version=2024-11-01", e.sub()), None)
         .await;
-    assert_eq!((s, b["error"]["code"].as_str()), (StatusCode::BAD_REQUEST, Some("InvalidApiVersionParameter")));
+    assert_eq!((s, b["error"]["code"].as_str()), (StatusCode::BAD_REQUEST, Some("NoRegisteredProviderFound")));
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("for type 'skus'. The supported api-versions are '2021-07-01'")
+    );
+    // A size without restrictions says so with an empty list, and empty zone lists are [] too.
+    let free = skus.iter().find(|k| k["restrictions"] == json!([])).expect("an unrestricted size");
+    assert!(free["locationInfo"][0]["zoneDetails"].is_array());
+    let (_, _, page) = e.call(Method::GET, &url.replace("westus3", "eastus"), None).await;
+    for k in page["value"].as_array().unwrap() {
+        for r in k["restrictions"].as_array().expect("restrictions always a list") {
+            assert!(r["restrictionInfo"]["zones"].is_array(), "{r}");
+            assert!(r["restrictionInfo"]["locations"].is_array(), "{r}");
+        }
+    }
 }
 
 #[tokio::test]
@@ -374,4 +406,314 @@ async fn bad_bodies_are_400s_and_shutdown_stops_serving() {
     let Env { emu, http, .. } = e;
     emu.shutdown().await.unwrap();
     assert!(http.get(&url).bearer_auth(TOKEN).send().await.is_err(), "nothing listens after shutdown");
+}
+
+// ---- held to the official SDK's expectations (issue #22 part 3) ----
+
+#[path = "../../scheduler/tests/support/schema.rs"]
+mod schema;
+
+const API_2026: &str = "api-version=2026-08-01";
+
+fn data_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/azure")
+}
+
+impl Env {
+    fn url_2026(&self, name: &str, suffix: &str) -> String {
+        format!("{}/resourceGroups/rg1/providers/Microsoft.AzureFleet/fleets/{name}{suffix}?{API_2026}", self.sub())
+    }
+}
+
+/// A body with `spot` spot VMs (min 0) and `regular` regular VMs (min `regular_min`).
+fn mixed_body(spot: u32, regular: u32, regular_min: u32) -> Value {
+    let mut b = fleet_body(1, false);
+    b["properties"]["spotPriorityProfile"] = json!({"capacity": spot, "minCapacity": 0, "maxPricePerVM": 50.0});
+    b["properties"]["regularPriorityProfile"] = json!({"capacity": regular, "minCapacity": regular_min});
+    b
+}
+
+fn usage(page: &Value, name: &str) -> i64 {
+    page["value"].as_array().unwrap().iter().find(|u| u["name"]["value"] == name).unwrap()["currentValue"]
+        .as_i64()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_mixed_fleet_runs_both_parts_on_their_own_quota_and_spot_evictions_leave_the_regular_part() {
+    let e = env().await;
+    let (s, _, b) = e.call(Method::PUT, &e.url_2026("mix", ""), Some(mixed_body(2, 2, 2))).await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    assert_eq!(b["properties"]["spotPriorityProfile"]["capacity"], 2);
+    assert_eq!(b["properties"]["regularPriorityProfile"]["capacity"], 2);
+    let usages = format!("{}/providers/Microsoft.Compute/locations/eastus/usages?api-version=2024-07-01", e.sub());
+    let (_, _, u) = e.call(Method::GET, &usages, None).await;
+    assert_eq!(usage(&u, "lowPriorityCores"), 48, "the spot part holds spot quota: {u}");
+    assert_eq!(usage(&u, "cores"), 48, "the regular part holds regular quota");
+    assert_eq!(usage(&u, "standardNCADSA100v4Family"), 48);
+    e.clock.advance_ms(60_000);
+    let (_, _, got) = e.call(Method::GET, &e.url_2026("mix", ""), None).await;
+    assert_eq!(got["properties"]["provisioningState"], "Succeeded");
+    let errors = schema::definition_errors(&data_dir(), "2026-08-01", "Fleet", &got, true);
+    assert!(errors.is_empty(), "{errors:#?}");
+    let snap = e.emu.cloud().fleet_snapshot("mix").unwrap();
+    assert_eq!((snap.running_vms, snap.regular.as_ref().unwrap().running_vms), (2, 2));
+
+    let (_, _, vms) = e.call(Method::GET, &e.url_2026("mix", "/virtualMachines"), None).await;
+    let count = |p: &str| vms["value"].as_array().unwrap().iter().filter(|v| v["priority"] == p).count();
+    assert_eq!((count("Spot"), count("Regular")), (2, 2), "{vms}");
+    assert_eq!(e.emu.cloud().evict("mix", 2).unwrap(), 2, "both spot VMs");
+    let (_, _, vms) = e.call(Method::GET, &e.url_2026("mix", "/virtualMachines"), None).await;
+    let count = |p: &str| vms["value"].as_array().unwrap().iter().filter(|v| v["priority"] == p).count();
+    assert_eq!((count("Spot"), count("Regular")), (0, 2), "the regular part keeps running");
+    let (_, _, got) = e.call(Method::GET, &e.url_2026("mix", ""), None).await;
+    assert_eq!(got["properties"]["provisioningState"], "Succeeded");
+
+    // A mixed fleet whose regular part cannot get its minimum fails whole, both parts released.
+    let mut cfg = SimCloudConfig::modest(["eastus"]);
+    cfg.capacity.push(OfferCapacity {
+        region: "eastus".into(),
+        size: A100.into(),
+        priority: Some(scheduler::model::Priority::Regular),
+        vms: Some(1),
+        eviction_rate_per_hour: None,
+    });
+    let e = env_with(cfg, |_| {}).await;
+    let mut body = mixed_body(1, 2, 2);
+    body["properties"]["vmSizesProfile"] = json!([{"name": A100, "rank": 0}]);
+    let (s, h, _) = e.call(Method::PUT, &e.url_2026("mix2", ""), Some(body)).await;
+    assert_eq!(s, StatusCode::CREATED);
+    e.clock.advance_ms(60_000);
+    let (_, _, op) = e.call(Method::GET, header(&h, "azure-asyncoperation"), None).await;
+    assert_eq!((op["status"].as_str(), op["error"]["code"].as_str()), (Some("Failed"), Some("AllocationFailed")));
+    let snap = e.emu.cloud().fleet_snapshot("mix2").unwrap();
+    assert_eq!((snap.running_vms, snap.regular.unwrap().running_vms), (0, 0));
+}
+
+#[tokio::test]
+async fn a_changed_put_is_applied_or_refused_naming_the_immutable_fields() {
+    let e = env().await;
+    let mut body = fleet_body(2, false);
+    body["properties"]["regularPriorityProfile"]["minCapacity"] = json!(1);
+    let (s, h, _) = e.call(Method::PUT, &e.fleet_url("u"), Some(body.clone())).await;
+    assert_eq!(s, StatusCode::CREATED);
+    let create_op = header(&h, "azure-asyncoperation").to_string();
+    e.clock.advance_ms(60_000);
+
+    // More capacity: applied, as an operation of its own.
+    body["properties"]["regularPriorityProfile"]["capacity"] = json!(3);
+    body["tags"]["team"] = json!("ml");
+    let (s, h, b) = e.call(Method::PUT, &e.fleet_url("u"), Some(body.clone())).await;
+    assert_eq!((s, b["properties"]["provisioningState"].as_str()), (StatusCode::OK, Some("Updating")), "{b}");
+    let update_op = header(&h, "azure-asyncoperation").to_string();
+    assert_ne!(update_op, create_op);
+    let (_, _, op) = e.call(Method::GET, &update_op, None).await;
+    assert_eq!(op["status"], "InProgress");
+    e.clock.advance_ms(60_000);
+    let (_, _, op) = e.call(Method::GET, &update_op, None).await;
+    assert_eq!(op["status"], "Succeeded");
+    let (_, _, got) = e.call(Method::GET, &e.fleet_url("u"), None).await;
+    assert_eq!(got["properties"]["regularPriorityProfile"]["capacity"], 3);
+    assert_eq!(got["tags"]["team"], "ml");
+    assert_eq!(e.emu.cloud().fleet_snapshot("u").unwrap().running_vms, 3);
+
+    // Fewer: VMs given back.
+    body["properties"]["regularPriorityProfile"]["capacity"] = json!(1);
+    let (s, _, _) = e.call(Method::PUT, &e.fleet_url("u"), Some(body.clone())).await;
+    assert_eq!(s, StatusCode::OK);
+    e.clock.advance_ms(60_000);
+    assert_eq!(e.emu.cloud().fleet_snapshot("u").unwrap().running_vms, 1);
+
+    // Immutable fields: one error naming each.
+    let mut changed = body.clone();
+    changed["zones"] = json!(["1"]);
+    changed["properties"]["regularPriorityProfile"]["minCapacity"] = json!(0);
+    changed["properties"]["regularPriorityProfile"]["minCapacity"] = json!(1);
+    changed["properties"]["vmSizesProfile"] = json!([{"name": A100, "rank": 0}]);
+    let (s, _, b) = e.call(Method::PUT, &e.fleet_url("u"), Some(changed)).await;
+    assert_eq!((s, b["error"]["code"].as_str()), (StatusCode::CONFLICT, Some("PropertyChangeNotAllowed")));
+    assert_eq!(b["error"]["message"], "Changing property 'zones', 'properties.vmSizesProfile' is not allowed.", "{b}");
+    assert_eq!(b["error"]["details"].as_array().unwrap().len(), 2);
+    let mut moved = body.clone();
+    moved["location"] = json!("westus3");
+    let (s, _, b) = e.call(Method::PUT, &e.fleet_url("u"), Some(moved)).await;
+    assert_eq!((s, b["error"]["code"].as_str()), (StatusCode::BAD_REQUEST, Some("InvalidResourceLocation")));
+    // Growth beyond the quota is refused at once, like a creation.
+    body["properties"]["regularPriorityProfile"]["capacity"] = json!(5);
+    let (s, _, b) = e.call(Method::PUT, &e.fleet_url("u"), Some(body)).await;
+    assert_eq!((s, b["error"]["code"].as_str()), (StatusCode::CONFLICT, Some("OperationNotAllowed")), "{b}");
+}
+
+#[tokio::test]
+async fn patch_is_a_long_running_update_answered_202_with_location() {
+    let e = env().await;
+    let mut body = fleet_body(2, false);
+    body["properties"]["regularPriorityProfile"]["minCapacity"] = json!(1);
+    e.call(Method::PUT, &e.url_2026("p", ""), Some(body)).await;
+    e.clock.advance_ms(60_000);
+    let patch = json!({"tags": {"owner": "ml"}, "properties": {"regularPriorityProfile": {"capacity": 1}}});
+    let (s, h, b) = e.call(Method::PATCH, &e.url_2026("p", ""), Some(patch)).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{b}");
+    assert!(h.get("retry-after").is_some());
+    let location = header(&h, "location").to_string();
+    assert!(location.contains("/operationResults/") && location.contains(API_2026), "{location}");
+    let (s, _, _) = e.call(Method::GET, &location, None).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "still updating");
+    e.clock.advance_ms(60_000);
+    let (s, _, fleet) = e.call(Method::GET, &location, None).await;
+    assert_eq!(s, StatusCode::OK, "{fleet}");
+    assert_eq!(fleet["properties"]["regularPriorityProfile"]["capacity"], 1);
+    assert_eq!(fleet["properties"]["regularPriorityProfile"]["minCapacity"], 1, "merged, not replaced");
+    assert_eq!(fleet["tags"], json!({"owner": "ml"}), "tags replaced");
+    assert_eq!(e.emu.cloud().fleet_snapshot("p").unwrap().running_vms, 1);
+
+    let (s, _, b) = e.call(Method::PATCH, &e.url_2026("p", ""), Some(json!({"properties": {"colour": "red"}}))).await;
+    assert_eq!((s, b["error"]["code"].as_str()), (StatusCode::BAD_REQUEST, Some("InvalidRequestContent")));
+    let (s, _, b) = e
+        .call(
+            Method::PATCH,
+            &e.url_2026("p", ""),
+            Some(json!({"properties": {"regularPriorityProfile": {"minCapacity": 0}}})),
+        )
+        .await;
+    assert_eq!((s, b["error"]["code"].as_str()), (StatusCode::CONFLICT, Some("PropertyChangeNotAllowed")), "{b}");
+    let (s, _, b) = e.call(Method::PATCH, &e.url_2026("absent", ""), Some(json!({"tags": {}}))).await;
+    assert_eq!((s, b["error"]["code"].as_str()), (StatusCode::NOT_FOUND, Some("ResourceNotFound")));
+    // A method the resource does not have: 405 with an ARM error body.
+    let (s, _, b) = e.call(Method::POST, &e.url_2026("p", ""), Some(json!({}))).await;
+    assert_eq!((s, b["error"]["code"].as_str()), (StatusCode::METHOD_NOT_ALLOWED, Some("MethodNotAllowed")));
+}
+
+#[tokio::test]
+async fn secrets_are_never_returned_and_a_put_back_without_them_changes_nothing() {
+    let e = env().await;
+    let mut body = fleet_body(1, false);
+    body["properties"]["computeProfile"]["baseVirtualMachineProfile"]["osProfile"] =
+        json!({"adminUsername": "azureuser", "adminPassword": "S3cret!pass", "customData": "I2Nsb3VkLWNvbmZpZw=="});
+    let (s, _, put) = e.call(Method::PUT, &e.fleet_url("sec"), Some(body)).await;
+    assert_eq!(s, StatusCode::CREATED);
+    e.clock.advance_ms(60_000);
+    let (_, _, got) = e.call(Method::GET, &e.fleet_url("sec"), None).await;
+    let (_, _, list) = e
+        .call(Method::GET, &format!("{}/resourceGroups/rg1/providers/Microsoft.AzureFleet/fleets?{API}", e.sub()), None)
+        .await;
+    for shown in [&put, &got, &list] {
+        let text = shown.to_string();
+        assert!(!text.contains("S3cret!pass") && !text.contains("I2Nsb3VkLWNvbmZpZw=="), "{text}");
+        assert!(!text.contains("adminPassword") && !text.contains("customData"), "{text}");
+        assert!(text.contains("azureuser"));
+    }
+    // Read, change the capacity, write back (without the secrets): an update, not a refusal.
+    let mut back = got.clone();
+    back["properties"]["regularPriorityProfile"]["capacity"] = json!(2);
+    let (s, _, b) = e.call(Method::PUT, &e.fleet_url("sec"), Some(back)).await;
+    assert_eq!((s, b["properties"]["provisioningState"].as_str()), (StatusCode::OK, Some("Updating")), "{b}");
+}
+
+#[tokio::test]
+async fn unknown_properties_are_refused_naming_them_per_api_version() {
+    let e = env().await;
+    let mut body = fleet_body(1, true);
+    body["properties"]["spotPriorityProfile"]["bidPrice"] = json!(1.0);
+    let (s, _, b) = e.call(Method::PUT, &e.fleet_url("x"), Some(body)).await;
+    assert_eq!((s, b["error"]["code"].as_str()), (StatusCode::BAD_REQUEST, Some("InvalidRequestContent")));
+    assert!(
+        b["error"]["message"].as_str().unwrap().contains(
+            "Could not find member 'bidPrice' on object of type 'SpotPriorityProfile'. Path \
+             'properties.spotPriorityProfile.bidPrice'."
+        ),
+        "{b}"
+    );
+    assert!(e.emu.cloud().fleets_snapshot().is_empty());
+    // `mode` exists from 2026-08-01 on; `zoneAllocationPolicy` is tolerated (the examples send it).
+    let mut body = fleet_body(1, true);
+    body["properties"]["mode"] = json!("Managed");
+    body["properties"]["zoneAllocationPolicy"] = json!({"distributionStrategy": "BestEffortSingleZone"});
+    let (s, _, b) = e.call(Method::PUT, &e.fleet_url("y"), Some(body.clone())).await;
+    assert_eq!((s, b["error"]["code"].as_str()), (StatusCode::BAD_REQUEST, Some("InvalidRequestContent")));
+    let (s, _, b) = e.call(Method::PUT, &e.url_2026("y", ""), Some(body)).await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    assert_eq!(b["properties"]["mode"], "Managed");
+    // Read at the older version, the newer properties are not shown.
+    let (_, _, old) = e.call(Method::GET, &e.fleet_url("y"), None).await;
+    assert!(old["properties"].get("mode").is_none(), "{old}");
+}
+
+#[tokio::test]
+async fn every_answer_has_request_ids_and_a_date_on_the_simulated_clock() {
+    let e = env().await;
+    let resp = e
+        .http
+        .put(e.fleet_url("d"))
+        .bearer_auth(TOKEN)
+        .header("x-ms-correlation-request-id", "corr-1")
+        .header("x-ms-client-request-id", "client-1")
+        .json(&fleet_body(1, false))
+        .send()
+        .await
+        .unwrap();
+    let h = resp.headers().clone();
+    let b: Value = resp.json().await.unwrap();
+    assert_eq!(header(&h, "x-ms-correlation-request-id"), "corr-1");
+    assert_eq!(header(&h, "x-ms-client-request-id"), "client-1");
+    assert_eq!(header(&h, "x-ms-request-id").len(), 36);
+    // The clock starts at 1_700_000_000_000 ms.
+    assert_eq!(header(&h, "date"), "Tue, 14 Nov 2023 22:13:20 GMT");
+    assert_eq!(b["properties"]["timeCreated"], "2023-11-14T22:13:20Z");
+    e.clock.advance_ms(60_000);
+    let (_, h2, op) = e.call(Method::GET, header(&h, "azure-asyncoperation"), None).await;
+    assert_eq!(header(&h2, "date"), "Tue, 14 Nov 2023 22:14:20 GMT");
+    assert_eq!(
+        (op["startTime"].as_str(), op["endTime"].as_str()),
+        (Some("2023-11-14T22:13:20Z"), Some("2023-11-14T22:14:20Z"))
+    );
+    assert_ne!(header(&h2, "x-ms-request-id"), header(&h, "x-ms-request-id"));
+    assert!(!header(&h2, "x-ms-correlation-request-id").is_empty(), "made up when the client sends none");
+    // Errors carry them too.
+    let resp = e.http.get(e.fleet_url("d")).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    assert!(resp.headers().get("x-ms-request-id").is_some());
+}
+
+#[tokio::test]
+async fn the_vm_list_shows_running_vms_and_exists_from_2026_08_01() {
+    let e = env().await;
+    e.call(Method::PUT, &e.url_2026("v", ""), Some(fleet_body(3, true))).await;
+    let (_, _, vms) = e.call(Method::GET, &e.url_2026("v", "/virtualMachines"), None).await;
+    let statuses: Vec<&str> =
+        vms["value"].as_array().unwrap().iter().map(|v| v["operationStatus"].as_str().unwrap()).collect();
+    assert_eq!(statuses, ["Creating"; 3], "{vms}");
+    e.clock.advance_ms(60_000);
+    assert_eq!(e.emu.cloud().evict("v", 1).unwrap(), 1);
+    let (s, _, vms) = e.call(Method::GET, &e.url_2026("v", "/virtualMachines"), None).await;
+    assert_eq!(s, StatusCode::OK);
+    let errors = schema::definition_errors(&data_dir(), "2026-08-01", "VirtualMachineListResult", &vms, true);
+    assert!(errors.is_empty(), "{errors:#?}\n{vms:#}");
+    let items = vms["value"].as_array().unwrap();
+    assert_eq!(items.len(), 2, "the evicted VM is gone (eviction policy Delete)");
+    assert!(
+        items.iter().all(|v| v["operationStatus"] == "Succeeded" && v["priority"] == "Spot" && v["vmSize"] == A100)
+    );
+    let (s, _, b) = e.call(Method::GET, &e.fleet_url("v").replace("/v?", "/v/virtualMachines?"), None).await;
+    assert_eq!((s, b["error"]["code"].as_str()), (StatusCode::BAD_REQUEST, Some("NoRegisteredProviderFound")));
+    assert!(b["error"]["message"].as_str().unwrap().contains("for type 'fleets/virtualMachines'"), "{b}");
+}
+
+/// The properties the emulator accepts are exactly those of the official definitions.
+#[test]
+fn known_properties_match_the_official_definitions() {
+    for (definition, version, mut ours) in simulator::arm_emulator::fleet_body::known_properties() {
+        let spec: Value = serde_json::from_str(
+            &std::fs::read_to_string(data_dir().join(format!("azurefleet-{version}/azurefleet.json"))).unwrap(),
+        )
+        .unwrap();
+        let mut theirs: Vec<&str> =
+            spec["definitions"][definition]["properties"].as_object().unwrap().keys().map(String::as_str).collect();
+        if definition == "FleetProperties" && version == "2026-08-01" {
+            theirs.push("zoneAllocationPolicy"); // tolerated: the examples send it
+        }
+        theirs.sort();
+        ours.sort();
+        assert_eq!(ours, theirs, "{definition} at {version}");
+    }
 }

@@ -257,6 +257,7 @@ async fn a_restart_mid_provisioning_adopts_the_fleet_and_makes_no_duplicate_or_o
         tags: [(TAG_JOB.to_string(), "ghost".to_string()), (TAG_ATTEMPT.to_string(), "1".to_string())]
             .into_iter()
             .collect(),
+        regular: None,
     };
     h.cloud.begin_create_fleet(&orphan).await.unwrap();
 

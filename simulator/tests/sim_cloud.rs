@@ -31,6 +31,7 @@ fn req(name: &str, priority: Priority, sizes: &[&str], vms: u32, min_vms: u32) -
         max_price_per_vm: None,
         zones: vec![],
         tags: BTreeMap::from([("spillway-job".to_string(), name.to_string())]),
+        regular: None,
     }
 }
 

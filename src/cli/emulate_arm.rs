@@ -50,6 +50,9 @@ pub struct EmulateArmArgs {
     /// Items per page of every list.
     #[arg(long, default_value_t = 100)]
     pub page_size: usize,
+    /// How long (simulated seconds) a deleted fleet shows `Deleting` before it is gone.
+    #[arg(long, default_value_t = 10)]
+    pub delete_seconds: u64,
     /// How much faster than real time the simulated cloud runs (provisioning, evictions).
     #[arg(long, default_value_t = 1.0)]
     pub speedup: f64,
@@ -103,6 +106,7 @@ fn run_inner(catalog: &scheduler::Catalog, args: EmulateArmArgs) -> Result<(), S
     emu.subscription = args.subscription;
     emu.retry_after_seconds = args.retry_after;
     emu.page_size = args.page_size;
+    emu.delete_seconds = args.delete_seconds;
     emu.faults = FaultConfig {
         throttle_rate: args.throttle_rate,
         error_rate: args.error_rate,
@@ -133,7 +137,7 @@ fn run_inner(catalog: &scheduler::Catalog, args: EmulateArmArgs) -> Result<(), S
         let sub = handle.subscription().to_string();
         println!("ARM emulator listening on {url} (subscription {sub}); Ctrl-C stops it.");
         println!("  management endpoint: {url}");
-        println!("  fleets:  {url}/subscriptions/{sub}/resourceGroups/<rg>/providers/Microsoft.AzureFleet/fleets?api-version=2024-11-01");
+        println!("  fleets:  {url}/subscriptions/{sub}/resourceGroups/<rg>/providers/Microsoft.AzureFleet/fleets?api-version=2026-08-01");
         println!("  quota:   {url}/subscriptions/{sub}/providers/Microsoft.Compute/locations/<region>/usages?api-version=2024-07-01");
         println!("  stats:   {url}/_emulator/stats");
         println!("  VMs:     {url}/_emulator/vms; Scheduled Events at {url}/_imds/<vm>/metadata/scheduledevents");

@@ -13,7 +13,13 @@ pub const TAG_JOB: &str = "spillway-job";
 /// Tag carrying the attempt number on every fleet spillway creates.
 pub const TAG_ATTEMPT: &str = "spillway-attempt";
 
-/// A request for one fleet: one job attempt in one region, one priority.
+/// A request for one fleet: one job attempt in one region.
+///
+/// A fleet has one priority, or is *mixed*: Compute Fleet's `spotPriorityProfile` and
+/// `regularPriorityProfile` together in one fleet. A mixed request has `priority: Spot` (and
+/// `vms`, `min_vms`, `max_price_per_vm` describe the spot part) and a [`FleetRequest::regular`]
+/// part beside it. Each part draws its own quota pools (spot: `lowPriorityCores`; regular: the
+/// family and `cores`), and spot evictions leave the regular part running.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FleetRequest {
     /// Deterministic name (`model::fleet_name`), so a retry finds the fleet instead of a twin.
@@ -34,6 +40,36 @@ pub struct FleetRequest {
     pub zones: Vec<String>,
     /// Tags, including [`TAG_JOB`] and [`TAG_ATTEMPT`].
     pub tags: BTreeMap<String, String>,
+    /// A mixed fleet's regular part (with `priority: Spot`); `None` for a one-priority fleet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regular: Option<FleetPart>,
+}
+
+impl FleetRequest {
+    /// VMs asked for over both parts.
+    pub fn total_vms(&self) -> u32 {
+        self.vms.saturating_add(self.regular.map_or(0, |r| r.vms))
+    }
+}
+
+/// The capacity of one priority's part of a fleet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetPart {
+    /// VMs wanted.
+    pub vms: u32,
+    /// VMs below which the part is useless; Azure refuses to change it after creation.
+    pub min_vms: u32,
+}
+
+/// One priority's part of a fleet as it exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetPartStatus {
+    /// VMs asked for.
+    pub capacity_vms: u32,
+    /// Minimum VMs.
+    pub min_capacity_vms: u32,
+    /// VMs running now, when the cloud can tell.
+    pub running_vms: Option<u32>,
 }
 
 /// Azure's `provisioningState`, open: values we do not know are kept, and treated as not final.
@@ -110,14 +146,15 @@ impl<'de> Deserialize<'de> for ProvisioningState {
     }
 }
 
-/// A fleet that exists in the cloud.
+/// A fleet that exists in the cloud. For a mixed fleet `priority` is spot, the counts below are
+/// the spot part's, and [`Fleet::regular`] is the regular part.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Fleet {
     /// Name.
     pub name: String,
     /// Region.
     pub region: String,
-    /// Spot or regular (the profile with non-zero capacity).
+    /// Spot or regular (the profile with non-zero capacity; spot when both have some).
     pub priority: Priority,
     /// Sizes, ranked.
     pub sizes: Vec<String>,
@@ -131,6 +168,9 @@ pub struct Fleet {
     pub tags: BTreeMap<String, String>,
     /// VMs running now, when the cloud can tell (it falls on spot evictions).
     pub running_vms: Option<u32>,
+    /// A mixed fleet's regular part; `None` for a one-priority fleet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regular: Option<FleetPartStatus>,
 }
 
 /// A create operation in flight: enough to poll it later, even from another process after a

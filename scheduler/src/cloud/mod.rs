@@ -14,8 +14,8 @@ mod fleet;
 
 pub use error::{CloudError, FailureClass};
 pub use fleet::{
-    Fleet, FleetOperation, FleetRequest, OperationStatus, ProvisioningState, ScaleSet, SizeRestriction, TAG_ATTEMPT,
-    TAG_JOB,
+    Fleet, FleetOperation, FleetPart, FleetPartStatus, FleetRequest, OperationStatus, ProvisioningState, ScaleSet,
+    SizeRestriction, TAG_ATTEMPT, TAG_JOB,
 };
 
 use crate::model::{Offer, Quota};

@@ -280,6 +280,7 @@ impl Controller {
             tags: [(TAG_JOB.to_string(), a.job_id.clone()), (TAG_ATTEMPT.to_string(), a.number.to_string())]
                 .into_iter()
                 .collect(),
+            regular: None,
         }
     }
 

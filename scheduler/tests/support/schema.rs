@@ -183,3 +183,21 @@ pub fn fleet_errors(azure_dir: &Path, body: &Value, response: bool) -> Vec<Strin
     schemas.validate(&doc, &fleet, body, "Fleet", &mut errors);
     errors
 }
+
+/// Errors of `body` against `definition` (e.g. `Fleet`, `VirtualMachineListResult`) of the fleet
+/// definition at `api_version` (`azurefleet-{api_version}/azurefleet.json` under `azure_dir`).
+pub fn definition_errors(
+    azure_dir: &Path,
+    api_version: &str,
+    definition: &str,
+    body: &Value,
+    response: bool,
+) -> Vec<String> {
+    let spec = azure_dir.join(format!("azurefleet-{api_version}/azurefleet.json"));
+    let mut schemas = Schemas::new();
+    schemas.response = response;
+    let (schema, doc) = schemas.deref(&spec, &format!("#/definitions/{definition}"));
+    let mut errors = Vec::new();
+    schemas.validate(&doc, &schema, body, definition, &mut errors);
+    errors
+}

@@ -101,7 +101,11 @@ pub fn arm_error(error: &CloudError, ctx: &ArmErrorContext) -> (StatusCode, Erro
             (StatusCode::INTERNAL_SERVER_ERROR, ErrorDetail::new("InternalOperationError", message.clone()))
         }
         CloudError::Permanent { code, message } => {
-            (StatusCode::BAD_REQUEST, ErrorDetail::new(code.clone(), message.clone()))
+            let status = match code.as_str() {
+                "Conflict" | "PropertyChangeNotAllowed" | "AnotherOperationInProgress" => StatusCode::CONFLICT,
+                _ => StatusCode::BAD_REQUEST,
+            };
+            (status, ErrorDetail::new(code.clone(), message.clone()))
         }
         CloudError::NotFound { what } => (
             StatusCode::NOT_FOUND,

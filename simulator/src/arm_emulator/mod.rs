@@ -4,13 +4,15 @@
 //!
 //! | route | answers |
 //! | --- | --- |
-//! | `PUT …/resourceGroups/{rg}/providers/Microsoft.AzureFleet/fleets/{name}` | 201 (200 when it exists) + `Azure-AsyncOperation` + `Retry-After`, body `provisioningState: Creating`; synchronous refusals (quota, size) 409, bad requests 400 |
-//! | `GET …/fleets/{name}` | 200 the PUT body's resource with `provisioningState` kept current; 404 |
-//! | `DELETE …/fleets/{name}` | 202 + `Location` + `Retry-After`; 204 when absent |
+//! | `PUT …/resourceGroups/{rg}/providers/Microsoft.AzureFleet/fleets/{name}` | 201 + `Azure-AsyncOperation` + `Retry-After`, body `provisioningState: Creating`; on an existing fleet 200: the same body again changes nothing, a changed one is applied (`Updating`) or refused (`PropertyChangeNotAllowed` naming every immutable field changed, `InvalidResourceLocation`); synchronous refusals (quota, size) 409, bad requests 400 |
+//! | `PATCH …/fleets/{name}` | the body merged over the fleet (RFC 7386, tags replaced), then as a changed PUT; 202 + `Location` + `Retry-After`, the monitor's final answer is the fleet |
+//! | `GET …/fleets/{name}` | 200 the fleet's body with `provisioningState` kept current, secrets (`adminPassword`, `customData`, `protectedSettings`) never returned; 404 |
+//! | `DELETE …/fleets/{name}` | 202 + `Location` + `Retry-After`, the fleet `Deleting` for `delete_seconds`; 204 when absent |
 //! | `GET …/resourceGroups/{rg}/providers/Microsoft.AzureFleet/fleets`, `GET /subscriptions/{sub}/providers/Microsoft.AzureFleet/fleets` | pages of `page_size` with `nextLink` |
 //! | `GET …/fleets/{name}/virtualMachineScaleSets` | pages; `error` on failed scale sets |
-//! | `GET /subscriptions/{sub}/providers/Microsoft.AzureFleet/locations/{region}/operationStatuses/{op}` | `{status: InProgress\|Succeeded\|Failed\|Canceled, error}` |
-//! | `GET /subscriptions/{sub}/providers/Microsoft.AzureFleet/locations/{region}/operationResults/{op}` | delete results: 204 |
+//! | `GET …/fleets/{name}/virtualMachines` (2026-08-01) | pages of VMs: running ones `Succeeded`, ones being made `Creating`, with size, priority and zone |
+//! | `GET /subscriptions/{sub}/providers/Microsoft.AzureFleet/locations/{region}/operationStatuses/{op}` | `{status: InProgress\|Succeeded\|Failed\|Canceled, error, startTime, endTime}` |
+//! | `GET /subscriptions/{sub}/providers/Microsoft.AzureFleet/locations/{region}/operationResults/{op}` | `Location` monitors: 202 while running; then 204 (delete), 200 + the fleet (PATCH) or the error |
 //! | `GET /subscriptions/{sub}/providers/Microsoft.Compute/locations/{region}/usages` | quota pages |
 //! | `GET /subscriptions/{sub}/providers/Microsoft.Compute/skus?$filter=location eq '{region}'` | SKU pages with restrictions |
 //! | `GET /_emulator/stats` | request counts per route and status, and a log of recent requests (no token needed) |
@@ -18,16 +20,25 @@
 //!
 //! Every ARM route needs `Authorization: Bearer <token>` (401 `AuthenticationFailed` otherwise),
 //! the configured subscription (404 `SubscriptionNotFound`), and a supported `api-version` (400
-//! `MissingApiVersionParameter` / `InvalidApiVersionParameter`). Faults are injected with a seeded
-//! generator at the configured rates, after authentication: latency, 429 `TooManyRequests` with
-//! `Retry-After`, 500 `InternalServerError`, and creations whose operation ends `Failed` with
-//! `InternalOperationError`.
+//! `MissingApiVersionParameter`, or `NoRegisteredProviderFound` listing the supported versions as
+//! ARM does for a resource type its provider does not serve at that version). Fleets are served at
+//! 2024-11-01 and 2026-08-01 (the version current SDKs default to), each with the properties its
+//! definition has: a property the version does not define is refused with 400
+//! `InvalidRequestContent` naming it and its path. Every answer carries `x-ms-request-id`,
+//! `x-ms-correlation-request-id` and a `Date` on the simulated clock (the clock of operation times).
+//! Faults are injected with a seeded generator at the configured rates, after authentication:
+//! latency, 429 `TooManyRequests` with `Retry-After`, 500 `InternalServerError`, and creations
+//! whose operation ends `Failed` with `InternalOperationError`.
 //!
-//! Limits: a fleet has one priority (the profile with non-zero capacity) and one region
-//! (`additionalLocationsProfile` is refused with 400); fleet names are unique per subscription;
-//! a repeated PUT is idempotent and does not change an existing fleet.
+//! A fleet with capacity in both priority profiles is *mixed*: each part draws its own quota pool,
+//! and spot evictions leave the regular part running. Limits: a fleet has one region
+//! (`additionalLocationsProfile` is refused with 400) and counts capacity in VMs (`capacityType:
+//! VCpu` is refused); an update changes capacities, spot max price, `maintain` and tags (its sizes,
+//! zones, minimums, profiles and VM profile are immutable here); fleet names are unique per
+//! subscription.
 
 mod errors;
+pub mod fleet_body;
 mod routes;
 pub mod scheduled_events;
 
@@ -47,8 +58,9 @@ use crate::sim_cloud::SimCloud;
 
 pub use errors::{ArmErrorContext, arm_error};
 
-/// Api-version of the Compute Fleet routes.
-pub const FLEET_API_VERSION: &str = "2024-11-01";
+/// The api-version of Compute Fleet assumed when a request names none (answered 400 anyway): the
+/// oldest served.
+pub const FLEET_API_VERSION: &str = fleet_body::FLEET_API_VERSIONS[0];
 
 /// How the emulator serves and which faults it injects.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -71,6 +83,8 @@ pub struct EmulatorConfig {
     pub page_size: usize,
     /// `Retry-After` (seconds) on accepted PUTs, DELETEs and operations still in progress.
     pub retry_after_seconds: u64,
+    /// How long (simulated seconds) a deleted fleet shows `Deleting` before it is gone.
+    pub delete_seconds: u64,
     /// Injected faults.
     pub faults: FaultConfig,
     /// Run the node agent of every VM whose fleet carries spillway's `customData`, as local
@@ -112,20 +126,21 @@ impl Default for FaultConfig {
 
 impl EmulatorConfig {
     /// Loopback on a free port, the given token, subscription `00000000-0000-0000-0000-000000000000`,
-    /// Azure's api-versions, pages of 100, `Retry-After: 1`, no faults.
+    /// Azure's api-versions, pages of 100, `Retry-After: 1`, deletions taking 10 s, no faults.
     pub fn new(token: impl Into<String>) -> EmulatorConfig {
         EmulatorConfig {
             bind: SocketAddr::from(([127, 0, 0, 1], 0)),
             token: token.into(),
             subscription: "00000000-0000-0000-0000-000000000000".into(),
             resource_group: "spillway".into(),
-            fleet_api_versions: vec![FLEET_API_VERSION.into()],
+            fleet_api_versions: fleet_body::FLEET_API_VERSIONS.map(String::from).to_vec(),
             usage_api_versions: ["2024-11-01", "2024-07-01", "2024-03-01", "2023-09-01", "2023-03-01"]
                 .map(String::from)
                 .to_vec(),
             sku_api_versions: vec!["2021-07-01".into()],
             page_size: 100,
             retry_after_seconds: 1,
+            delete_seconds: 10,
             faults: FaultConfig::default(),
             agents: None,
         }
@@ -223,11 +238,21 @@ struct StatsInner {
     log: std::collections::VecDeque<RequestRecord>,
 }
 
-/// A fleet created over HTTP: its resource group and the body it was created with.
+/// A fleet created over HTTP: its resource group and the body it was created (or last changed)
+/// with, secrets included (they are never returned).
 #[derive(Debug, Clone)]
 struct StoredFleet {
     resource_group: String,
-    body: scheduler::cloud::azure::models::Fleet,
+    body: serde_json::Value,
+}
+
+/// What a `Location` monitor follows.
+#[derive(Debug, Clone)]
+enum Monitor {
+    /// A deletion of the fleet created at `created_ms` (a new fleet of the same name is another).
+    Delete { fleet: String, created_ms: i64 },
+    /// A PATCH: the SimCloud operation it started.
+    Update { fleet: String, resource_group: String, op: String },
 }
 
 pub(crate) struct AppState {
@@ -236,8 +261,9 @@ pub(crate) struct AppState {
     base_url: String,
     started: Instant,
     fleets: Mutex<BTreeMap<String, StoredFleet>>,
-    deletes: Mutex<BTreeMap<String, String>>,
-    next_delete: AtomicU64,
+    monitors: Mutex<BTreeMap<String, Monitor>>,
+    next_monitor: AtomicU64,
+    next_request: AtomicU64,
     rng: Mutex<StdRng>,
     stats: Mutex<StatsInner>,
     writes_left: AtomicU64,
@@ -366,8 +392,9 @@ pub async fn serve(config: EmulatorConfig, cloud: Arc<SimCloud>) -> std::io::Res
         base_url: format!("http://{addr}"),
         started: Instant::now(),
         fleets: Mutex::new(BTreeMap::new()),
-        deletes: Mutex::new(BTreeMap::new()),
-        next_delete: AtomicU64::new(1),
+        monitors: Mutex::new(BTreeMap::new()),
+        next_monitor: AtomicU64::new(1),
+        next_request: AtomicU64::new(1),
         rng: Mutex::new(StdRng::seed_from_u64(config.faults.seed)),
         stats: Mutex::new(StatsInner::default()),
         writes_left: AtomicU64::new(1199),

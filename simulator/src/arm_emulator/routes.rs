@@ -14,18 +14,19 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use rand::Rng;
 use scheduler::cloud::azure::models::{
-    ApiError, ComputeProfile, ErrorDetail, ErrorResponse, Fleet as ArmFleet, FleetProperties,
+    ApiError, CapacityType, ComputeProfile, ErrorDetail, ErrorResponse, Fleet as ArmFleet, FleetProperties,
     OperationState as ArmOpState, OperationStatusResult, Page, RegularPriorityProfile, ResourceSku,
     ResourceSkuCapability, ResourceSkuLocationInfo, ResourceSkuRestriction, ResourceSkuRestrictionInfo,
-    RestrictionReasonCode, RestrictionType, SpotPriorityProfile, Usage, UsageName, VirtualMachineScaleSet,
-    VmSizeProfile,
+    RestrictionReasonCode, RestrictionType, SpotPriorityProfile, Usage, UsageName, VirtualMachine,
+    VirtualMachineScaleSet, VmOperationStatus, VmSizeProfile,
 };
-use scheduler::cloud::{Cloud, CloudError, FleetRequest};
+use scheduler::cloud::{Cloud, CloudError, FleetPart, FleetRequest, ProvisioningState};
 use scheduler::model::{Priority, QuotaPool};
 use serde::Serialize;
+use serde_json::{Value, json};
 
 use super::errors::{ArmErrorContext, arm_error};
-use super::{AppState, FLEET_API_VERSION, StoredFleet, take_budget};
+use super::{AppState, FLEET_API_VERSION, Monitor, StoredFleet, fleet_body, take_budget};
 use crate::sim_cloud::{CreateOptions, FleetSnapshot, OPERATION_URL_PREFIX, OperationState};
 
 const FLEETS_RG: &str = "/subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.AzureFleet/fleets";
@@ -40,10 +41,11 @@ type Q = Query<HashMap<String, String>>;
 
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     Router::new()
-        .route(&format!("{FLEETS_RG}/{{name}}"), get(get_fleet).put(put_fleet).delete(delete_fleet))
+        .route(&format!("{FLEETS_RG}/{{name}}"), get(get_fleet).put(put_fleet).patch(patch_fleet).delete(delete_fleet))
         .route(FLEETS_RG, get(list_rg))
         .route("/subscriptions/{sub}/providers/Microsoft.AzureFleet/fleets", get(list_sub))
         .route(&format!("{FLEETS_RG}/{{name}}/virtualMachineScaleSets"), get(scale_sets))
+        .route(&format!("{FLEETS_RG}/{{name}}/virtualMachines"), get(virtual_machines))
         .route(
             "/subscriptions/{sub}/providers/Microsoft.AzureFleet/locations/{region}/operationStatuses/{op}",
             get(op_status),
@@ -56,7 +58,10 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/subscriptions/{sub}/providers/Microsoft.Compute/skus", get(skus))
         .route_layer(middleware::from_fn_with_state(state.clone(), gate))
         .route("/_emulator/stats", get(stats))
+        .route("/_emulator/fleets/{name}/evict", axum::routing::post(evict))
         .fallback(fallback)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), arm_headers))
         .with_state(state)
 }
 
@@ -85,6 +90,85 @@ fn rfc3339(ms: i64) -> String {
         .unwrap_or_default()
 }
 
+/// An HTTP date (`Tue, 14 Nov 2023 22:13:20 GMT`).
+fn http_date(ms: i64) -> String {
+    let format = time::macros::format_description!(
+        "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
+    );
+    time::OffsetDateTime::from_unix_timestamp(ms.div_euclid(1000))
+        .ok()
+        .and_then(|t| t.format(&format).ok())
+        .unwrap_or_default()
+}
+
+/// A GUID-shaped id, unique per emulator and counter value.
+fn guid(seed: u64, n: u64) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ seed;
+    for b in n.to_le_bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let h2 = h.rotate_left(31).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ n;
+    format!(
+        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+        h >> 32,
+        (h >> 16) & 0xffff,
+        h & 0xfff,
+        h2 >> 52,
+        h2 & 0xffff_ffff_ffff
+    )
+}
+
+/// Headers ARM puts on every answer, errors included: `x-ms-request-id`,
+/// `x-ms-correlation-request-id` (the client's when it sent one), `x-ms-routing-request-id`, the
+/// client's `x-ms-client-request-id` echoed, and `Date` on the simulated cloud's clock, so that
+/// `Date`, operation start and end times and `timeCreated` tell one story.
+async fn arm_headers(State(st): St, req: Request, next: Next) -> Response {
+    let n = st.next_request.fetch_add(1, Ordering::Relaxed);
+    let request_id = guid(st.cfg.faults.seed, n);
+    let (correlation, client_id) = {
+        let header_of = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+        (
+            header_of("x-ms-correlation-request-id").unwrap_or_else(|| guid(!st.cfg.faults.seed, n)),
+            header_of("x-ms-client-request-id"),
+        )
+    };
+    let mut resp = next.run(req).await;
+    let now = st.cloud.now_ms();
+    set_header(&mut resp, "x-ms-request-id", &request_id);
+    set_header(&mut resp, "x-ms-correlation-request-id", &correlation);
+    let region = st.cloud.regions().first().cloned().unwrap_or_default().to_ascii_uppercase();
+    set_header(
+        &mut resp,
+        "x-ms-routing-request-id",
+        &format!("{region}:{}:{request_id}", http_date(now).replace(' ', "")),
+    );
+    if let Some(c) = client_id {
+        set_header(&mut resp, "x-ms-client-request-id", &c);
+    }
+    set_header(&mut resp, "date", &http_date(now));
+    resp
+}
+
+/// The resource type a route serves, as ARM names it in api-version errors.
+fn resource_type(route: &str) -> &'static str {
+    if route.ends_with("/virtualMachines") {
+        "fleets/virtualMachines"
+    } else if route.ends_with("/virtualMachineScaleSets") {
+        "fleets/virtualMachineScaleSets"
+    } else if route.contains("/operationStatuses/") {
+        "locations/operationStatuses"
+    } else if route.contains("/operationResults/") {
+        "locations/operationResults"
+    } else if route.contains("Microsoft.AzureFleet") {
+        "fleets"
+    } else if route.ends_with("/usages") {
+        "locations/usages"
+    } else {
+        "skus"
+    }
+}
+
 /// Authentication, subscription, api-version, fault injection, rate-limit headers and counting:
 /// everything every ARM route shares.
 async fn gate(State(st): St, matched: MatchedPath, req: Request, next: Next) -> Response {
@@ -94,7 +178,9 @@ async fn gate(State(st): St, matched: MatchedPath, req: Request, next: Next) -> 
     let mut resp = gate_inner(&st, &route, req, next).await;
     let budget = match method {
         Method::GET => Some(("x-ms-ratelimit-remaining-subscription-reads", take_budget(&st.reads_left))),
-        Method::PUT => Some(("x-ms-ratelimit-remaining-subscription-writes", take_budget(&st.writes_left))),
+        Method::PUT | Method::PATCH => {
+            Some(("x-ms-ratelimit-remaining-subscription-writes", take_budget(&st.writes_left)))
+        }
         Method::DELETE => Some(("x-ms-ratelimit-remaining-subscription-deletes", take_budget(&st.deletes_left))),
         _ => None,
     };
@@ -149,7 +235,8 @@ async fn gate_inner(st: &AppState, route: &str, req: Request, next: Next) -> Res
         resp.extensions_mut().insert(InjectedFault("error"));
         return resp;
     }
-    let sub = req.uri().path().split('/').nth(2).unwrap_or_default();
+    let mut segments = req.uri().path().split('/');
+    let sub = segments.nth(2).unwrap_or_default();
     if sub != st.cfg.subscription {
         return err(
             StatusCode::NOT_FOUND,
@@ -157,12 +244,14 @@ async fn gate_inner(st: &AppState, route: &str, req: Request, next: Next) -> Res
             format!("The subscription '{sub}' could not be found."),
         );
     }
-    let supported = if route.contains("Microsoft.AzureFleet") {
-        &st.cfg.fleet_api_versions
-    } else if route.ends_with("/usages") {
-        &st.cfg.usage_api_versions
-    } else {
-        &st.cfg.sku_api_versions
+    let kind = resource_type(route);
+    let supported: Vec<String> = match kind {
+        "fleets/virtualMachines" => {
+            st.cfg.fleet_api_versions.iter().filter(|v| fleet_body::is_2026(v)).cloned().collect()
+        }
+        "locations/usages" => st.cfg.usage_api_versions.clone(),
+        "skus" => st.cfg.sku_api_versions.clone(),
+        _ => st.cfg.fleet_api_versions.clone(),
     };
     let query: HashMap<String, String> =
         Query::<HashMap<String, String>>::try_from_uri(req.uri()).map(|q| q.0).unwrap_or_default();
@@ -175,10 +264,32 @@ async fn gate_inner(st: &AppState, route: &str, req: Request, next: Next) -> Res
             );
         }
         Some(v) if !supported.contains(v) => {
+            // What ARM answers for a resource type its provider does not register at that version.
+            let path = req.uri().path();
+            let location = path
+                .split('/')
+                .skip_while(|s| *s != "locations")
+                .nth(1)
+                .map(str::to_string)
+                .or_else(|| {
+                    path.split("/fleets/")
+                        .nth(1)
+                        .and_then(|rest| rest.split('/').next())
+                        .and_then(|name| st.cloud.fleet_snapshot(name).map(|f| f.region))
+                })
+                .or_else(|| st.cloud.regions().first().cloned())
+                .unwrap_or_default();
+            let mut locations = st.cloud.regions();
+            locations.sort();
             return err(
                 StatusCode::BAD_REQUEST,
-                "InvalidApiVersionParameter",
-                format!("The api-version '{v}' is invalid. The supported versions are '{}'.", supported.join(",")),
+                "NoRegisteredProviderFound",
+                format!(
+                    "No registered resource provider found for location '{location}' and API version '{v}' for type \
+                     '{kind}'. The supported api-versions are '{}'. The supported locations are '{}'.",
+                    supported.join(", "),
+                    locations.join(", ")
+                ),
             );
         }
         Some(_) => {}
@@ -194,16 +305,58 @@ async fn fallback(uri: Uri) -> Response {
     )
 }
 
+async fn method_not_allowed(method: Method, uri: Uri) -> Response {
+    err(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "MethodNotAllowed",
+        format!("The HTTP method '{method}' is not supported for '{}'.", uri.path()),
+    )
+}
+
 async fn stats(State(st): St) -> Response {
     json(StatusCode::OK, &st.stats())
 }
 
+/// A test hook (not ARM): `POST /_emulator/fleets/{name}/evict?vms=N` with the bearer token evicts
+/// up to N VMs of a fleet now (a mixed fleet's spot part first), as `SimCloud::evict` does, so an
+/// HTTP client (the SDK suite) can stage an eviction.
+async fn evict(State(st): St, Path(name): Path<String>, Query(q): Q, headers: axum::http::HeaderMap) -> Response {
+    let authorized = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|t| t == st.cfg.token);
+    if !authorized {
+        return err(StatusCode::UNAUTHORIZED, "AuthenticationFailed", "Authentication failed.");
+    }
+    let Some(vms) = q.get("vms").and_then(|v| v.parse::<u32>().ok()) else {
+        return err(StatusCode::BAD_REQUEST, "InvalidParameter", "vms: a whole number of VMs is required.");
+    };
+    match st.cloud.evict(&name, vms) {
+        Ok(n) => json(StatusCode::OK, &json!({ "evicted": n })),
+        Err(e) => cloud_error(&e),
+    }
+}
+
+/// Azure's spelling of a priority.
+fn azure_priority(p: Priority) -> &'static str {
+    match p {
+        Priority::Spot => "Spot",
+        Priority::Regular => "Regular",
+    }
+}
+
+fn api_version(q: &HashMap<String, String>) -> &str {
+    q.get("api-version").map(String::as_str).unwrap_or(FLEET_API_VERSION)
+}
+
 // ---- paging ----
 
-/// One page of `items` per `$skipToken`, with an absolute `nextLink` that keeps the other query
-/// parameters as the client sent them.
+/// One page of `items` per `$skipToken` (any case: the fleet VM list spells it `$skiptoken`), with
+/// an absolute `nextLink` that keeps the other query parameters as the client sent them.
 fn paged<T: Serialize + Clone>(st: &AppState, uri: &Uri, q: &HashMap<String, String>, items: &[T]) -> Response {
-    let skip = match q.get("$skipToken").map(|s| s.parse::<usize>()) {
+    let token = q.iter().find(|(k, _)| k.eq_ignore_ascii_case("$skipToken")).map(|(_, v)| v);
+    let skip = match token.map(|s| s.parse::<usize>()) {
         None => 0,
         Some(Ok(n)) => n,
         Some(Err(_)) => return err(StatusCode::BAD_REQUEST, "InvalidSkipToken", "The $skipToken is not valid."),
@@ -215,7 +368,10 @@ fn paged<T: Serialize + Clone>(st: &AppState, uri: &Uri, q: &HashMap<String, Str
             .query()
             .unwrap_or_default()
             .split('&')
-            .filter(|p| !p.is_empty() && !p.starts_with("$skipToken=") && !p.starts_with("%24skipToken="))
+            .filter(|p| {
+                let lower = p.to_ascii_lowercase();
+                !p.is_empty() && !lower.starts_with("$skiptoken=") && !lower.starts_with("%24skiptoken=")
+            })
             .collect();
         let token = format!("$skipToken={end}");
         params.push(&token);
@@ -237,34 +393,44 @@ fn unique_id(name: &str, created_ms: i64) -> String {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    let h2 = h.rotate_left(29) ^ 0x9e37_79b9_7f4a_7c15;
-    format!(
-        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
-        h >> 32,
-        (h >> 16) & 0xffff,
-        h & 0xfff,
-        h2 >> 52,
-        h2 & 0xffff_ffff_ffff
-    )
+    guid(h, 0)
 }
 
-/// The fleet resource as ARM returns it: the PUT body (or, for fleets made on the SimCloud
-/// directly, one built from its state) with the read-only fields filled in.
-fn fleet_resource(st: &AppState, sub: &str, snap: &FleetSnapshot) -> ArmFleet {
+/// The fleet resource as ARM returns it at `api_version`: the body it was created (or last
+/// updated) with, or for fleets made on the SimCloud directly one built from its state, with the
+/// read-only fields filled in and no secret.
+fn fleet_resource(st: &AppState, sub: &str, snap: &FleetSnapshot, api_version: &str) -> Value {
     let stored = st.fleets.lock().unwrap_or_else(|p| p.into_inner()).get(&snap.name).cloned();
     let rg = stored.as_ref().map(|s| s.resource_group.clone()).unwrap_or_else(|| st.cfg.resource_group.clone());
-    let mut body = stored.map(|s| s.body).unwrap_or_else(|| synthesize(snap));
-    body.id = Some(format!("/subscriptions/{sub}/resourceGroups/{rg}/providers/{FLEET_TYPE}/{}", snap.name));
-    body.name = Some(snap.name.clone());
-    body.resource_type = Some(FLEET_TYPE.into());
-    let props = body.properties.get_or_insert_with(FleetProperties::default);
-    props.provisioning_state = Some(snap.state.clone());
-    props.time_created = Some(rfc3339(snap.created_ms));
-    props.unique_id = Some(unique_id(&snap.name, snap.created_ms));
+    let mut body = match stored {
+        Some(s) => s.body,
+        None => serde_json::to_value(synthesize(snap)).unwrap_or_else(|_| json!({})),
+    };
+    fleet_body::strip_secrets(&mut body);
+    fleet_body::for_api_version(&mut body, api_version);
+    if let Value::Object(o) = &mut body {
+        o.insert(
+            "id".into(),
+            json!(format!("/subscriptions/{sub}/resourceGroups/{rg}/providers/{FLEET_TYPE}/{}", snap.name)),
+        );
+        o.insert("name".into(), json!(snap.name));
+        o.insert("type".into(), json!(FLEET_TYPE));
+        let props = o.entry("properties").or_insert_with(|| json!({}));
+        if let Value::Object(p) = props {
+            p.insert("provisioningState".into(), json!(snap.state.as_str()));
+            p.insert("timeCreated".into(), json!(rfc3339(snap.created_ms)));
+            p.insert("uniqueId".into(), json!(unique_id(&snap.name, snap.created_ms)));
+        }
+    }
     body
 }
 
 fn synthesize(snap: &FleetSnapshot) -> ArmFleet {
+    let regular_profile = |vms: u32, min: u32| RegularPriorityProfile {
+        capacity: Some(vms),
+        min_capacity: Some(min),
+        ..RegularPriorityProfile::default()
+    };
     let (spot, regular) = match snap.priority {
         Priority::Spot => (
             Some(SpotPriorityProfile {
@@ -273,16 +439,9 @@ fn synthesize(snap: &FleetSnapshot) -> ArmFleet {
                 maintain: Some(snap.maintain),
                 ..SpotPriorityProfile::default()
             }),
-            None,
+            snap.regular.as_ref().map(|r| regular_profile(r.capacity_vms, r.min_capacity_vms)),
         ),
-        Priority::Regular => (
-            None,
-            Some(RegularPriorityProfile {
-                capacity: Some(snap.capacity_vms),
-                min_capacity: Some(snap.min_capacity_vms),
-                ..RegularPriorityProfile::default()
-            }),
-        ),
+        Priority::Regular => (None, Some(regular_profile(snap.capacity_vms, snap.min_capacity_vms))),
     };
     ArmFleet {
         location: snap.region.clone(),
@@ -306,7 +465,8 @@ fn synthesize(snap: &FleetSnapshot) -> ArmFleet {
     }
 }
 
-/// Reads a PUT body into the request SimCloud understands, and the fleet's `maintain`.
+/// Reads a fleet body into the request SimCloud understands, and the fleet's `maintain`. A fleet
+/// with capacity in both profiles is mixed: its spot part first, its regular part beside it.
 fn fleet_request(name: &str, body: &ArmFleet) -> Result<(FleetRequest, bool), String> {
     if body.location.trim().is_empty() {
         return Err("location is required.".into());
@@ -315,26 +475,25 @@ fn fleet_request(name: &str, body: &ArmFleet) -> Result<(FleetRequest, bool), St
     if props.additional_locations_profile.as_ref().is_some_and(|a| !a.location_profiles.is_empty()) {
         return Err("additionalLocationsProfile is not supported by this emulator: a fleet has one region.".into());
     }
+    if props.capacity_type.as_ref().is_some_and(|c| *c != CapacityType::Vm) {
+        return Err("capacityType 'VCpu' is not supported by this emulator: give capacities in VMs.".into());
+    }
     let spot = props.spot_priority_profile.as_ref();
     let regular = props.regular_priority_profile.as_ref();
-    let spot_cap = spot.and_then(|p| p.capacity).unwrap_or(0);
-    let regular_cap = regular.and_then(|p| p.capacity).unwrap_or(0);
-    if spot_cap > 0 && regular_cap > 0 {
-        return Err("this emulator runs one priority per fleet: give capacity to either spotPriorityProfile or \
-                    regularPriorityProfile, not both."
-            .into());
-    }
     if spot.is_none() && regular.is_none() {
         return Err("one of spotPriorityProfile or regularPriorityProfile is required.".into());
     }
+    let spot_cap = spot.and_then(|p| p.capacity).unwrap_or(0);
+    let regular_cap = regular.and_then(|p| p.capacity).unwrap_or(0);
+    let regular_min = regular.and_then(|p| p.min_capacity).unwrap_or(0);
     let use_spot = spot_cap > 0 || (regular_cap == 0 && regular.is_none());
     let (priority, vms, min_vms, max_price, maintain) = if use_spot {
         let p = spot.expect("use_spot implies a spot profile");
         (Priority::Spot, spot_cap, p.min_capacity.unwrap_or(0), p.max_price_per_vm, p.maintain.unwrap_or(true))
     } else {
-        let p = regular.expect("not spot implies a regular profile");
-        (Priority::Regular, regular_cap, p.min_capacity.unwrap_or(0), None, true)
+        (Priority::Regular, regular_cap, regular_min, None, true)
     };
+    let mixed = use_spot && regular_cap > 0;
     if props.vm_sizes_profile.is_empty() {
         return Err("vmSizesProfile must name at least one VM size.".into());
     }
@@ -351,14 +510,22 @@ fn fleet_request(name: &str, body: &ArmFleet) -> Result<(FleetRequest, bool), St
             max_price_per_vm: max_price,
             zones: body.zones.clone().unwrap_or_default(),
             tags: body.tags.clone(),
+            regular: mixed.then_some(FleetPart { vms: regular_cap, min_vms: regular_min }),
         },
         maintain,
     ))
 }
 
-fn op_status_url(st: &AppState, sub: &str, region: &str, op_id: &str) -> String {
+fn op_status_url(st: &AppState, sub: &str, region: &str, op_id: &str, api_version: &str) -> String {
     format!(
-        "{}/subscriptions/{sub}/providers/Microsoft.AzureFleet/locations/{region}/operationStatuses/{op_id}?api-version={FLEET_API_VERSION}",
+        "{}/subscriptions/{sub}/providers/Microsoft.AzureFleet/locations/{region}/operationStatuses/{op_id}?api-version={api_version}",
+        st.base_url
+    )
+}
+
+fn op_result_url(st: &AppState, sub: &str, region: &str, id: &str, api_version: &str) -> String {
+    format!(
+        "{}/subscriptions/{sub}/providers/Microsoft.AzureFleet/locations/{region}/operationResults/{id}?api-version={api_version}",
         st.base_url
     )
 }
@@ -366,46 +533,94 @@ fn op_status_url(st: &AppState, sub: &str, region: &str, op_id: &str) -> String 
 /// Context for error messages about a fleet: its zones, spot cap and the spot price of `size`.
 fn error_context(st: &AppState, fleet: &str, error: &CloudError) -> ArmErrorContext {
     let stored = st.fleets.lock().unwrap_or_else(|p| p.into_inner()).get(fleet).cloned();
-    let max_price = stored
-        .as_ref()
-        .and_then(|s| s.body.properties.as_ref())
-        .and_then(|p| p.spot_priority_profile.as_ref())
-        .and_then(|p| p.max_price_per_vm);
+    let body = stored.as_ref().map(|s| &s.body);
+    let max_price =
+        body.and_then(|b| b.pointer("/properties/spotPriorityProfile/maxPricePerVM")).and_then(Value::as_f64);
+    let zones = body
+        .and_then(|b| b.get("zones"))
+        .and_then(Value::as_array)
+        .map(|z| z.iter().filter_map(|z| z.as_str().map(String::from)).collect())
+        .unwrap_or_default();
     let spot_price = match error {
         CloudError::PriceAboveCap { region, size: Some(size) } => {
             st.cloud.catalog().price(size, region).and_then(|p| p.spot)
         }
         _ => None,
     };
-    ArmErrorContext { zones: stored.and_then(|s| s.body.zones).unwrap_or_default(), max_price, spot_price }
+    ArmErrorContext { zones, max_price, spot_price }
 }
 
-async fn put_fleet(State(st): St, Path((sub, rg, name)): Path<(String, String, String)>, body: Bytes) -> Response {
-    let parsed: ArmFleet = match serde_json::from_slice(&body) {
-        Ok(f) => f,
-        Err(e) => {
-            return err(
-                StatusCode::BAD_REQUEST,
-                "InvalidRequestContent",
-                format!("The request content was invalid and could not be deserialized: '{e}'."),
-            );
-        }
-    };
-    let (request, maintain) = match fleet_request(&name, &parsed) {
-        Ok(r) => r,
-        Err(m) => return err(StatusCode::BAD_REQUEST, "InvalidParameter", m),
-    };
-    if st.cloud.fleet_snapshot(&name).is_some() {
-        let owner = resource_group_of(&st, &name);
-        if owner != rg {
-            return err(
-                StatusCode::CONFLICT,
-                "Conflict",
-                format!("A fleet named '{name}' already exists in resource group '{owner}'."),
-            );
-        }
+fn bad_content(message: impl std::fmt::Display) -> Response {
+    err(
+        StatusCode::BAD_REQUEST,
+        "InvalidRequestContent",
+        format!("The request content was invalid and could not be deserialized: '{message}'."),
+    )
+}
+
+/// Refusals an existing fleet gives a changed body before anything is asked of the cloud: it is in
+/// another resource group, being deleted, in another location, or the body changes fields that
+/// cannot change (one `PropertyChangeNotAllowed` naming every one of them).
+fn check_change(st: &AppState, rg: &str, name: &str, body: &mut Value) -> Result<(), Box<Response>> {
+    let Some(snap) = st.cloud.fleet_snapshot(name) else { return Ok(()) };
+    let owner = resource_group_of(st, name);
+    if owner != rg {
+        return Err(Box::new(err(
+            StatusCode::CONFLICT,
+            "Conflict",
+            format!("A fleet named '{name}' already exists in resource group '{owner}'."),
+        )));
     }
-    let lro_failure = st.cfg.faults.lro_failure_rate > 0.0 && {
+    if snap.state == ProvisioningState::Deleting {
+        return Err(Box::new(err(
+            StatusCode::CONFLICT,
+            "Conflict",
+            format!("The fleet '{name}' is being deleted; create it again once it is gone."),
+        )));
+    }
+    let stored = st.fleets.lock().unwrap_or_else(|p| p.into_inner()).get(name).map(|s| s.body.clone());
+    let Some(stored) = stored else { return Ok(()) };
+    fleet_body::keep_secrets(body, &stored);
+    let location = |v: &Value| v.get("location").and_then(Value::as_str).unwrap_or_default().to_ascii_lowercase();
+    if location(body) != location(&stored) {
+        return Err(Box::new(err(
+            StatusCode::BAD_REQUEST,
+            "InvalidResourceLocation",
+            format!(
+                "The resource '{name}' already exists in location '{}' in resource group '{rg}'. A resource with the \
+                 same name cannot be created in location '{}'. Please select a new resource name.",
+                location(&stored),
+                location(body)
+            ),
+        )));
+    }
+    let changed = fleet_body::changed_immutables(&stored, body);
+    if !changed.is_empty() {
+        let list = changed.iter().map(|c| format!("'{c}'")).collect::<Vec<_>>().join(", ");
+        let mut detail =
+            ErrorDetail::new("PropertyChangeNotAllowed", format!("Changing property {list} is not allowed."));
+        detail.target = changed.first().cloned();
+        detail.details = changed
+            .iter()
+            .map(|c| ErrorDetail {
+                target: Some(c.clone()),
+                ..ErrorDetail::new("PropertyChangeNotAllowed", format!("Changing property '{c}' is not allowed."))
+            })
+            .collect();
+        return Err(Box::new(error_response(StatusCode::CONFLICT, detail)));
+    }
+    Ok(())
+}
+
+/// Creates or changes a fleet from a whole body (a PUT, or a PATCH merged over the fleet):
+/// returns whether it is new, and the operation started (or the current one, when nothing changed).
+fn apply(st: &AppState, rg: &str, name: &str, mut body: Value) -> Result<(bool, String), Box<Response>> {
+    let parsed: ArmFleet = serde_json::from_value(body.clone()).map_err(|e| Box::new(bad_content(e)))?;
+    let (request, maintain) =
+        fleet_request(name, &parsed).map_err(|m| Box::new(err(StatusCode::BAD_REQUEST, "InvalidParameter", m)))?;
+    check_change(st, rg, name, &mut body)?;
+    let exists = st.cloud.fleet_snapshot(name).is_some();
+    let lro_failure = !exists && st.cfg.faults.lro_failure_rate > 0.0 && {
         let mut rng = st.rng.lock().unwrap_or_else(|p| p.into_inner());
         rng.random::<f64>() < st.cfg.faults.lro_failure_rate
     };
@@ -415,37 +630,102 @@ async fn put_fleet(State(st): St, Path((sub, rg, name)): Path<(String, String, S
             message: "An internal execution error occurred. Please retry later.".into(),
         }),
     };
-    let accepted = match st.cloud.begin_create(&request, &options) {
-        Ok(a) => a,
-        Err(e) => {
-            let ctx =
-                ArmErrorContext { zones: request.zones.clone(), max_price: request.max_price_per_vm, spot_price: None };
-            let (status, detail) = arm_error(&e, &ctx);
-            return error_response(status, detail);
+    let accepted = st.cloud.begin_create(&request, &options).map_err(|e| {
+        let ctx =
+            ArmErrorContext { zones: request.zones.clone(), max_price: request.max_price_per_vm, spot_price: None };
+        let (status, detail) = arm_error(&e, &ctx);
+        Box::new(error_response(status, detail))
+    })?;
+    // What is stored is what the client sent, read-only fields aside (they are filled on output).
+    if let Value::Object(o) = &mut body {
+        for k in ["id", "name", "type", "systemData"] {
+            o.remove(k);
         }
-    };
-    if accepted.created {
-        let mut stored = parsed.clone();
-        stored.id = None;
-        stored.name = None;
-        stored.resource_type = None;
-        st.fleets
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name.clone(), StoredFleet { resource_group: rg.clone(), body: stored });
+        if let Some(Value::Object(p)) = o.get_mut("properties") {
+            for k in ["provisioningState", "timeCreated", "uniqueId"] {
+                p.remove(k);
+            }
+        }
     }
+    st.fleets
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(name.to_string(), StoredFleet { resource_group: rg.to_string(), body });
+    let op_id =
+        accepted.operation.status_url.as_deref().and_then(|u| u.strip_prefix(OPERATION_URL_PREFIX)).unwrap_or("");
+    if accepted.created && lro_failure {
+        return Ok((true, format!("{op_id}#fault")));
+    }
+    Ok((accepted.created, op_id.to_string()))
+}
+
+async fn put_fleet(
+    State(st): St,
+    Path((sub, rg, name)): Path<(String, String, String)>,
+    Query(q): Q,
+    body: Bytes,
+) -> Response {
+    let api = api_version(&q).to_string();
+    let raw: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return bad_content(e),
+    };
+    if let Err(m) = fleet_body::check_known(&raw, &api, false) {
+        return bad_content(m);
+    }
+    let (created, op) = match apply(&st, &rg, &name, raw) {
+        Ok(r) => r,
+        Err(resp) => return *resp,
+    };
+    let (op_id, fault) = match op.strip_suffix("#fault") {
+        Some(id) => (id.to_string(), true),
+        None => (op, false),
+    };
     let Some(snap) = st.cloud.fleet_snapshot(&name) else {
         return err(StatusCode::INTERNAL_SERVER_ERROR, "InternalServerError", "the fleet vanished while being created");
     };
-    let op_id =
-        accepted.operation.status_url.as_deref().and_then(|u| u.strip_prefix(OPERATION_URL_PREFIX)).unwrap_or("");
-    let status = if accepted.created { StatusCode::CREATED } else { StatusCode::OK };
-    let mut resp = json(status, &fleet_resource(&st, &sub, &snap));
-    set_header(&mut resp, "azure-asyncoperation", &op_status_url(&st, &sub, &snap.region, op_id));
+    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    let mut resp = json(status, &fleet_resource(&st, &sub, &snap, &api));
+    set_header(&mut resp, "azure-asyncoperation", &op_status_url(&st, &sub, &snap.region, &op_id, &api));
     set_header(&mut resp, "retry-after", &st.cfg.retry_after_seconds.to_string());
-    if accepted.created && lro_failure {
+    if fault {
         resp.extensions_mut().insert(InjectedFault("lro_failure"));
     }
+    resp
+}
+
+/// PATCH (`Fleets_Update`): the body is merged over the fleet and applied like a PUT; answered 202
+/// with a `Location` whose final answer is the fleet.
+async fn patch_fleet(
+    State(st): St,
+    Path((sub, rg, name)): Path<(String, String, String)>,
+    Query(q): Q,
+    body: Bytes,
+) -> Response {
+    let api = api_version(&q).to_string();
+    let Some(snap) = visible(&st, &rg, &name) else { return not_found(&name, &rg) };
+    let patch: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return bad_content(e),
+    };
+    if let Err(m) = fleet_body::check_known(&patch, &api, true) {
+        return bad_content(m);
+    }
+    let current = st.fleets.lock().unwrap_or_else(|p| p.into_inner()).get(&name).map(|s| s.body.clone());
+    let current = current.unwrap_or_else(|| serde_json::to_value(synthesize(&snap)).unwrap_or_else(|_| json!({})));
+    let merged = fleet_body::merge_patch(&current, &patch);
+    let (_, op_id) = match apply(&st, &rg, &name, merged) {
+        Ok(r) => r,
+        Err(resp) => return *resp,
+    };
+    let id = format!("upd-{:08}", st.next_monitor.fetch_add(1, Ordering::Relaxed));
+    st.monitors
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(id.clone(), Monitor::Update { fleet: name.clone(), resource_group: rg.clone(), op: op_id });
+    let mut resp = StatusCode::ACCEPTED.into_response();
+    set_header(&mut resp, "location", &op_result_url(&st, &sub, &snap.region, &id, &api));
+    set_header(&mut resp, "retry-after", &st.cfg.retry_after_seconds.to_string());
     resp
 }
 
@@ -462,46 +742,81 @@ fn visible(st: &AppState, rg: &str, name: &str) -> Option<FleetSnapshot> {
     st.cloud.fleet_snapshot(name).filter(|_| resource_group_of(st, name) == rg)
 }
 
-async fn get_fleet(State(st): St, Path((sub, rg, name)): Path<(String, String, String)>) -> Response {
+async fn get_fleet(State(st): St, Path((sub, rg, name)): Path<(String, String, String)>, Query(q): Q) -> Response {
     match visible(&st, &rg, &name) {
-        Some(snap) => json(StatusCode::OK, &fleet_resource(&st, &sub, &snap)),
+        Some(snap) => json(StatusCode::OK, &fleet_resource(&st, &sub, &snap, api_version(&q))),
         None => not_found(&name, &rg),
     }
 }
 
-async fn delete_fleet(State(st): St, Path((sub, rg, name)): Path<(String, String, String)>) -> Response {
+/// DELETE: the fleet shows `Deleting` for `delete_seconds` of the simulated clock, then is gone;
+/// the `Location` monitor answers 202 until then, 204 after.
+async fn delete_fleet(State(st): St, Path((sub, rg, name)): Path<(String, String, String)>, Query(q): Q) -> Response {
     let Some(snap) = visible(&st, &rg, &name) else {
         return StatusCode::NO_CONTENT.into_response();
     };
-    st.cloud.delete(&name);
-    st.fleets.lock().unwrap_or_else(|p| p.into_inner()).remove(&name);
-    let id = format!("del-{:08}", st.next_delete.fetch_add(1, Ordering::Relaxed));
-    st.deletes.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone(), snap.region.clone());
+    let after_ms = i64::try_from(st.cfg.delete_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+    st.cloud.begin_delete(&name, after_ms);
+    let id = format!("del-{:08}", st.next_monitor.fetch_add(1, Ordering::Relaxed));
+    st.monitors
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(id.clone(), Monitor::Delete { fleet: name.clone(), created_ms: snap.created_ms });
     let mut resp = StatusCode::ACCEPTED.into_response();
-    let location = format!(
-        "{}/subscriptions/{sub}/providers/Microsoft.AzureFleet/locations/{}/operationResults/{id}?api-version={FLEET_API_VERSION}",
-        st.base_url, snap.region
-    );
-    set_header(&mut resp, "location", &location);
+    set_header(&mut resp, "location", &op_result_url(&st, &sub, &snap.region, &id, api_version(&q)));
     set_header(&mut resp, "retry-after", &st.cfg.retry_after_seconds.to_string());
     resp
 }
 
-async fn op_result(State(st): St, Path((_sub, _region, op)): Path<(String, String, String)>) -> Response {
-    if st.deletes.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&op) {
-        StatusCode::NO_CONTENT.into_response()
-    } else {
-        err(StatusCode::NOT_FOUND, "ResourceNotFound", format!("The operation '{op}' was not found."))
+/// A `Location` monitor: 202 while its operation runs; then 204 for a deletion, the fleet (200) for
+/// an update, or the operation's error.
+async fn op_result(State(st): St, Path((sub, _region, op)): Path<(String, String, String)>, Query(q): Q) -> Response {
+    let monitor = st.monitors.lock().unwrap_or_else(|p| p.into_inner()).get(&op).cloned();
+    let in_progress = || {
+        let mut resp = StatusCode::ACCEPTED.into_response();
+        set_header(&mut resp, "retry-after", &st.cfg.retry_after_seconds.to_string());
+        resp
+    };
+    match monitor {
+        None => err(StatusCode::NOT_FOUND, "ResourceNotFound", format!("The operation '{op}' was not found.")),
+        Some(Monitor::Delete { fleet, created_ms }) => match st.cloud.fleet_snapshot(&fleet) {
+            Some(f) if f.created_ms == created_ms => in_progress(),
+            _ => {
+                let mut stored = st.fleets.lock().unwrap_or_else(|p| p.into_inner());
+                if st.cloud.fleet_snapshot(&fleet).is_none() {
+                    stored.remove(&fleet);
+                }
+                StatusCode::NO_CONTENT.into_response()
+            }
+        },
+        Some(Monitor::Update { fleet, resource_group, op: sim_op }) => {
+            match st.cloud.operation(&sim_op).map(|v| v.state) {
+                Some(OperationState::InProgress) => in_progress(),
+                Some(OperationState::Succeeded) => match visible(&st, &resource_group, &fleet) {
+                    Some(snap) => json(StatusCode::OK, &fleet_resource(&st, &sub, &snap, api_version(&q))),
+                    None => not_found(&fleet, &resource_group),
+                },
+                Some(OperationState::Failed(e)) => {
+                    let (status, detail) = arm_error(&e, &error_context(&st, &fleet, &e));
+                    error_response(status, detail)
+                }
+                Some(OperationState::Canceled) | None => err(
+                    StatusCode::CONFLICT,
+                    "OperationCanceled",
+                    format!("The update of fleet '{fleet}' was canceled: the fleet is being deleted."),
+                ),
+            }
+        }
     }
 }
 
 fn list(st: &AppState, sub: &str, rg: Option<&str>, uri: &Uri, q: &HashMap<String, String>) -> Response {
-    let fleets: Vec<ArmFleet> = st
+    let fleets: Vec<Value> = st
         .cloud
         .fleets_snapshot()
         .iter()
         .filter(|s| rg.is_none_or(|rg| resource_group_of(st, &s.name) == rg))
-        .map(|s| fleet_resource(st, sub, s))
+        .map(|s| fleet_resource(st, sub, s, api_version(q)))
         .collect();
     paged(st, uri, q, &fleets)
 }
@@ -549,6 +864,50 @@ async fn scale_sets(
     paged(&st, &uri, &q, &items)
 }
 
+/// `GET …/fleets/{name}/virtualMachines` (2026-08-01): each running VM `Succeeded`, and while the
+/// fleet is being created or grown, the VMs still to come `Creating`. An evicted VM (eviction
+/// policy `Delete`) is gone from the list.
+async fn virtual_machines(
+    State(st): St,
+    Path((sub, rg, name)): Path<(String, String, String)>,
+    uri: Uri,
+    Query(q): Q,
+) -> Response {
+    let Some(snap) = visible(&st, &rg, &name) else { return not_found(&name, &rg) };
+    let zone = {
+        let stored = st.fleets.lock().unwrap_or_else(|p| p.into_inner());
+        let zones = stored.get(&name).and_then(|s| s.body.get("zones").and_then(Value::as_array).cloned());
+        zones.filter(|z| z.len() == 1).and_then(|z| z[0].as_str().map(String::from))
+    };
+    let growing = matches!(snap.state, ProvisioningState::Creating | ProvisioningState::Updating);
+    let mut parts = vec![(snap.priority, snap.size.clone(), snap.running_vms, snap.capacity_vms, "")];
+    if let Some(r) = &snap.regular {
+        parts.push((Priority::Regular, r.size.clone(), r.running_vms, r.capacity_vms, "_regular"));
+    }
+    let mut items = Vec::new();
+    for (priority, size, running, capacity, suffix) in parts {
+        let size = size.or_else(|| snap.sizes.first().cloned()).unwrap_or_default();
+        let set = format!("{}{suffix}", crate::sim_cloud::scale_set_name(&name, &size));
+        let pending = if growing { capacity.saturating_sub(running) } else { 0 };
+        for i in 0..running + pending {
+            let vm = format!("{set}_{i}");
+            items.push(VirtualMachine {
+                id: format!(
+                    "/subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachines/{vm}"
+                ),
+                name: vm,
+                resource_type: Some("Microsoft.Compute/virtualMachines".into()),
+                operation_status: if i < running { VmOperationStatus::Succeeded } else { VmOperationStatus::Creating },
+                error: None,
+                vm_size: Some(size.clone()),
+                zone: zone.clone(),
+                priority: Some(azure_priority(priority).to_string()),
+            });
+        }
+    }
+    paged(&st, &uri, &q, &items)
+}
+
 async fn op_status(State(st): St, Path((sub, _region, op)): Path<(String, String, String)>) -> Response {
     let Some(view) = st.cloud.operation(&op) else {
         return err(StatusCode::NOT_FOUND, "ResourceNotFound", format!("The operation '{op}' was not found."));
@@ -564,7 +923,7 @@ async fn op_status(State(st): St, Path((sub, _region, op)): Path<(String, String
             ArmOpState::Canceled,
             Some(ErrorDetail::new(
                 "OperationCanceled",
-                format!("The fleet '{}' was deleted before it was created.", view.fleet),
+                format!("The operation on fleet '{}' was canceled: the fleet is being deleted.", view.fleet),
             )),
             true,
         ),

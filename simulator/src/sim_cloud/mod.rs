@@ -43,13 +43,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use scheduler::Catalog;
 use scheduler::clock::Clock;
 use scheduler::cloud::{
-    Cloud, CloudError, Fleet, FleetOperation, FleetRequest, OperationStatus, ProvisioningState, ScaleSet,
-    SizeRestriction,
+    Cloud, CloudError, Fleet, FleetOperation, FleetPartStatus, FleetRequest, OperationStatus, ProvisioningState,
+    ScaleSet, SizeRestriction,
 };
 use scheduler::model::{FieldErrors, Offer, Priority, Quota, QuotaPool};
 
 pub use config::{ConfigError, OfferCapacity, QuotaLimits, RegionQuota, RestrictionConfig, SimCloudConfig};
-pub use world::{FleetSnapshot, OperationState, OperationView, SimCounters};
+pub use world::{FleetPartSnapshot, FleetSnapshot, OperationState, OperationView, SimCounters};
 
 use world::{Outage, World};
 
@@ -160,21 +160,27 @@ impl SimCloud {
         self.retry_after_ms(&w, op_id)
     }
 
-    /// Deletes a fleet; true when it existed.
+    /// Deletes a fleet at once; true when it existed.
     pub fn delete(&self, name: &str) -> bool {
         self.world().delete(name)
+    }
+
+    /// Starts deleting a fleet that is gone `after_ms` later (meanwhile `Deleting`, its VMs and
+    /// quota held); `after_ms <= 0` deletes at once. True when it existed.
+    pub fn begin_delete(&self, name: &str, after_ms: i64) -> bool {
+        self.world().begin_delete(name, after_ms)
     }
 
     /// One fleet's state, for reports.
     pub fn fleet_snapshot(&self, name: &str) -> Option<FleetSnapshot> {
         let w = self.world();
-        w.fleets.get(name).map(|f| w.snapshot(f))
+        w.fleets.get(name).filter(|f| f.part_of.is_none()).map(|f| w.snapshot(f))
     }
 
     /// Every fleet's state, by name.
     pub fn fleets_snapshot(&self) -> Vec<FleetSnapshot> {
         let w = self.world();
-        w.fleets.values().map(|f| w.snapshot(f)).collect()
+        w.visible_fleets().map(|f| w.snapshot(f)).collect()
     }
 
     /// What the cloud has answered so far.
@@ -317,7 +323,16 @@ fn offer_key(w: &World, region: &str, size: &str, priority: Priority) -> Result<
 }
 
 fn fleet_of(w: &World, name: &str) -> Result<Fleet, CloudError> {
-    let f = w.fleets.get(name).ok_or_else(|| CloudError::NotFound { what: format!("fleet {name}") })?;
+    let f = w
+        .fleets
+        .get(name)
+        .filter(|f| f.part_of.is_none())
+        .ok_or_else(|| CloudError::NotFound { what: format!("fleet {name}") })?;
+    let regular = f.base.as_ref().and_then(|k| w.fleets.get(k)).map(|p| FleetPartStatus {
+        capacity_vms: p.req.vms,
+        min_capacity_vms: p.req.min_vms,
+        running_vms: Some(p.running),
+    });
     Ok(Fleet {
         name: f.req.name.clone(),
         region: f.req.region.clone(),
@@ -328,6 +343,7 @@ fn fleet_of(w: &World, name: &str) -> Result<Fleet, CloudError> {
         provisioning_state: f.state.clone(),
         tags: f.req.tags.clone(),
         running_vms: Some(f.running),
+        regular,
     })
 }
 
@@ -429,33 +445,39 @@ impl Cloud for SimCloud {
 
     async fn list_fleets(&self) -> Result<Vec<Fleet>, CloudError> {
         let w = self.world();
-        w.fleets.keys().map(|n| fleet_of(&w, n)).collect()
+        w.visible_fleets().map(|f| fleet_of(&w, &f.req.name)).collect()
     }
 
     async fn fleet_scale_sets(&self, name: &str) -> Result<Vec<ScaleSet>, CloudError> {
         let w = self.world();
-        let f = w.fleets.get(name).ok_or_else(|| CloudError::NotFound { what: format!("fleet {name}") })?;
-        let make = |size: &str, status: ProvisioningState, error: Option<CloudError>| {
-            let ss = scale_set_name(name, size);
-            ScaleSet {
-                id: format!("fleets/{name}/virtualMachineScaleSets/{ss}"),
-                name: ss,
-                operation_status: status,
-                error,
-            }
-        };
-        Ok(match &f.state {
-            ProvisioningState::Creating => {
-                f.reserved.iter().map(|s| make(s, ProvisioningState::Creating, None)).collect()
-            }
-            _ => f
-                .tried
-                .iter()
-                .map(|(s, e)| match e {
+        let f = w
+            .fleets
+            .get(name)
+            .filter(|f| f.part_of.is_none())
+            .ok_or_else(|| CloudError::NotFound { what: format!("fleet {name}") })?;
+        // One scale set per size and priority, as Azure Fleet makes them.
+        let mut out = Vec::new();
+        for part in std::iter::once(f).chain(f.base.as_ref().and_then(|k| w.fleets.get(k))) {
+            let suffix = if part.part_of.is_some() { "_regular" } else { "" };
+            let make = |size: &str, status: ProvisioningState, error: Option<CloudError>| {
+                let ss = format!("{}{suffix}", scale_set_name(name, size));
+                ScaleSet {
+                    id: format!("fleets/{name}/virtualMachineScaleSets/{ss}"),
+                    name: ss,
+                    operation_status: status,
+                    error,
+                }
+            };
+            match &part.state {
+                ProvisioningState::Creating => {
+                    out.extend(part.reserved.iter().map(|s| make(s, ProvisioningState::Creating, None)))
+                }
+                _ => out.extend(part.tried.iter().map(|(s, e)| match e {
                     Some(e) => make(s, ProvisioningState::Failed, Some(e.clone())),
-                    None => make(s, ProvisioningState::Succeeded, None),
-                })
-                .collect(),
-        })
+                    None => make(s, part.state.clone(), None),
+                })),
+            }
+        }
+        Ok(out)
     }
 }

@@ -84,6 +84,27 @@ pub struct FleetSnapshot {
     /// give the preemption notice before it happens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_eviction_ms: Option<i64>,
+    /// A mixed fleet's regular part (the fields above are then its spot part's).
+    pub regular: Option<FleetPartSnapshot>,
+    /// Until when it is being deleted (state `Deleting`), clock ms.
+    pub deleting_until_ms: Option<i64>,
+}
+
+/// The regular part of a mixed fleet.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetPartSnapshot {
+    /// The size its VMs run on, once allocated.
+    pub size: Option<String>,
+    /// VMs asked for.
+    pub capacity_vms: u32,
+    /// Minimum VMs.
+    pub min_capacity_vms: u32,
+    /// VMs running now.
+    pub running_vms: u32,
+    /// VMs it lost so far.
+    pub evictions: u32,
+    /// Why it failed.
+    pub error: Option<CloudError>,
 }
 
 /// Where a create operation is, with Azure's final states.
@@ -99,7 +120,7 @@ pub enum OperationState {
     Canceled,
 }
 
-/// A create operation as the simulated cloud tracks it.
+/// A create or update operation as the simulated cloud tracks it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OperationView {
     /// Operation id.
@@ -120,18 +141,24 @@ pub struct OperationView {
 pub(crate) struct OpRecord {
     pub fleet: String,
     pub region: String,
-    pub generation: u64,
     pub started_ms: i64,
     pub ends_ms: i64,
+    /// How it ended, once it has; an operation whose fleet went away before is `Canceled`.
+    pub outcome: Option<OperationState>,
 }
 
+/// One priority's part of a fleet, keyed by the fleet's name; a mixed fleet's regular part is a
+/// second `SimFleet` keyed [`regular_part_key`], linked both ways (`base` / `part_of`). Quota,
+/// capacity, evictions and refills work part by part; the views (`fleet_of`, snapshots, listings,
+/// operations) show one fleet.
 #[derive(Debug, Clone)]
 pub(crate) struct SimFleet {
+    /// The request of this part: for a regular part, its own (priority regular, its VMs, the
+    /// key [`regular_part_key`] as name); for the fleet itself, the whole request as given.
     pub req: FleetRequest,
     /// Requested sizes this region can run for this subscription, catalog-spelled, ranked.
     pub usable: Vec<String>,
     pub maintain: bool,
-    pub generation: u64,
     pub op_id: String,
     pub state: ProvisioningState,
     pub created_ms: i64,
@@ -148,7 +175,18 @@ pub(crate) struct SimFleet {
     pub next_eviction_ms: Option<i64>,
     pub refill_at_ms: Option<i64>,
     pub evictions: u32,
+    /// A mixed fleet: the key of its regular part.
+    pub base: Option<String>,
+    /// A regular part: the name of its fleet.
+    pub part_of: Option<String>,
+    /// Being deleted until then (state `Deleting`).
+    pub deleting_until_ms: Option<i64>,
     rng: StdRng,
+}
+
+/// The key of a mixed fleet's regular part in [`World::fleets`] (`/` never appears in a fleet name).
+pub(crate) fn regular_part_key(fleet: &str) -> String {
+    format!("{fleet}/regular")
 }
 
 /// An outage scope: a region, optionally narrowed to one size and/or one priority.
@@ -173,6 +211,7 @@ enum EventKind {
     Reclaim,
     Refill,
     Evict,
+    Deleted,
 }
 
 pub(crate) struct World {
@@ -354,12 +393,14 @@ impl World {
         self.arm_refills_all();
     }
 
-    /// vCPUs a fleet holds against each pool: running VMs, plus the whole request while creating.
+    /// vCPUs a fleet part holds against each pool: running VMs, the whole request while creating,
+    /// and the larger of the two while updating.
     fn fleet_holds<'f>(&self, f: &'f SimFleet) -> Option<(&'f str, u64)> {
         if let Some(s) = &f.reserved {
             return Some((s.as_str(), u64::from(f.req.vms) * self.vcpus(s)));
         }
-        f.size.as_ref().map(|s| (s.as_str(), u64::from(f.running) * self.vcpus(s)))
+        let vms = if f.state == ProvisioningState::Updating { f.running.max(f.req.vms) } else { f.running };
+        f.size.as_ref().map(|s| (s.as_str(), u64::from(vms) * self.vcpus(s)))
     }
 
     pub fn quota_usage(&self, region: &str, pool: &QuotaPool) -> u64 {
@@ -573,8 +614,17 @@ impl World {
         self.arm_refills_all();
     }
 
-    /// Evicts up to `n` VMs of a fleet now; their capacity is held back like a spot eviction's.
+    /// Evicts up to `n` VMs of a fleet now (a mixed fleet's spot part first); their capacity is
+    /// held back like a spot eviction's.
     pub fn evict(&mut self, name: &str, n: u32) -> Result<u32, CloudError> {
+        let taken = self.evict_part(name, n)?;
+        match self.fleets.get(name).and_then(|f| f.base.clone()) {
+            Some(base) if taken < n => Ok(taken + self.evict_part(&base, n - taken)?),
+            _ => Ok(taken),
+        }
+    }
+
+    fn evict_part(&mut self, name: &str, n: u32) -> Result<u32, CloudError> {
         let now = self.now_ms;
         let reclaim = self.reclaim_until(now);
         let f = self.fleets.get_mut(name).ok_or_else(|| CloudError::NotFound { what: format!("fleet {name}") })?;
@@ -597,8 +647,30 @@ impl World {
 
     // ---- fleets ----
 
-    /// Validates and accepts a create request; quota is checked and held at once.
-    /// Returns the operation id and whether a new fleet was made.
+    /// The request as stored: sizes in the catalog's spelling (what a repeat is compared with).
+    fn canonical(&self, req: &FleetRequest) -> FleetRequest {
+        let mut c = req.clone();
+        c.sizes = req.sizes.iter().map(|s| self.size(s).map(|x| x.name.clone()).unwrap_or(s.clone())).collect();
+        c
+    }
+
+    /// A mixed request's regular part as a request of its own.
+    fn regular_part_request(req: &FleetRequest) -> Option<FleetRequest> {
+        req.regular.map(|r| FleetRequest {
+            name: regular_part_key(&req.name),
+            priority: Priority::Regular,
+            vms: r.vms,
+            min_vms: r.min_vms,
+            max_price_per_vm: None,
+            regular: None,
+            ..req.clone()
+        })
+    }
+
+    /// Validates and accepts a create request; quota is checked and held at once. The same request
+    /// again is a repeat (its operation is returned, nothing changes); a different one for an
+    /// existing fleet is an update ([`World::begin_update`]). Returns the operation id and whether a
+    /// new fleet was made.
     pub fn begin_create(
         &mut self,
         req: &FleetRequest,
@@ -607,8 +679,17 @@ impl World {
     ) -> Result<(String, bool), CloudError> {
         self.counters.creates_attempted += 1;
         if let Some(f) = self.fleets.get(&req.name) {
-            self.counters.creates_repeated += 1;
-            return Ok((f.op_id.clone(), false));
+            if f.deleting_until_ms.is_some() {
+                return Err(CloudError::Permanent {
+                    code: "Conflict".into(),
+                    message: format!("The fleet '{}' is being deleted; create it again once it is gone.", req.name),
+                });
+            }
+            if f.req == self.canonical(req) && f.maintain == maintain {
+                self.counters.creates_repeated += 1;
+                return Ok((f.op_id.clone(), false));
+            }
+            return self.begin_update(req, maintain).map(|op| (op, false));
         }
         match self.accept(req, maintain, fail_with) {
             Ok(op) => Ok((op, true)),
@@ -620,25 +701,10 @@ impl World {
         }
     }
 
-    fn accept(
-        &mut self,
-        req: &FleetRequest,
-        maintain: bool,
-        fail_with: Option<CloudError>,
-    ) -> Result<String, CloudError> {
-        check_fleet_name(&req.name)?;
+    /// Checks one part's request against the region, its sizes and the quota; returns the usable
+    /// sizes and the one whose quota would be held.
+    fn admit(&self, req: &FleetRequest) -> Result<(Vec<String>, String), CloudError> {
         let bad = |message: String| CloudError::Permanent { code: "InvalidParameter".into(), message };
-        if !self.cfg.regions.iter().any(|r| r == &req.region) {
-            return Err(CloudError::Permanent {
-                code: "LocationNotAvailableForResourceType".into(),
-                message: format!(
-                    "The provided location '{}' is not available for resource type 'Microsoft.AzureFleet/fleets'. \
-                     List of available regions for the resource type is '{}'.",
-                    req.region,
-                    self.cfg.regions.join(",")
-                ),
-            });
-        }
         if req.sizes.is_empty() {
             return Err(bad("vmSizesProfile must name at least one VM size.".into()));
         }
@@ -664,27 +730,91 @@ impl World {
             .find(|s| self.quota_fit(&req.region, s, req.priority) >= vms)
             .cloned()
             .ok_or_else(|| self.quota_error(&req.region, &usable[0], req.priority, req.vms))?;
+        Ok((usable, reserved))
+    }
+
+    fn accept(
+        &mut self,
+        req: &FleetRequest,
+        maintain: bool,
+        fail_with: Option<CloudError>,
+    ) -> Result<String, CloudError> {
+        check_fleet_name(&req.name)?;
+        if !self.cfg.regions.iter().any(|r| r == &req.region) {
+            return Err(CloudError::Permanent {
+                code: "LocationNotAvailableForResourceType".into(),
+                message: format!(
+                    "The provided location '{}' is not available for resource type 'Microsoft.AzureFleet/fleets'. \
+                     List of available regions for the resource type is '{}'.",
+                    req.region,
+                    self.cfg.regions.join(",")
+                ),
+            });
+        }
+        let part_req = Self::regular_part_request(req);
+        if part_req.is_some() && req.priority != Priority::Spot {
+            return Err(CloudError::Permanent {
+                code: "InvalidParameter".into(),
+                message: "A mixed fleet has a spot part and a regular part.".into(),
+            });
+        }
+        // Every part is admitted before any is held: a refused part refuses the whole fleet.
+        let (usable, reserved) = self.admit(req)?;
+        let part = match &part_req {
+            Some(p) => Some((p, self.admit(p)?)),
+            None => None,
+        };
 
         let generation = self.next_generation;
         self.next_generation += 1;
         let op_id = format!("op-{generation:08}");
         let now = self.now_ms;
         let ready = now.saturating_add(self.provisioning_ms());
-        let seed = self.cfg.seed ^ fnv1a(&req.name) ^ generation.rotate_left(32);
-        let mut stored = req.clone();
-        stored.sizes = req.sizes.iter().map(|s| self.size(s).map(|x| x.name.clone()).unwrap_or(s.clone())).collect();
         self.expect_event_at(ready);
+        let base = part.as_ref().map(|(p, _)| p.name.clone());
+        self.insert_part(self.canonical(req), usable, reserved, maintain, generation, &op_id, fail_with, base, None);
+        if let Some((p, (usable, reserved))) = part {
+            let p = self.canonical(p);
+            self.insert_part(p, usable, reserved, maintain, generation, &op_id, None, None, Some(req.name.clone()));
+        }
+        self.ops.insert(
+            op_id.clone(),
+            OpRecord {
+                fleet: req.name.clone(),
+                region: req.region.clone(),
+                started_ms: now,
+                ends_ms: ready,
+                outcome: None,
+            },
+        );
+        Ok(op_id)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn insert_part(
+        &mut self,
+        req: FleetRequest,
+        usable: Vec<String>,
+        reserved: String,
+        maintain: bool,
+        generation: u64,
+        op_id: &str,
+        fail_with: Option<CloudError>,
+        base: Option<String>,
+        part_of: Option<String>,
+    ) {
+        let now = self.now_ms;
+        let seed = self.cfg.seed ^ fnv1a(&req.name) ^ generation.rotate_left(32);
         self.fleets.insert(
             req.name.clone(),
             SimFleet {
-                req: stored,
+                req,
                 usable,
                 maintain,
-                generation,
-                op_id: op_id.clone(),
+                op_id: op_id.to_string(),
                 state: ProvisioningState::Creating,
                 created_ms: now,
-                ready_ms: ready,
+                ready_ms: now.saturating_add(self.provisioning_ms()),
                 reserved: Some(reserved),
                 size: None,
                 running: 0,
@@ -694,17 +824,121 @@ impl World {
                 next_eviction_ms: None,
                 refill_at_ms: None,
                 evictions: 0,
+                base,
+                part_of,
+                deleting_until_ms: None,
                 rng: StdRng::seed_from_u64(seed),
             },
         );
+    }
+
+    /// Starts changing a fleet that exists: its capacities (both parts), spot max price,
+    /// `maintain` and tags change; its region, zones, sizes, minimums and shape (one priority or
+    /// mixed) cannot (`PropertyChangeNotAllowed`, naming each). Growth is quota-checked and held at
+    /// once, like a creation; after `provisioning_seconds` a shrunk part gives VMs back and a grown
+    /// one gets what capacity allows (a `maintain` fleet keeps trying for the rest).
+    pub fn begin_update(&mut self, req: &FleetRequest, maintain: bool) -> Result<String, CloudError> {
+        let req = self.canonical(req);
+        let f =
+            self.fleets.get(&req.name).ok_or_else(|| CloudError::NotFound { what: format!("fleet {}", req.name) })?;
+        if f.state != ProvisioningState::Succeeded || f.deleting_until_ms.is_some() {
+            return Err(CloudError::Permanent {
+                code: "AnotherOperationInProgress".into(),
+                message: format!(
+                    "The fleet '{}' is {}: it can be changed once its current operation ends.",
+                    req.name, f.state
+                ),
+            });
+        }
+        if f.req.region != req.region {
+            return Err(CloudError::Permanent {
+                code: "InvalidResourceLocation".into(),
+                message: format!(
+                    "The resource '{}' already exists in location '{}'. A resource with the same name cannot be \
+                     created in location '{}'. Please select a new resource name.",
+                    req.name, f.req.region, req.region
+                ),
+            });
+        }
+        let old = &f.req;
+        let mut changed: Vec<&str> = Vec::new();
+        if old.zones != req.zones {
+            changed.push("zones");
+        }
+        if old.sizes != req.sizes {
+            changed.push("properties.vmSizesProfile");
+        }
+        if old.priority != req.priority || old.regular.is_some() != req.regular.is_some() {
+            changed.push(match req.priority {
+                Priority::Spot if req.regular.is_some() || old.regular.is_some() => "properties.regularPriorityProfile",
+                Priority::Spot => "properties.spotPriorityProfile",
+                Priority::Regular => "properties.regularPriorityProfile",
+            });
+        } else {
+            if old.min_vms != req.min_vms {
+                changed.push(match req.priority {
+                    Priority::Spot => "properties.spotPriorityProfile.minCapacity",
+                    Priority::Regular => "properties.regularPriorityProfile.minCapacity",
+                });
+            }
+            if let (Some(o), Some(n)) = (old.regular, req.regular)
+                && o.min_vms != n.min_vms
+            {
+                changed.push("properties.regularPriorityProfile.minCapacity");
+            }
+        }
+        if !changed.is_empty() {
+            let list = changed.iter().map(|c| format!("'{c}'")).collect::<Vec<_>>().join(", ");
+            return Err(CloudError::Permanent {
+                code: "PropertyChangeNotAllowed".into(),
+                message: format!("Changing property {list} is not allowed."),
+            });
+        }
+        let bad = |message: String| CloudError::Permanent { code: "InvalidParameter".into(), message };
+        if req.min_vms > req.vms {
+            return Err(bad(format!("minCapacity ({}) cannot be greater than capacity ({}).", req.min_vms, req.vms)));
+        }
+        if let Some(r) = req.regular
+            && r.min_vms > r.vms
+        {
+            return Err(bad(format!("minCapacity ({}) cannot be greater than capacity ({}).", r.min_vms, r.vms)));
+        }
+        // Growth must fit the quota now, part by part.
+        let mut parts = vec![(req.name.clone(), req.clone())];
+        if let (Some(key), Some(p)) = (f.base.clone(), Self::regular_part_request(&req)) {
+            parts.push((key, p));
+        }
+        for (key, part_req) in &parts {
+            let part = &self.fleets[key];
+            let size = part.size.clone().unwrap_or_else(|| part.usable[0].clone());
+            let extra = part_req.vms.saturating_sub(part.running);
+            if u64::from(extra) > self.quota_fit(&part_req.region, &size, part_req.priority) {
+                return Err(self.quota_error(&part_req.region, &size, part_req.priority, extra));
+            }
+        }
+        let generation = self.next_generation;
+        self.next_generation += 1;
+        let op_id = format!("op-{generation:08}");
+        let now = self.now_ms;
+        let ready = now.saturating_add(self.provisioning_ms());
+        self.expect_event_at(ready);
+        for (key, part_req) in parts {
+            let part = self.fleets.get_mut(&key).expect("listed above");
+            part.req = part_req;
+            part.maintain = maintain;
+            part.op_id = op_id.clone();
+            part.state = ProvisioningState::Updating;
+            part.ready_ms = ready;
+            part.refill_at_ms = None;
+        }
         self.ops.insert(
             op_id.clone(),
             OpRecord {
                 fleet: req.name.clone(),
                 region: req.region.clone(),
-                generation,
                 started_ms: now,
                 ends_ms: ready,
+                outcome: None,
             },
         );
         Ok(op_id)
@@ -713,7 +947,7 @@ impl World {
     /// Makes a creation in flight end with `error` instead of allocating.
     pub fn inject_failure(&mut self, name: &str, error: CloudError) -> bool {
         match self.fleets.get_mut(name) {
-            Some(f) if f.state == ProvisioningState::Creating => {
+            Some(f) if f.state == ProvisioningState::Creating && f.part_of.is_none() => {
                 f.fail_with = Some(error);
                 true
             }
@@ -721,27 +955,51 @@ impl World {
         }
     }
 
-    /// Deletes a fleet, releasing its VMs and quota. False when it did not exist.
+    /// Deletes a fleet (both parts of a mixed one) at once, releasing its VMs and quota. False when
+    /// it did not exist.
     pub fn delete(&mut self, name: &str) -> bool {
-        if self.fleets.remove(name).is_none() {
-            return false;
+        let Some(f) = self.fleets.get(name).filter(|f| f.part_of.is_none()) else { return false };
+        if let Some(base) = f.base.clone() {
+            self.fleets.remove(&base);
         }
+        self.fleets.remove(name);
         self.counters.deletes += 1;
         self.arm_refills_all();
         true
     }
 
+    /// Starts deleting a fleet that takes `after_ms` to go: it shows `Deleting` (VMs and quota held,
+    /// no more evictions or refills, an operation in flight cancelled) and is gone at the end.
+    /// `after_ms <= 0` deletes at once. False when it did not exist.
+    pub fn begin_delete(&mut self, name: &str, after_ms: i64) -> bool {
+        if after_ms <= 0 {
+            return self.delete(name);
+        }
+        let Some(f) = self.fleets.get(name).filter(|f| f.part_of.is_none()) else { return false };
+        if f.deleting_until_ms.is_some() {
+            return true;
+        }
+        let until = self.now_ms.saturating_add(after_ms);
+        let keys: Vec<String> = std::iter::once(name.to_string()).chain(f.base.clone()).collect();
+        for key in keys {
+            let f = self.fleets.get_mut(&key).expect("listed above");
+            f.state = ProvisioningState::Deleting;
+            f.deleting_until_ms = Some(until);
+            f.next_eviction_ms = None;
+            f.refill_at_ms = None;
+        }
+        self.expect_event_at(until);
+        true
+    }
+
     pub fn operation(&self, op_id: &str) -> Option<OperationView> {
         let op = self.ops.get(op_id)?;
-        let state = match self.fleets.get(&op.fleet) {
-            Some(f) if f.generation == op.generation => match &f.state {
-                ProvisioningState::Succeeded => OperationState::Succeeded,
-                ProvisioningState::Failed => OperationState::Failed(
-                    f.error.clone().unwrap_or(CloudError::Transient { message: "failed".into() }),
-                ),
-                _ => OperationState::InProgress,
+        let state = match &op.outcome {
+            Some(done) => done.clone(),
+            None => match self.fleets.get(&op.fleet) {
+                Some(f) if f.op_id == op_id && f.deleting_until_ms.is_none() => OperationState::InProgress,
+                _ => OperationState::Canceled,
             },
-            _ => OperationState::Canceled,
         };
         Some(OperationView {
             id: op_id.to_string(),
@@ -753,7 +1011,16 @@ impl World {
         })
     }
 
+    /// The fleet as one thing (a mixed fleet's regular part folded in).
     pub fn snapshot(&self, f: &SimFleet) -> FleetSnapshot {
+        let regular = f.base.as_ref().and_then(|k| self.fleets.get(k)).map(|p| FleetPartSnapshot {
+            size: p.size.clone(),
+            capacity_vms: p.req.vms,
+            min_capacity_vms: p.req.min_vms,
+            running_vms: p.running,
+            evictions: p.evictions,
+            error: p.error.clone(),
+        });
         FleetSnapshot {
             name: f.req.name.clone(),
             region: f.req.region.clone(),
@@ -764,14 +1031,21 @@ impl World {
             min_capacity_vms: f.req.min_vms,
             running_vms: f.running,
             state: f.state.clone(),
-            error: f.error.clone(),
+            error: f.error.clone().or_else(|| regular.as_ref().and_then(|r| r.error.clone())),
             created_ms: f.created_ms,
             ready_ms: f.ready_ms,
             evictions: f.evictions,
             maintain: f.maintain,
             tags: f.req.tags.clone(),
             next_eviction_ms: f.next_eviction_ms,
+            regular,
+            deleting_until_ms: f.deleting_until_ms,
         }
+    }
+
+    /// The fleets as clients see them: a mixed fleet's regular part is not one of them.
+    pub fn visible_fleets(&self) -> impl Iterator<Item = &SimFleet> + '_ {
+        self.fleets.values().filter(|f| f.part_of.is_none())
     }
 
     // ---- time ----
@@ -788,10 +1062,13 @@ impl World {
     fn pending_events(&self) -> impl Iterator<Item = (i64, EventKind, &str)> + '_ {
         let of_fleets = self.fleets.values().flat_map(|f| {
             let name = f.req.name.as_str();
-            let complete = (f.state == ProvisioningState::Creating).then_some((f.ready_ms, EventKind::Complete, name));
+            let resolving = matches!(f.state, ProvisioningState::Creating | ProvisioningState::Updating);
+            let complete = resolving.then_some((f.ready_ms, EventKind::Complete, name));
             let refill = f.refill_at_ms.map(|t| (t, EventKind::Refill, name));
             let evict = f.next_eviction_ms.map(|t| (t, EventKind::Evict, name));
-            complete.into_iter().chain(refill).chain(evict)
+            // A regular part goes with its fleet.
+            let deleted = f.deleting_until_ms.filter(|_| f.part_of.is_none()).map(|t| (t, EventKind::Deleted, name));
+            complete.into_iter().chain(refill).chain(evict).chain(deleted)
         });
         let returns = self.reclaimed.iter().map(|(_, t)| *t).filter(|t| *t > self.now_ms).min();
         of_fleets.chain(returns.map(|t| (t, EventKind::Reclaim, "")))
@@ -824,6 +1101,9 @@ impl World {
                 }
                 EventKind::Refill => self.refill(&name),
                 EventKind::Evict => self.evict_one(&name),
+                EventKind::Deleted => {
+                    self.delete(&name);
+                }
             }
         }
         self.now_ms = self.now_ms.max(now);
@@ -835,6 +1115,10 @@ impl World {
     }
 
     fn complete(&mut self, name: &str) {
+        if self.fleets.get(name).is_some_and(|f| f.state == ProvisioningState::Updating) {
+            self.complete_update(name);
+            return;
+        }
         let Some(f) = self.fleets.get_mut(name) else { return };
         f.reserved = None;
         let injected = f.fail_with.take();
@@ -884,24 +1168,110 @@ impl World {
         }
         let f = self.fleets.get_mut(name).expect("present above");
         f.tried = tried;
+        let mixed = f.base.is_some() || f.part_of.is_some();
         match chosen {
             Some((size, n)) => {
                 f.state = ProvisioningState::Succeeded;
                 f.size = Some(size);
                 f.running = n;
-                self.counters.creates_succeeded += 1;
+                if !mixed {
+                    self.counters.creates_succeeded += 1;
+                    self.resolve_op(name, OperationState::Succeeded);
+                }
                 self.draw_eviction(name);
                 self.arm_refill(name);
             }
             None => {
                 let err = f.tried.iter().find_map(|(_, e)| e.clone()).expect("a failed allocation records an error");
                 f.state = ProvisioningState::Failed;
-                *self.counters.failures_by_class.entry(err.class()).or_default() += 1;
-                f.error = Some(err);
-                self.counters.creates_failed += 1;
+                f.error = Some(err.clone());
+                if !mixed {
+                    *self.counters.failures_by_class.entry(err.class()).or_default() += 1;
+                    self.counters.creates_failed += 1;
+                    self.resolve_op(name, OperationState::Failed(err));
+                }
                 // The held quota is released: others may now fit.
                 self.arm_refills_all();
             }
+        }
+        if mixed {
+            self.settle_mixed(name);
+        }
+    }
+
+    /// Records how a fleet's current operation ended.
+    fn resolve_op(&mut self, name: &str, outcome: OperationState) {
+        if let Some(op_id) = self.fleets.get(name).map(|f| f.op_id.clone())
+            && let Some(op) = self.ops.get_mut(&op_id)
+        {
+            op.outcome = Some(outcome);
+        }
+    }
+
+    /// Once both parts of a mixed fleet's creation resolved: the fleet succeeded if both did;
+    /// otherwise both parts fail (and give back what one of them got), with the first error.
+    fn settle_mixed(&mut self, name: &str) {
+        let fleet = self.fleets.get(name).map(|f| f.part_of.clone().unwrap_or_else(|| name.to_string()));
+        let Some(fleet) = fleet else { return };
+        let Some(base) = self.fleets.get(&fleet).and_then(|f| f.base.clone()) else { return };
+        let keys = [fleet.clone(), base];
+        if keys.iter().any(|k| self.fleets.get(k).is_none_or(|f| f.state == ProvisioningState::Creating)) {
+            return;
+        }
+        let error = keys.iter().find_map(|k| self.fleets[k].error.clone());
+        match error {
+            None => {
+                self.counters.creates_succeeded += 1;
+                self.resolve_op(&fleet, OperationState::Succeeded);
+            }
+            Some(err) => {
+                for k in &keys {
+                    let f = self.fleets.get_mut(k).expect("checked above");
+                    f.state = ProvisioningState::Failed;
+                    f.running = 0;
+                    f.next_eviction_ms = None;
+                    f.refill_at_ms = None;
+                    if f.error.is_none() {
+                        f.error = Some(err.clone());
+                    }
+                }
+                *self.counters.failures_by_class.entry(err.class()).or_default() += 1;
+                self.counters.creates_failed += 1;
+                self.resolve_op(&fleet, OperationState::Failed(err));
+                self.arm_refills_all();
+            }
+        }
+    }
+
+    /// An update resolves: a shrunk part gives VMs back at once, a grown one gets what capacity
+    /// and quota allow now (`maintain` keeps trying for the rest). The update succeeds either way.
+    fn complete_update(&mut self, name: &str) {
+        let Some(f) = self.fleets.get_mut(name) else { return };
+        f.state = ProvisioningState::Succeeded;
+        let shrunk = f.running > f.req.vms;
+        f.running = f.running.min(f.req.vms);
+        let grow = f.req.vms - f.running;
+        let key = f.size.clone().map(|s| (f.req.region.clone(), s, f.req.priority));
+        let part_of = f.part_of.clone();
+        if let Some(key) = key
+            && grow > 0
+        {
+            let fit = u32::try_from(self.quota_fit(&key.0, &key.1, key.2)).unwrap_or(u32::MAX);
+            let k = grow.min(self.capacity_free(&key)).min(fit);
+            self.fleets.get_mut(name).expect("present above").running += k;
+        }
+        self.draw_eviction(name);
+        self.arm_refill(name);
+        if shrunk {
+            self.arm_refills_all();
+        }
+        // The fleet's operation ends with its last part.
+        let fleet = part_of.unwrap_or_else(|| name.to_string());
+        let parts_done = std::iter::once(fleet.clone())
+            .chain(self.fleets.get(&fleet).and_then(|f| f.base.clone()))
+            .all(|k| self.fleets.get(&k).is_none_or(|f| f.state != ProvisioningState::Updating));
+        if parts_done {
+            self.resolve_op(&fleet, OperationState::Succeeded);
         }
     }
 
@@ -928,7 +1298,7 @@ impl World {
         let now = self.now_ms;
         let Some(f) = self.fleets.get(name) else { return };
         let rate = match &f.size {
-            Some(size) if f.req.priority == Priority::Spot && f.running > 0 => {
+            Some(size) if f.req.priority == Priority::Spot && f.running > 0 && f.deleting_until_ms.is_none() => {
                 self.eviction_rate(&(f.req.region.clone(), size.clone(), f.req.priority)) * f64::from(f.running)
             }
             _ => 0.0,

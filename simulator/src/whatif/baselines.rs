@@ -172,6 +172,7 @@ impl Broker {
             tags: [(TAG_JOB.to_string(), j.id.clone()), (TAG_ATTEMPT.to_string(), j.attempts.to_string())]
                 .into_iter()
                 .collect(),
+            regular: None,
         }
     }
 

@@ -59,6 +59,11 @@ pub struct AzureConfig {
     /// `computeProfile.platformFaultDomainCount` of every fleet.
     #[serde(default = "default_fault_domains")]
     pub platform_fault_domain_count: i32,
+    /// How often, at most, a fleet's VMs are read (`GET …/fleets/{name}/virtualMachines`,
+    /// fleet api-version 2026-08-01 and later) to count running VMs and see evictions: one extra
+    /// ARM read per fleet per interval. Seconds.
+    #[serde(default = "default_vm_read_interval_secs")]
+    pub vm_read_interval_secs: f64,
 }
 
 /// api-versions of the APIs `AzureCloud` calls.
@@ -75,10 +80,23 @@ pub struct ApiVersions {
     pub compute: String,
 }
 
+/// The Compute Fleet api-version that first lists a fleet's VMs.
+pub const FLEET_VM_LIST_API_VERSION: &str = "2026-08-01";
+
+impl ApiVersions {
+    /// True when the fleet api-version lists a fleet's VMs (2026-08-01 and later; the SDK's
+    /// previews 2026-04-01-preview and 2026-06-01-preview too).
+    pub fn fleet_lists_vms(&self) -> bool {
+        self.fleet.as_str() >= "2026-04-01"
+    }
+}
+
 impl Default for ApiVersions {
     fn default() -> Self {
         ApiVersions {
-            fleet: "2024-11-01".into(),
+            // The GA version current SDKs default to, and the first that lists a fleet's VMs: the
+            // only way to see evictions with one read per fleet.
+            fleet: FLEET_VM_LIST_API_VERSION.into(),
             usages: "2024-07-01".into(),
             skus: "2021-07-01".into(),
             compute: "2024-03-01".into(),
@@ -133,6 +151,9 @@ fn default_timeout_secs() -> f64 {
 fn default_fault_domains() -> i32 {
     1
 }
+fn default_vm_read_interval_secs() -> f64 {
+    60.0
+}
 
 impl AzureConfig {
     /// A configuration with defaults for everything but the scope.
@@ -151,6 +172,7 @@ impl AzureConfig {
             token: None,
             vm_profile_template: None,
             platform_fault_domain_count: default_fault_domains(),
+            vm_read_interval_secs: default_vm_read_interval_secs(),
         }
     }
 
@@ -309,6 +331,9 @@ impl AzureConfig {
         if self.credential == CredentialKind::StaticToken && self.token.as_deref().is_none_or(str::is_empty) {
             e.push("azure.token", "required with credential = \"static_token\" (or set SPILLWAY_AZURE_TOKEN)");
         }
+        if !(self.vm_read_interval_secs.is_finite() && self.vm_read_interval_secs >= 0.0) {
+            e.push("azure.vm_read_interval_secs", "must be a non-negative number of seconds");
+        }
         if self.platform_fault_domain_count < 1 {
             e.push("azure.platform_fault_domain_count", "must be at least 1");
         }
@@ -383,7 +408,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.resource_group, "rg-gpu");
-        assert_eq!(c.api_versions.fleet, "2024-11-01");
+        assert_eq!(c.api_versions.fleet, "2026-08-01");
         assert_eq!(c.scope(), "https://management.azure.com/.default");
         assert_eq!(c.credential, CredentialKind::Auto);
     }

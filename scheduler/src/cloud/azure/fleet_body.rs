@@ -68,6 +68,7 @@ pub fn attempt_request(
         max_price_per_vm: if priority == Priority::Spot { max_price_per_vm } else { None },
         zones: Vec::new(),
         tags: attempt_tags(job_id, attempt),
+        regular: None,
     }
 }
 
@@ -114,6 +115,20 @@ pub fn validate_request(req: &FleetRequest) -> Result<(), CloudError> {
     if req.min_vms > req.vms {
         return Err(bad("min_vms", format!("{} is more than vms ({})", req.min_vms, req.vms)));
     }
+    if let Some(r) = req.regular {
+        if req.priority != Priority::Spot {
+            return Err(bad("regular", "a mixed fleet's first part is spot (priority: spot)".into()));
+        }
+        if r.vms == 0 {
+            return Err(bad("regular.vms", "must be at least 1".into()));
+        }
+        if i32::try_from(r.vms).is_err() {
+            return Err(bad("regular.vms", format!("{} is more than Azure accepts", r.vms)));
+        }
+        if r.min_vms > r.vms {
+            return Err(bad("regular.min_vms", format!("{} is more than regular.vms ({})", r.min_vms, r.vms)));
+        }
+    }
     if let Some(p) = req.max_price_per_vm {
         if req.priority != Priority::Spot {
             return Err(bad("max_price_per_vm", "only spot fleets take a price cap".into()));
@@ -140,6 +155,15 @@ pub fn build_fleet(req: &FleetRequest, options: &FleetBodyOptions) -> Result<Fle
         .enumerate()
         .map(|(rank, name)| VmSizeProfile { name: (*name).clone(), rank: Some(rank as u32) })
         .collect::<Vec<_>>();
+    let regular_profile = |vms: u32, min_vms: u32| RegularPriorityProfile {
+        capacity: Some(vms),
+        min_capacity: Some(min_vms),
+        allocation_strategy: Some(if vm_sizes_profile.len() > 1 {
+            RegularPriorityAllocationStrategy::Prioritized
+        } else {
+            RegularPriorityAllocationStrategy::LowestPrice
+        }),
+    };
     let (spot, regular) = match req.priority {
         Priority::Spot => (
             Some(SpotPriorityProfile {
@@ -150,20 +174,10 @@ pub fn build_fleet(req: &FleetRequest, options: &FleetBodyOptions) -> Result<Fle
                 allocation_strategy: Some(SpotAllocationStrategy::PriceCapacityOptimized),
                 maintain: Some(true),
             }),
-            None,
+            // A mixed fleet: the regular part beside the spot one, as in the official create example.
+            req.regular.map(|r| regular_profile(r.vms, r.min_vms)),
         ),
-        Priority::Regular => (
-            None,
-            Some(RegularPriorityProfile {
-                capacity: Some(req.vms),
-                min_capacity: Some(req.min_vms),
-                allocation_strategy: Some(if vm_sizes_profile.len() > 1 {
-                    RegularPriorityAllocationStrategy::Prioritized
-                } else {
-                    RegularPriorityAllocationStrategy::LowestPrice
-                }),
-            }),
-        ),
+        Priority::Regular => (None, Some(regular_profile(req.vms, req.min_vms))),
     };
     Ok(Fleet {
         location: req.region.clone(),
@@ -326,6 +340,24 @@ mod tests {
         let one = req(Priority::Regular, &["Standard_NC24ads_A100_v4"]);
         let v = serde_json::to_value(build_fleet(&one, &FleetBodyOptions::default()).unwrap()).unwrap();
         assert_eq!(v["properties"]["regularPriorityProfile"]["allocationStrategy"], "LowestPrice");
+    }
+
+    #[test]
+    fn mixed_body_has_both_profiles() {
+        let mut r = req(Priority::Spot, &["Standard_NC24ads_A100_v4"]);
+        r.regular = Some(crate::cloud::FleetPart { vms: 2, min_vms: 2 });
+        r.min_vms = 0;
+        let v = serde_json::to_value(build_fleet(&r, &FleetBodyOptions::default()).unwrap()).unwrap();
+        assert_eq!(v["properties"]["spotPriorityProfile"]["capacity"], 4);
+        assert_eq!(v["properties"]["spotPriorityProfile"]["minCapacity"], 0);
+        assert_eq!(v["properties"]["regularPriorityProfile"]["capacity"], 2);
+        assert_eq!(v["properties"]["regularPriorityProfile"]["minCapacity"], 2);
+        assert_eq!(r.total_vms(), 6);
+        let mut bad = req(Priority::Regular, &["Standard_NC24ads_A100_v4"]);
+        bad.regular = Some(crate::cloud::FleetPart { vms: 2, min_vms: 2 });
+        assert!(build_fleet(&bad, &FleetBodyOptions::default()).unwrap_err().to_string().contains("regular"));
+        r.regular = Some(crate::cloud::FleetPart { vms: 1, min_vms: 2 });
+        assert!(build_fleet(&r, &FleetBodyOptions::default()).unwrap_err().to_string().contains("regular.min_vms"));
     }
 
     #[test]

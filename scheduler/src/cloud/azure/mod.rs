@@ -4,6 +4,12 @@
 //! `azure_identity` credential. Requests go through [`retry::with_retries`] (429 and 5xx, with
 //! `Retry-After`), and every failure is classified by [`classify`] before it leaves this module.
 //! [`models`] holds the wire format, shared with the ARM emulator in the `simulator` crate.
+//!
+//! VM counts: with a fleet api-version that lists a fleet's VMs (2026-08-01, the default),
+//! [`Cloud::get_fleet`] reads `GET …/fleets/{name}/virtualMachines` at most once per fleet per
+//! `vm_read_interval_secs` (60 s) and reports the running (`Succeeded`) VMs per priority in
+//! `running_vms`, so evictions are seen as on the simulated cloud. With 2024-11-01 `running_vms`
+//! stays `None` (unknown): only a fleet that fails or disappears shows a loss.
 
 pub mod classify;
 pub mod config;
@@ -14,6 +20,7 @@ pub mod retry;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use azure_core::credentials::TokenCredential;
@@ -30,9 +37,10 @@ pub use fleet_body::{FleetBodyOptions, ranked_sizes};
 
 use self::models::{ErrorDetail, OperationState, OperationStatusResult, Page, ResourceSku, RestrictionType, Usage};
 use crate::catalog::Catalog;
+use crate::clock::{Clock, SystemClock};
 use crate::cloud::{
-    Cloud, CloudError, Fleet, FleetOperation, FleetRequest, OperationStatus, ProvisioningState, ScaleSet,
-    SizeRestriction,
+    Cloud, CloudError, Fleet, FleetOperation, FleetPartStatus, FleetRequest, OperationStatus, ProvisioningState,
+    ScaleSet, SizeRestriction,
 };
 use crate::model::{Offer, Priority, Quota, QuotaPool};
 
@@ -53,6 +61,23 @@ pub struct AzureCloud {
     /// Longest a `create_fleet_and_wait` or a deletion is followed.
     operation_timeout: Duration,
     restrictions_cache: Mutex<HashMap<String, (Instant, Vec<SizeRestriction>)>>,
+    /// Time for the VM-read interval: the scheduler's clock (virtual in tests).
+    clock: Arc<dyn Clock>,
+    /// Running VMs per fleet from its last VM list, and when (clock ms) it was read.
+    vm_counts: Mutex<HashMap<String, (i64, VmCounts)>>,
+    /// VM lists read so far (each is one ARM read, or one per page).
+    vm_reads: AtomicU64,
+}
+
+/// Running VMs of one fleet by priority, from its VM list.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VmCounts {
+    /// Spot VMs `Succeeded`.
+    pub spot: u32,
+    /// Regular VMs `Succeeded`.
+    pub regular: u32,
+    /// VMs `Failed`.
+    pub failed: u32,
 }
 
 impl std::fmt::Debug for AzureCloud {
@@ -110,7 +135,114 @@ impl AzureCloud {
             spot_eviction_rate: 0.05,
             operation_timeout: Duration::from_secs(1800),
             restrictions_cache: Mutex::new(HashMap::new()),
+            clock: Arc::new(SystemClock),
+            vm_counts: Mutex::new(HashMap::new()),
+            vm_reads: AtomicU64::new(0),
         })
+    }
+
+    /// Uses `clock` for the VM-read interval (the wall clock by default): the scheduler's clock,
+    /// so a virtual-time run reads VMs as often, in its time, as a real one.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> AzureCloud {
+        self.clock = clock;
+        self
+    }
+
+    /// How many VM lists this client has read.
+    pub fn vm_reads(&self) -> u64 {
+        self.vm_reads.load(Ordering::Relaxed)
+    }
+
+    /// A fleet's VMs as Azure lists them (fleet api-version 2026-08-01 and later), all pages.
+    pub async fn fleet_virtual_machines(&self, name: &str) -> Result<Vec<models::VirtualMachine>, CloudError> {
+        if !self.config.api_versions.fleet_lists_vms() {
+            return Err(CloudError::Permanent {
+                code: "UnsupportedApiVersion".into(),
+                message: format!(
+                    "fleet api-version {} does not list a fleet's VMs (2026-08-01 and later do)",
+                    self.config.api_versions.fleet
+                ),
+            });
+        }
+        let url = self.fleet_url(name, "/virtualMachines")?;
+        let ctx = ErrorContext { resource: Some(format!("fleet {name}")), ..ErrorContext::default() };
+        self.vm_reads.fetch_add(1, Ordering::Relaxed);
+        self.get_all(url, &ctx).await
+    }
+
+    /// Running VMs of a fleet: from its VM list, read again only once `vm_read_interval_secs` has
+    /// passed since the last read (at most one extra ARM read per fleet per interval). `None` when
+    /// the api-version lists no VMs or the read failed (the loop then keeps what it knew).
+    async fn vm_counts(&self, name: &str, priority: crate::model::Priority) -> Option<VmCounts> {
+        if !self.config.api_versions.fleet_lists_vms() {
+            return None;
+        }
+        let now = self.clock.now_ms();
+        let interval_ms = (self.config.vm_read_interval_secs * 1000.0) as i64;
+        if let Some((at, counts)) = self.vm_counts.lock().await.get(name)
+            && now - at < interval_ms
+        {
+            return Some(*counts);
+        }
+        let vms = match self.fleet_virtual_machines(name).await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::debug!(fleet = name, error = %e, "VM list not read; VM counts unknown this round");
+                return None;
+            }
+        };
+        let counts = count_vms(&vms, priority);
+        self.vm_counts.lock().await.insert(name.to_string(), (now, counts));
+        Some(counts)
+    }
+
+    /// Deletes a fleet and follows the deletion to its end (`Location` polled, waiting
+    /// `Retry-After` between polls).
+    pub async fn delete_fleet_and_wait(&self, name: &str) -> Result<(), CloudError> {
+        let deadline = Instant::now() + self.operation_timeout;
+        let Some((monitor, mut wait)) = self.begin_delete(name).await? else { return Ok(()) };
+        let ctx = ErrorContext { resource: Some(format!("fleet {name}")), ..ErrorContext::default() };
+        loop {
+            self.sleep_until_deadline(wait, deadline, name).await?;
+            let poll = match self.call(Method::Get, &monitor, None, &[200, 201, 202, 204], &ctx).await {
+                Err(CloudError::NotFound { .. }) => return Ok(()),
+                other => other?,
+            };
+            wait = retry_after(&poll.headers).unwrap_or(DEFAULT_POLL);
+            let state: Option<OperationStatusResult> = serde_json::from_slice(&poll.body).ok();
+            match state {
+                Some(s) if s.status == OperationState::Succeeded => return Ok(()),
+                Some(s) if s.status.is_final() => {
+                    let error = s
+                        .error
+                        .unwrap_or_else(|| ErrorDetail::new(s.status.as_str(), format!("deleting fleet {name}")));
+                    return Err(classify::classify(None, None, &error, &ctx));
+                }
+                Some(_) => {}
+                None if poll.status == 202 => {}
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Sends the DELETE: `None` when the fleet is gone already, else the monitor to poll and how
+    /// long to wait first.
+    async fn begin_delete(&self, name: &str) -> Result<Option<(Url, Duration)>, CloudError> {
+        let url = self.fleet_url(name, "")?;
+        let ctx = ErrorContext { resource: Some(format!("fleet {name}")), ..ErrorContext::default() };
+        self.vm_counts.lock().await.remove(name);
+        let reply = match self.call(Method::Delete, &url, None, &[200, 202, 204], &ctx).await {
+            Err(CloudError::NotFound { .. }) => return Ok(None),
+            other => other?,
+        };
+        if reply.status != 202 {
+            return Ok(None);
+        }
+        let Some(link) = header(&reply.headers, "location").or_else(|| header(&reply.headers, "azure-asyncoperation"))
+        else {
+            return Ok(None);
+        };
+        Ok(Some((self.server_url(&link)?, retry_after(&reply.headers).unwrap_or(DEFAULT_POLL))))
     }
 
     /// Sets the expected spot evictions per VM-hour reported in offers (default 0.05, the top of
@@ -479,47 +611,30 @@ impl Cloud for AzureCloud {
     }
 
     async fn get_fleet(&self, name: &str) -> Result<Fleet, CloudError> {
-        to_fleet(self.get_wire_fleet(name).await?, name)
-    }
-
-    async fn delete_fleet(&self, name: &str) -> Result<(), CloudError> {
-        let deadline = Instant::now() + self.operation_timeout;
-        let url = self.fleet_url(name, "")?;
-        let ctx = ErrorContext { resource: Some(format!("fleet {name}")), ..ErrorContext::default() };
-        let reply = match self.call(Method::Delete, &url, None, &[200, 202, 204], &ctx).await {
-            Err(CloudError::NotFound { .. }) => return Ok(()),
-            other => other?,
-        };
-        if reply.status != 202 {
-            return Ok(());
-        }
-        let Some(link) = header(&reply.headers, "location").or_else(|| header(&reply.headers, "azure-asyncoperation"))
-        else {
-            return Ok(());
-        };
-        let monitor = self.server_url(&link)?;
-        let mut wait = retry_after(&reply.headers).unwrap_or(DEFAULT_POLL);
-        loop {
-            self.sleep_until_deadline(wait, deadline, name).await?;
-            let poll = match self.call(Method::Get, &monitor, None, &[200, 201, 202, 204], &ctx).await {
-                Err(CloudError::NotFound { .. }) => return Ok(()),
-                other => other?,
-            };
-            wait = retry_after(&poll.headers).unwrap_or(DEFAULT_POLL);
-            let state: Option<OperationStatusResult> = serde_json::from_slice(&poll.body).ok();
-            match state {
-                Some(s) if s.status == OperationState::Succeeded => return Ok(()),
-                Some(s) if s.status.is_final() => {
-                    let error = s
-                        .error
-                        .unwrap_or_else(|| ErrorDetail::new(s.status.as_str(), format!("deleting fleet {name}")));
-                    return Err(classify::classify(None, None, &error, &ctx));
+        let mut fleet = to_fleet(self.get_wire_fleet(name).await?, name)?;
+        match fleet.provisioning_state {
+            // No VM worth counting: the loop reads these states as "nothing runs".
+            ProvisioningState::Failed | ProvisioningState::Canceled | ProvisioningState::Deleting => {
+                fleet.running_vms = Some(0);
+                if let Some(r) = &mut fleet.regular {
+                    r.running_vms = Some(0);
                 }
-                Some(_) => {}
-                None if poll.status == 202 => {}
-                None => return Ok(()),
+            }
+            ProvisioningState::Creating => {}
+            _ => {
+                if let Some(c) = self.vm_counts(name, fleet.priority).await {
+                    apply_counts(&mut fleet, c);
+                }
             }
         }
+        Ok(fleet)
+    }
+
+    /// Returns once Azure accepted the deletion (202): a round is not held up for the minutes a
+    /// deletion takes; a fleet still listed later is deleted again by the loop's sweep.
+    /// [`AzureCloud::delete_fleet_and_wait`] follows it to the end.
+    async fn delete_fleet(&self, name: &str) -> Result<(), CloudError> {
+        self.begin_delete(name).await.map(|_| ())
     }
 
     async fn list_fleets(&self) -> Result<Vec<Fleet>, CloudError> {
@@ -529,10 +644,16 @@ impl Cloud for AzureCloud {
             ..ErrorContext::default()
         };
         let wire: Vec<models::Fleet> = self.get_all(url, &ctx).await?;
+        // VM counts already read are reported; a listing reads no VM list.
+        let counts = self.vm_counts.lock().await.clone();
         wire.into_iter()
             .map(|f| {
                 let name = f.name.clone().unwrap_or_default();
-                to_fleet(f, &name)
+                let mut fleet = to_fleet(f, &name)?;
+                if let Some((_, c)) = counts.get(&fleet.name) {
+                    apply_counts(&mut fleet, *c);
+                }
+                Ok(fleet)
             })
             .collect()
     }
@@ -567,10 +688,51 @@ impl AzureCloud {
     }
 }
 
-/// Wire fleet → the scheduler's view. The priority is the profile with capacity (spot when both).
+/// Running VMs from a fleet's VM list: `Succeeded` ones per priority (a VM without a priority counts
+/// for the fleet's).
+pub fn count_vms(vms: &[models::VirtualMachine], fleet_priority: crate::model::Priority) -> VmCounts {
+    use models::VmOperationStatus;
+    let mut c = VmCounts::default();
+    for vm in vms {
+        match vm.operation_status {
+            VmOperationStatus::Succeeded => {
+                let spot = match vm.priority.as_deref() {
+                    Some(p) => p.eq_ignore_ascii_case("spot") || p.eq_ignore_ascii_case("low"),
+                    None => fleet_priority == Priority::Spot,
+                };
+                if spot {
+                    c.spot += 1;
+                } else {
+                    c.regular += 1;
+                }
+            }
+            VmOperationStatus::Failed => c.failed += 1,
+            _ => {}
+        }
+    }
+    c
+}
+
+fn apply_counts(fleet: &mut Fleet, c: VmCounts) {
+    fleet.running_vms = Some(match fleet.priority {
+        Priority::Spot => c.spot,
+        Priority::Regular => c.regular,
+    });
+    if let Some(r) = &mut fleet.regular {
+        r.running_vms = Some(c.regular);
+    }
+}
+
+/// Wire fleet → the scheduler's view. The priority is the profile with capacity (spot when both:
+/// a mixed fleet, whose regular profile is then [`Fleet::regular`]).
 fn to_fleet(f: models::Fleet, name: &str) -> Result<Fleet, CloudError> {
     let props = f.properties.unwrap_or_default();
     let spot_cap = props.spot_priority_profile.as_ref().and_then(|p| p.capacity).unwrap_or(0);
+    let regular_cap = props.regular_priority_profile.as_ref().and_then(|p| p.capacity).unwrap_or(0);
+    let regular = (spot_cap > 0 && regular_cap > 0).then(|| {
+        let p = props.regular_priority_profile.clone().unwrap_or_default();
+        FleetPartStatus { capacity_vms: regular_cap, min_capacity_vms: p.min_capacity.unwrap_or(0), running_vms: None }
+    });
     let (priority, capacity, min) = if spot_cap > 0 || props.regular_priority_profile.is_none() {
         let p = props.spot_priority_profile.clone().unwrap_or_default();
         (Priority::Spot, p.capacity.unwrap_or(0), p.min_capacity.unwrap_or(0))
@@ -591,6 +753,7 @@ fn to_fleet(f: models::Fleet, name: &str) -> Result<Fleet, CloudError> {
         provisioning_state: props.provisioning_state.unwrap_or_else(|| ProvisioningState::Other("Unknown".into())),
         tags: f.tags,
         running_vms: None,
+        regular,
     })
 }
 

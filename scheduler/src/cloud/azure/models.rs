@@ -1,5 +1,6 @@
 //! Serde models of Azure Resource Manager's wire format, hand-typed from the official definitions
-//! (`azurefleet.json` 2024-11-01, the ARM common types v5, Compute usages and resource SKUs).
+//! (`azurefleet.json` 2024-11-01 and 2026-08-01, the ARM common types v5, Compute usages and
+//! resource SKUs).
 //!
 //! Both sides use them: [`AzureCloud`](super::AzureCloud) to send and read, and the ARM emulator in
 //! the `simulator` crate to answer, so both are `Serialize + Deserialize`.
@@ -9,11 +10,13 @@
 //! | [`Fleet`], [`FleetProperties`], [`SpotPriorityProfile`], [`RegularPriorityProfile`], [`VmSizeProfile`], [`ComputeProfile`], [`AdditionalLocationsProfile`], [`LocationProfile`], [`ManagedServiceIdentity`], [`Plan`] | `Microsoft.AzureFleet/fleets` |
 //! | [`Page`] (aliases [`FleetListResult`], [`VirtualMachineScaleSetListResult`], [`UsageListResult`], [`ResourceSkuListResult`]) | `{value, nextLink}` pages |
 //! | [`VirtualMachineScaleSet`], [`ApiError`], [`ApiErrorBase`], [`InnerError`] | a fleet's scale sets and their errors |
+//! | [`VirtualMachine`] (alias [`VirtualMachineListResult`]), [`VmOperationStatus`] | a fleet's VMs (2026-08-01) |
+//! | [`FleetUpdate`] | the body of a PATCH |
 //! | [`ErrorResponse`], [`ErrorDetail`], [`ErrorAdditionalInfo`] | the ARM error envelope `{"error": {...}}` (the bare inner object is accepted too) |
 //! | [`OperationStatusResult`], [`OperationState`] | the body of an `Azure-AsyncOperation` status URL |
 //! | [`Usage`], [`UsageName`] | `Microsoft.Compute/locations/{region}/usages` |
 //! | [`ResourceSku`], [`ResourceSkuLocationInfo`], [`ResourceSkuCapability`], [`ResourceSkuRestriction`], [`ResourceSkuRestrictionInfo`] | `Microsoft.Compute/skus` |
-//! | [`SpotAllocationStrategy`], [`RegularPriorityAllocationStrategy`], [`EvictionPolicy`], [`ManagedServiceIdentityType`], [`RestrictionType`], [`RestrictionReasonCode`], [`ProvisioningState`] | open enums |
+//! | [`SpotAllocationStrategy`], [`RegularPriorityAllocationStrategy`], [`EvictionPolicy`], [`ManagedServiceIdentityType`], [`RestrictionType`], [`RestrictionReasonCode`], [`ProvisioningState`], [`FleetMode`], [`CapacityType`] | open enums |
 //!
 //! Every enum is open: a value this build does not know is kept verbatim (`Other(String)`) instead
 //! of failing the whole response, because Azure adds values without a new api-version. Unknown
@@ -150,6 +153,40 @@ impl OperationState {
 }
 
 open_enum! {
+    /// How a fleet provisions its VMs (2026-08-01).
+    FleetMode {
+        /// Default: VMs in virtual machine scale sets.
+        Managed = "Managed",
+        /// VMs launched directly, managed by the customer.
+        Launch = "Launch",
+    }
+}
+
+open_enum! {
+    /// What a priority profile's `capacity` counts (2026-08-01).
+    CapacityType {
+        /// Default: VMs.
+        Vm = "VM",
+        /// vCPUs.
+        VCpu = "VCpu",
+    }
+}
+
+open_enum! {
+    /// Where a fleet's VM is (`VMOperationStatus`, 2026-08-01): only `Succeeded` runs.
+    VmOperationStatus {
+        /// Not yet accepted by Compute.
+        Launching = "Launching",
+        /// Being created.
+        Creating = "Creating",
+        /// Its last operation failed; `error` says why.
+        Failed = "Failed",
+        /// Created and running.
+        Succeeded = "Succeeded",
+    }
+}
+
+open_enum! {
     /// Scope of a SKU restriction.
     RestrictionType {
         /// The whole region.
@@ -235,6 +272,20 @@ pub struct FleetProperties {
     /// Unique id (read-only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unique_id: Option<String>,
+    /// `Managed` (the default: VMs in scale sets) or `Launch` (2026-08-01 and later).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<FleetMode>,
+    /// Name prefix of the VMs of a `Launch` fleet (2026-08-01 and later).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm_name_prefix: Option<String>,
+    /// What `capacity` counts, `VM` (the default) or `VCpu`; immutable (2026-08-01 and later).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_type: Option<CapacityType>,
+    /// How VMs spread over zones, kept opaque. The 2026-08-01 examples send it although the
+    /// definition's `FleetProperties` does not list it (its `ZoneAllocationPolicy` type exists): it is
+    /// tolerated, as NOTES.md says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone_allocation_policy: Option<serde_json::Value>,
 }
 
 /// `SpotPriorityProfile`. Capacities count VMs in this api-version.
@@ -404,6 +455,55 @@ pub struct VirtualMachineScaleSet {
     /// Set when `operationStatus` is `Failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ApiError>,
+}
+
+/// `VirtualMachine` (2026-08-01): one VM of a fleet, as `GET …/fleets/{name}/virtualMachines`
+/// lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualMachine {
+    /// VM name.
+    pub name: String,
+    /// Compute resource id of the VM.
+    pub id: String,
+    /// Resource type.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub resource_type: Option<String>,
+    /// Where its last operation is.
+    pub operation_status: VmOperationStatus,
+    /// Set when `operationStatus` is `Failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ApiError>,
+    /// Its size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm_size: Option<String>,
+    /// Its zone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// `Spot` or `Regular` (a plain string in the definition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<String>,
+}
+
+/// `VirtualMachineListResult`.
+pub type VirtualMachineListResult = Page<VirtualMachine>;
+
+/// `FleetUpdate`: the body of a PATCH, every part optional (merged over the fleet).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetUpdate {
+    /// Tags (replace the fleet's tags when present).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<BTreeMap<String, String>>,
+    /// Identity, kept opaque.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<serde_json::Value>,
+    /// Plan, kept opaque.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<serde_json::Value>,
+    /// Properties to change, as JSON (a JSON merge patch over the fleet's `properties`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub properties: Option<serde_json::Value>,
 }
 
 /// `ApiError` (Fleet): code, message and one level of details.
@@ -612,7 +712,8 @@ pub struct UsageName {
     pub localized_value: Option<String>,
 }
 
-/// One Compute resource SKU.
+/// One Compute resource SKU. Lists are always written, empty ones as `[]`, as Azure sends them
+/// (an SDK reads an absent `restrictions` as `None`, not as "no restriction").
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceSku {
@@ -632,16 +733,16 @@ pub struct ResourceSku {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub family: Option<String>,
     /// Regions.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub locations: Vec<String>,
     /// Zones per region.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub location_info: Vec<ResourceSkuLocationInfo>,
     /// Capabilities as strings (`vCPUs`, `GPUs`, `LowPriorityCapable`, …).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub capabilities: Vec<ResourceSkuCapability>,
     /// Why it cannot be used, where.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub restrictions: Vec<ResourceSkuRestriction>,
 }
 
@@ -660,10 +761,10 @@ pub struct ResourceSkuLocationInfo {
     #[serde(default)]
     pub location: String,
     /// Zones where the size can run (not a promise of capacity).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub zones: Vec<String>,
     /// Per-zone capabilities, opaque.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub zone_details: Vec<serde_json::Value>,
 }
 
@@ -687,7 +788,7 @@ pub struct ResourceSkuRestriction {
     #[serde(rename = "type")]
     pub restriction_type: RestrictionType,
     /// Regions or zones, per `type`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub values: Vec<String>,
     /// Where exactly.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -702,10 +803,10 @@ pub struct ResourceSkuRestriction {
 #[serde(rename_all = "camelCase")]
 pub struct ResourceSkuRestrictionInfo {
     /// Regions.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub locations: Vec<String>,
     /// Zones.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub zones: Vec<String>,
 }
 
