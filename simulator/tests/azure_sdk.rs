@@ -147,7 +147,8 @@ async fn azure_cloud_cases(emu: &EmulatorHandle, throttled: &EmulatorHandle) -> 
         out.insert(k.to_string(), v);
     };
     let q = cloud.quota("eastus").await.unwrap();
-    let row = |name: &str| q.iter().find(|r| r.pool.name() == name).map(|r| format!("{}/{}", r.usage, r.limit)).unwrap();
+    let row =
+        |name: &str| q.iter().find(|r| r.pool.name() == name).map(|r| format!("{}/{}", r.usage, r.limit)).unwrap();
     put("usages", format!("cores {} lowPriorityCores {}", row("cores"), row("lowPriorityCores")));
     let mut r: Vec<String> = cloud
         .restrictions("eastus")
@@ -279,7 +280,13 @@ async fn the_official_python_sdk_and_azure_cloud_agree_on_every_exchange() {
             "| {case} | {} `{observed}` | {} | {} |",
             if ok { "pass" } else { "FAIL" },
             theirs.map(|t| format!("`{t}`")).unwrap_or_else(|| "— (SDK only)".into()),
-            if theirs.is_none() { "—" } else if agree { "yes" } else { "NO" }
+            if theirs.is_none() {
+                "—"
+            } else if agree {
+                "yes"
+            } else {
+                "NO"
+            }
         );
         if !ok {
             failures.push(format!("{case}: the SDK's checks failed: {r}"));

@@ -22,7 +22,7 @@ use state::Store;
 
 const START_MS: i64 = 1_800_000_000_000;
 const ROUND_S: i64 = 60;
-const HOURS: i64 = 8;
+const HOURS: i64 = 4;
 const TOKEN: &str = "storm-token";
 const A100: &str = "Standard_NC24ads_A100_v4";
 
@@ -108,24 +108,52 @@ struct Outcome {
     fleet_hours: f64,
 }
 
-/// Submits six spot-preferred jobs, runs 8 h of rounds with a storm in eastus spot A100 from hour
-/// 1 to hour 3 (3 evictions per VM-hour), and reports.
+/// The storm, the same on both sides whatever the fleets are named: from hour 1 to hour 3 a spot
+/// VM of job `k mod 4` every 7 minutes, two of job `k+1 mod 4` every 23 minutes, and at hour 2
+/// every VM of job 0 (its fleet is lost: a failover).
+fn storm_at(t: i64) -> Vec<(usize, u32)> {
+    let mut out = Vec::new();
+    if !(3600..3 * 3600).contains(&t) {
+        return out;
+    }
+    let m = (t - 3600) / 60;
+    if m % 7 == 3 {
+        out.push(((m / 7) as usize % 4, 1));
+    }
+    if m % 23 == 11 {
+        out.push(((m / 23 + 1) as usize % 4, 2));
+    }
+    if t == 2 * 3600 {
+        out.push((0, 4));
+    }
+    out
+}
+
+/// The fleet of job `embed-{i}`'s live attempt.
+fn fleet_of(s: &Side, i: usize) -> Option<String> {
+    let job = s.store.scan::<Job>().ok()?.into_iter().find(|j| j.spec.name == format!("embed-{i}"))?;
+    let attempts = s.store.by_index::<Attempt>("job", &job.id).ok()?;
+    attempts.into_iter().filter(|a| a.is_active()).max_by_key(|a| a.number).map(|a| a.fleet_name)
+}
+
+/// Submits four spot-preferred jobs, runs 4 h of rounds through the storm, and reports.
 async fn run(s: &Side) -> Outcome {
-    for i in 0..6 {
+    for i in 0..4 {
         s.jobs.submit(spec(i), None).expect("accepted");
     }
     let mut placements = 0u64;
     for round in 0..(HOURS * 3600 / ROUND_S) {
         let t = round * ROUND_S;
-        if t == 3600 {
-            s.sim.set_eviction_rate("eastus", A100, 3.0).unwrap();
+        // Halfway between rounds, so a loss is seen by the next round on both sides.
+        s.clock.advance_ms(ROUND_S * 500);
+        for (job, vms) in storm_at(t) {
+            if let Some(fleet) = fleet_of(s, job) {
+                s.sim.evict(&fleet, vms).expect("fleet exists");
+            }
         }
-        if t == 3 * 3600 {
-            s.sim.set_eviction_rate("eastus", A100, 0.0).unwrap();
-        }
+        s.clock.advance_ms(ROUND_S * 500);
         let r = s.ctl.reconcile().await.expect("round runs");
         placements += u64::from(r.placements);
-        s.clock.advance_ms(ROUND_S * 1000);
     }
     let end = s.clock.now_ms();
     let attempts: Vec<Attempt> = s.store.scan::<Attempt>().expect("attempts");
@@ -140,18 +168,27 @@ async fn run(s: &Side) -> Outcome {
         .into_iter()
         .map(|j| {
             let name = j.spec.name.clone();
-            (name, j.evictions, j.failovers, j.attempts, (j.lost_work_gpu_hours * 100.0).round() / 100.0, j.state.as_str().into())
+            (
+                name,
+                j.evictions,
+                j.failovers,
+                j.attempts,
+                (j.lost_work_gpu_hours * 100.0).round() / 100.0,
+                j.state.as_str().into(),
+            )
         })
         .collect();
     jobs.sort_by(|a, b| a.0.cmp(&b.0));
     Outcome { jobs, placements, fleet_hours }
 }
 
-fn calls(emu: &EmulatorHandle) -> (u64, u64, u64) {
+/// ARM calls by kind: (all, creating a fleet: PUTs and operation polls, fleet GETs, VM lists).
+fn calls(emu: &EmulatorHandle) -> (u64, u64, u64, u64) {
     let st = emu.stats();
     let vm_lists = st.count("GET", "/virtualMachines", None);
     let fleet_gets = st.count("GET", "/fleets/{name}", None) - st.count("GET", "/fleets/{name}/", None);
-    (st.total, fleet_gets, vm_lists)
+    let create = st.count("PUT", "/fleets/{name}", None) + st.count("GET", "/operationStatuses/", None);
+    (st.total, create, fleet_gets, vm_lists)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -164,13 +201,16 @@ async fn an_eviction_storm_on_azure_loses_and_moves_what_the_simulated_cloud_doe
     let before = run(&before_side).await;
 
     let evictions: u32 = sim.jobs.iter().map(|j| j.1).sum();
-    assert!(evictions >= 3, "the storm evicts: {sim:#?}");
+    assert!(evictions >= 10, "the storm evicts: {sim:#?}");
+    assert!(sim.jobs.iter().map(|j| j.3).sum::<u32>() > 4, "a fleet lost whole is replaced: {sim:#?}");
     assert_eq!(after.jobs, sim.jobs, "Azure with VM reads sees what the simulated cloud does");
     assert_eq!(after.placements, sim.placements);
     let seen_before: u32 = before.jobs.iter().map(|j| j.1).sum();
     assert!(seen_before < evictions, "without VM reads evictions go unseen: {before:#?}");
 
-    println!("| run | evictions | failovers | lost GPU-h | placements | fleet-hours | ARM calls | per placement | fleet GETs + VM lists per fleet-hour | VM lists per fleet-hour |");
+    println!(
+        "| run | evictions | failovers | lost GPU-h | placements | fleet-hours | ARM calls | create calls per placement | fleet GETs per fleet-hour | VM lists per fleet-hour |"
+    );
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for (name, o, emu) in [
         ("simulated cloud", &sim, None),
@@ -180,20 +220,24 @@ async fn an_eviction_storm_on_azure_loses_and_moves_what_the_simulated_cloud_doe
         let ev: u32 = o.jobs.iter().map(|j| j.1).sum();
         let fo: u32 = o.jobs.iter().map(|j| j.2).sum();
         let lost: f64 = o.jobs.iter().map(|j| j.4).sum();
-        let (total, gets, vms) = emu.map(calls).unwrap_or((0, 0, 0));
+        let (total, create, gets, vms) = emu.map(calls).unwrap_or_default();
         let fh = o.fleet_hours.max(1e-9);
         println!(
             "| {name} | {ev} | {fo} | {lost:.2} | {} | {:.1} | {total} | {:.1} | {:.1} | {:.1} |",
             o.placements,
             o.fleet_hours,
-            total as f64 / o.placements.max(1) as f64,
-            (gets + vms) as f64 / fh,
+            create as f64 / o.placements.max(1) as f64,
+            gets as f64 / fh,
             vms as f64 / fh
         );
     }
     // At most one VM list per fleet per minute: rounds are a minute apart, so at most one per
     // fleet-round, i.e. 60 per fleet-hour (plus the read when a fleet starts running).
-    let (_, _, vms) = calls(after_side.emulator.as_ref().unwrap());
+    let (_, _, _, vms) = calls(after_side.emulator.as_ref().unwrap());
     let fleets = after_side.sim.counters().creates_attempted.max(1) as f64;
-    assert!(vms as f64 <= after.fleet_hours * 60.0 + 2.0 * fleets, "{vms} VM lists in {} fleet-hours", after.fleet_hours);
+    assert!(
+        vms as f64 <= after.fleet_hours * 60.0 + 2.0 * fleets,
+        "{vms} VM lists in {} fleet-hours",
+        after.fleet_hours
+    );
 }

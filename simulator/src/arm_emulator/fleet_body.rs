@@ -254,6 +254,19 @@ pub fn keep_secrets(new: &mut Value, stored: &Value) {
     let mut stored = stored.clone();
     let old_profiles: Vec<Value> = vm_profiles_mut(&mut stored).into_iter().map(|p| p.clone()).collect();
     for (profile, old) in vm_profiles_mut(new).into_iter().zip(old_profiles) {
+        let old_extensions = pointer(&old, &["extensionProfile", "extensions"]).and_then(Value::as_array);
+        let extensions = pointer_mut(profile, &["extensionProfile", "extensions"]).and_then(Value::as_array_mut);
+        for ext in extensions.into_iter().flatten() {
+            let same = old_extensions.and_then(|o| o.iter().find(|x| x.get("name") == ext.get("name")));
+            let (Some(same), Some(Value::Object(props))) = (same, ext.get_mut("properties")) else { continue };
+            for key in ["protectedSettings", "protectedSettingsFromKeyVault"] {
+                if let Some(v) = same.pointer(&format!("/properties/{key}"))
+                    && !props.contains_key(key)
+                {
+                    props.insert(key.to_string(), v.clone());
+                }
+            }
+        }
         for path in SECRETS {
             let Some(secret) = pointer(&old, path).cloned() else { continue };
             if pointer(profile, path).is_some() {

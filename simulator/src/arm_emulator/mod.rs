@@ -404,6 +404,10 @@ pub async fn serve(config: EmulatorConfig, cloud: Arc<SimCloud>) -> std::io::Res
     });
     let (app, vms) = scheduled_events::attach(routes::router(state.clone()), &state, agents);
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    // Small answers on a kept-alive connection: without TCP_NODELAY each waits for a delayed ACK.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+        let _ = tcp.set_nodelay(true);
+    });
     let task = tokio::spawn(async move {
         axum::serve(listener, app)
             .with_graceful_shutdown(async {

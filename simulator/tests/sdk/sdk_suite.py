@@ -22,6 +22,7 @@ from azure.core.credentials import AccessToken, AccessTokenInfo
 from azure.core.exceptions import ClientAuthenticationError, HttpResponseError, ResourceNotFoundError
 from azure.mgmt.compute import ComputeManagementClient
 from azure.mgmt.computefleet import ComputeFleetMgmtClient
+from azure.mgmt.core.policies import ARMChallengeAuthenticationPolicy
 
 A100 = "Standard_NC24ads_A100_v4"
 RG = "rg-sdk"
@@ -42,15 +43,25 @@ class StaticToken:
         return AccessTokenInfo(self.token, int(time.time()) + 3600)
 
 
+class LoopbackBearerPolicy(ARMChallengeAuthenticationPolicy):
+    """The SDK's own ARM bearer policy with `enforce_https=False` on every request (azure-core reads
+    it per request): the emulator listens on plain http on loopback."""
+
+    def on_request(self, request):
+        request.context.options["enforce_https"] = False
+        return super().on_request(request)
+
+
 def clients(url, token, sub):
+    cred = StaticToken(token)
+    scopes = [url + "/.default"]
     kwargs = dict(
         base_url=url,
-        credential_scopes=[url + "/.default"],
-        enforce_https=False,
+        credential_scopes=scopes,
+        authentication_policy=LoopbackBearerPolicy(cred, *scopes),
         polling_interval=0.02,
         retry_backoff_factor=0.05,
     )
-    cred = StaticToken(token)
     return ComputeFleetMgmtClient(cred, sub, **kwargs), ComputeManagementClient(cred, sub, **kwargs)
 
 
@@ -83,6 +94,11 @@ def body(regular=0, regular_min=0, spot=0, spot_min=0, location="eastus"):
     return {"location": location, "tags": {"spillway-job": "sdk"}, "properties": props}
 
 
+def text(v):
+    """An open enum's wire value (`Succeeded`, not `ProvisioningState.SUCCEEDED`)."""
+    return getattr(v, "value", v)
+
+
 def fleet_form(f):
     """`Succeeded regular 2/2`, or `Succeeded spot 2/0 regular 2/2` for a mixed fleet."""
     p = f.properties
@@ -91,7 +107,7 @@ def fleet_form(f):
         parts.append(f"spot {p.spot_priority_profile.capacity}/{p.spot_priority_profile.min_capacity or 0}")
     if p.regular_priority_profile and (p.regular_priority_profile.capacity or 0) > 0:
         parts.append(f"regular {p.regular_priority_profile.capacity}/{p.regular_priority_profile.min_capacity or 0}")
-    return f"{p.provisioning_state} " + " ".join(parts)
+    return f"{text(p.provisioning_state)} " + " ".join(parts)
 
 
 def vm_form(fleet, name):
@@ -150,7 +166,7 @@ def run(env):
     def skus():
         items = list(compute.resource_skus.list(filter="location eq 'eastus'"))
         restricted = sorted(
-            f"{s.name}:{r.type}:{r.reason_code}" for s in items for r in s.restrictions
+            f"{s.name}:{text(r.type)}:{text(r.reason_code)}" for s in items for r in s.restrictions
         )
         unrestricted = [s for s in items if not s.restrictions]
         checks = [all(s.restrictions == [] for s in unrestricted), len(unrestricted) > 0]
@@ -232,7 +248,7 @@ def run(env):
         urllib.request.urlopen(req).read()
         after = vm_form(fleet, "sdk-mix")
         state = fleet.fleets.get(RG, "sdk-mix").properties.provisioning_state
-        return f"{fleet_form(f)}; {before}; evicted: {after} {state}", [True]
+        return f"{fleet_form(f)}; {before}; evicted: {after} {text(state)}", [True]
 
     case("mixed", mixed)
 
