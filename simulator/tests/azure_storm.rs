@@ -15,7 +15,7 @@ use scheduler::cloud::Cloud;
 use scheduler::cloud::azure::{AzureCloud, AzureConfig, CredentialKind};
 use scheduler::control::{ControlConfig, ControlMetrics, Controller};
 use scheduler::jobs::JobService;
-use scheduler::model::{Attempt, Job, JobSpec, Priority, SpecFormat};
+use scheduler::model::{Attempt, Job, JobSpec, SpecFormat};
 use simulator::arm_emulator::{EmulatorConfig, EmulatorHandle, serve};
 use simulator::{SimCloud, SimCloudConfig};
 use state::Store;
