@@ -58,7 +58,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/subscriptions/{sub}/providers/Microsoft.Compute/skus", get(skus))
         .route_layer(middleware::from_fn_with_state(state.clone(), gate))
         .route("/_emulator/stats", get(stats))
-        .route("/_emulator/fleets/{name}/evict", axum::routing::post(evict))
+        .route("/_emulator/fleets/{name}/evict-now", axum::routing::post(evict_now))
         .fallback(fallback)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), arm_headers))
@@ -317,10 +317,10 @@ async fn stats(State(st): St) -> Response {
     json(StatusCode::OK, &st.stats())
 }
 
-/// A test hook (not ARM): `POST /_emulator/fleets/{name}/evict?vms=N` with the bearer token evicts
+/// A test hook (not ARM): `POST /_emulator/fleets/{name}/evict-now?vms=N` with the bearer token evicts
 /// up to N VMs of a fleet now (a mixed fleet's spot part first), as `SimCloud::evict` does, so an
 /// HTTP client (the SDK suite) can stage an eviction.
-async fn evict(State(st): St, Path(name): Path<String>, Query(q): Q, headers: axum::http::HeaderMap) -> Response {
+async fn evict_now(State(st): St, Path(name): Path<String>, Query(q): Q, headers: axum::http::HeaderMap) -> Response {
     let authorized = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())

@@ -38,8 +38,9 @@ impl AgentLauncher for CustomDataLauncher {
         let state = self.state.upgrade()?;
         let fleets = state.fleets.lock().unwrap_or_else(|p| p.into_inner());
         let body = &fleets.get(&fleet.name)?.body;
-        let profile = &body.properties.as_ref()?.compute_profile.as_ref()?.base_virtual_machine_profile;
-        settings_from_custom_data(profile.get("osProfile")?.get("customData")?.as_str()?)
+        // The stored body keeps the secrets Azure never returns (customData among them).
+        let custom_data = body.pointer("/properties/computeProfile/baseVirtualMachineProfile/osProfile/customData")?;
+        settings_from_custom_data(custom_data.as_str()?)
     }
 }
 

@@ -243,7 +243,7 @@ def run(env):
         import urllib.request
 
         req = urllib.request.Request(
-            f"{url}/_emulator/fleets/sdk-mix/evict?vms=2", method="POST", headers={"Authorization": f"Bearer {token}"}
+            f"{url}/_emulator/fleets/sdk-mix/evict-now?vms=2", method="POST", headers={"Authorization": f"Bearer {token}"}
         )
         urllib.request.urlopen(req).read()
         after = vm_form(fleet, "sdk-mix")
