@@ -39,10 +39,15 @@ fn world() -> World {
     world_on(Store::in_memory().unwrap(), AgentConfig { durable: false, ..AgentConfig::default() })
 }
 
-/// A running job with one active attempt of `vms` VMs.
+/// A running job with one active attempt of `vms` VMs, running `true`.
 fn job(w: &World, id: &str, vms: u32, extra: &str) -> Attempt {
+    job_with(w, id, vms, &format!("run = \"true\"\n{extra}"))
+}
+
+/// A running job with one active attempt of `vms` VMs and these extra spec lines.
+fn job_with(w: &World, id: &str, vms: u32, extra: &str) -> Attempt {
     let spec: JobSpec = toml::from_str(&format!(
-        "name = \"t\"\nkind = \"training\"\ngpus = {vms}\nsizes = [\"Standard_NC4as_T4_v3\"]\nrun = \"true\"\n{extra}"
+        "name = \"t\"\nkind = \"training\"\ngpus = {vms}\nsizes = [\"Standard_NC4as_T4_v3\"]\n{extra}"
     ))
     .unwrap();
     let mut job = Job::new(id.into(), spec, T0);
@@ -127,6 +132,25 @@ fn the_gang_gets_its_order_once_complete_with_stable_ranks() {
     let bad = w.svc.register(&a, Registration { private_ip: "not an ip".into(), ..reg("vm-d", "x") });
     let Err(AgentError::Invalid(e)) = bad else { panic!("{bad:?}") };
     assert_eq!(e.0[0].field, "private_ip");
+}
+
+#[test]
+fn a_capacity_only_jobs_agents_run_nothing_but_still_watch_idleness() {
+    let w = world();
+    let a = job_with(&w, "cap", 1, "idle_minutes = 1");
+    w.svc.register(&a, reg("vm-a", "10.0.0.4")).unwrap();
+    assert!(w.svc.work_now(&a, 0).unwrap().order.is_none(), "nothing to run: wait (and heartbeat)");
+    let idle = Heartbeat {
+        phase: Phase::Waiting,
+        restart: None,
+        gpus: Some(vec![GpuSample { index: 0, utilization_percent: 0.0, memory_used_mib: 0, memory_total_mib: 1 }]),
+    };
+    w.svc.heartbeat(&a, 0, idle.clone()).unwrap();
+    w.clock.advance_ms(61_000);
+    w.svc.heartbeat(&a, 0, idle).unwrap();
+    let events = w.store.by_index::<scheduler::jobs::JobEvent>("job", "cap").unwrap();
+    assert!(events.iter().any(|e| e.kind == "idle"), "{events:?}");
+    assert_eq!(job_of(&w, "cap").state, JobState::Running, "notify only: the job goes on");
 }
 
 #[test]

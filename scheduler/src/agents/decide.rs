@@ -26,6 +26,10 @@ pub fn action(job: &Job, work: &AttemptWork, node: &NodeRecord) -> Action {
     if let Some(why) = &work.stop {
         return Action::Stop { reason: why.clone() };
     }
+    if !job.spec.runs_work() {
+        // Capacity only: nothing to run, but the agent stays for heartbeats and GPU telemetry.
+        return Action::Wait;
+    }
     match work.restart {
         Some(restart) => Action::Run { restart },
         None => Action::Wait,

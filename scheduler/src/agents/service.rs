@@ -472,7 +472,16 @@ impl AgentService {
             tx.put(&node)?;
             nodes[rank] = Some(node);
             let complete = nodes.iter().all(|n| n.as_ref().is_some_and(|n| !n.lost));
-            if complete && work.restart.is_none() && work.stop.is_none() && !job.state.is_final() {
+            if complete && work.started_at_ms.is_none() && !job.spec.runs_work() {
+                // A capacity-only job's agents run nothing: they report heartbeats and GPUs.
+                work.started_at_ms = Some(now);
+            }
+            if complete
+                && work.restart.is_none()
+                && work.stop.is_none()
+                && !job.state.is_final()
+                && job.spec.runs_work()
+            {
                 let mut jw = tx.get::<JobWork>(&job.id)?.unwrap_or_else(|| JobWork::new(&job.id));
                 let restart = jw.next_restart;
                 jw.next_restart += 1;
@@ -793,7 +802,7 @@ impl AgentService {
     /// with `on_idle = "stop"` the job ends and its VMs are released.
     fn watch_idle(&self, a: &Attempt, job: &Job, work: &AttemptWork, now: i64) -> Result<(), AgentError> {
         let Some(minutes) = job.spec.idle_minutes else { return Ok(()) };
-        if work.idle_reported || work.restart.is_none() || job.state.is_final() {
+        if work.idle_reported || work.started_at_ms.is_none() || job.state.is_final() {
             return Ok(());
         }
         let threshold = self.inner.config.idle_threshold_percent;
