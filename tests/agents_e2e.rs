@@ -367,3 +367,74 @@ async fn an_eviction_mid_run_delivers_sigterm_first_and_the_work_resumes_elsewhe
     assert!(logs.contains(&resumed), "{resumed} missing:\n{logs}");
     assert!(logs.contains("finished at step 40"), "{logs}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gpu_telemetry_reaches_metrics_and_the_job_detail_and_idle_gpus_stop_the_job() {
+    let dir = temp_dir("agents-gpu");
+    // A stand-in for the driver's nvidia-smi: one T4 at 3 % utilisation.
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let smi = bin.join("nvidia-smi");
+    std::fs::write(&smi, "#!/bin/sh\necho '0, Tesla T4, 3, 1200, 15360'\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let config = dir.join("spillway.toml");
+    std::fs::write(&config, "[agent]\nheartbeat_interval_secs = 0.2\n").unwrap();
+    let s = Server::start(
+        &dir,
+        &dir.join("data"),
+        0,
+        &["--speedup", "60", "--config", config.to_str().unwrap()],
+        &[("PATH", path.as_str())],
+    );
+    let mut spec = job("idle", 1, "sleep 120");
+    spec["idle_minutes"] = json!(2);
+    spec["on_idle"] = json!("stop");
+    let id = submit(&s, &spec).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let metrics = client()
+            .get(format!("{}/metrics", s.url))
+            .bearer_auth(&s.admin)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let series = metrics.lines().find(|l| {
+            l.starts_with("spillway_gpu_utilization_percent{")
+                && l.contains(&format!("job=\"{id}\""))
+                && l.contains("gpu=\"0\"")
+        });
+        if let Some(line) = series {
+            assert!(line.ends_with(" 3.0") || line.ends_with(" 3"), "{line}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no GPU series for {id}:\n{metrics}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let d = detail(&s, &id).await;
+    let node = &d["nodes"][0];
+    assert_eq!(node["gpus"][0]["name"], "Tesla T4", "{node:#}");
+    assert_eq!(node["gpu_utilization"][0]["utilization_percent"], 3.0, "{node:#}");
+    let d = wait_state(&s, &id, &["cancelled", "succeeded", "failed"], 60).await;
+    assert_eq!(d["job"]["state"], "cancelled", "{d:#}");
+    assert!(d["job"]["end_reason"].as_str().unwrap().contains("idle"), "{d:#}");
+    assert_eq!(events_of(&d, "idle").len(), 1, "{d:#}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_image_without_a_container_runtime_fails_the_attempt_with_the_reason() {
+    let dir = temp_dir("agents-image");
+    // A PATH with a shell and no docker or podman.
+    let s = Server::start(&dir, &dir.join("data"), 0, &["--speedup", "3600"], &[("PATH", "/usr/bin:/bin")]);
+    let mut spec = job("containerised", 1, "python train.py");
+    spec["image"] = json!("ghcr.io/example/train:1.4");
+    let id = submit(&s, &spec).await;
+    let d = wait_state(&s, &id, &["failed", "succeeded"], 60).await;
+    assert_eq!(d["job"]["state"], "failed", "{d:#}");
+    let reason = d["job"]["end_reason"].as_str().unwrap();
+    assert!(reason.contains("could not start") && reason.contains("container runtime"), "{reason}");
+}

@@ -352,3 +352,36 @@ async fn a_rank_waiting_for_its_gang_is_answered_when_the_gang_completes() {
     assert!(t.elapsed() < Duration::from_secs(2), "woken by the registration, not by its timeout");
     assert_eq!(status.order.unwrap().action, Action::Run { restart: 0 });
 }
+
+#[test]
+fn silent_vms_are_declared_lost_and_missing_agents_noted_for_the_control_loop() {
+    let w = world();
+    let a = job(&w, "g", 2, "");
+    w.svc.register(&a, reg("vm-a", "10.0.0.4")).unwrap();
+    w.svc.register(&a, reg("vm-b", "10.0.0.5")).unwrap();
+    let hb = Heartbeat { phase: Phase::Running, restart: Some(0), gpus: None };
+    w.clock.advance_ms(20_000);
+    w.svc.heartbeat(&a, 0, hb.clone()).unwrap();
+    assert_eq!(w.svc.sweep_silent().unwrap(), 0, "within the timeout");
+    w.clock.advance_ms(20_000);
+    w.svc.heartbeat(&a, 0, hb).unwrap();
+    assert_eq!(w.svc.sweep_silent().unwrap(), 1, "rank 1 has been quiet for 40 s");
+    let work =
+        w.store.get::<scheduler::agents::records::AttemptWork>(&scheduler::records::attempt_key("g", 1)).unwrap();
+    let work = work.unwrap();
+    assert_eq!(work.needs_replacement(), Some("a VM whose agent stopped sending heartbeats"));
+    assert!(matches!(w.svc.work_now(&a, 0).unwrap().order.unwrap().action, Action::Stop { .. }), "the gang stops");
+    assert_eq!(w.svc.sweep_silent().unwrap(), 0, "declared once");
+    // The lost rank may be taken by a new VM.
+    assert_eq!(w.svc.register(&a, reg("vm-c", "10.0.0.6")).unwrap().rank, 1);
+
+    let half = job(&w, "half", 2, "");
+    w.svc.register(&half, reg("vm-x", "10.0.1.4")).unwrap();
+    w.clock.advance_ms(16 * 60_000);
+    w.svc.heartbeat(&half, 0, Heartbeat { phase: Phase::Waiting, restart: None, gpus: None }).unwrap();
+    w.svc.sweep_silent().unwrap();
+    let work = w.store.get::<scheduler::agents::records::AttemptWork>(&scheduler::records::attempt_key("half", 1));
+    assert_eq!(work.unwrap().unwrap().needs_replacement(), Some("VMs whose agents never registered"));
+    let events = w.store.by_index::<scheduler::jobs::JobEvent>("job", "half").unwrap();
+    assert!(events.iter().any(|e| e.kind == "agents_missing" && e.message.contains("1 of 2")), "{events:?}");
+}

@@ -161,6 +161,11 @@ struct AgentFile {
     log_bytes_per_rank: Option<u64>,
     /// Seconds between heartbeats (default 5).
     heartbeat_interval_secs: Option<f64>,
+    /// Seconds without a heartbeat after which a VM counts as lost (default 30).
+    heartbeat_timeout_secs: Option<f64>,
+    /// Seconds a running attempt may wait for its agents to register (default 900 on Azure, 60 in
+    /// the simulated cloud).
+    registration_timeout_secs: Option<f64>,
 }
 
 /// Everything `serve` runs with, after merging flags, file and defaults.
@@ -241,6 +246,16 @@ fn settings(args: ServeArgs) -> Result<Settings, String> {
     }
     if agent.heartbeat_interval_secs.is_some_and(|s| !(s.is_finite() && (0.1..=60.0).contains(&s))) {
         return Err("agent.heartbeat_interval_secs must be between 0.1 and 60".into());
+    }
+    let interval = agent.heartbeat_interval_secs.unwrap_or(5.0);
+    if agent.heartbeat_timeout_secs.is_some_and(|s| !(s.is_finite() && s >= 2.0 * interval && s <= 3600.0)) {
+        return Err(format!(
+            "agent.heartbeat_timeout_secs must be between two heartbeat intervals ({}) and 3600",
+            2.0 * interval
+        ));
+    }
+    if agent.registration_timeout_secs.is_some_and(|s| !(s.is_finite() && (1.0..=86_400.0).contains(&s))) {
+        return Err("agent.registration_timeout_secs must be between 1 and 86400".into());
     }
     Ok(Settings {
         agent,
@@ -390,9 +405,12 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
     // whatever the simulated clock's speed.
     let speed = if simulated { settings.speedup } else { 1.0 };
     let heartbeat_secs = settings.agent.heartbeat_interval_secs.unwrap_or(5.0);
+    let registration_secs = settings.agent.registration_timeout_secs.unwrap_or(if simulated { 60.0 } else { 900.0 });
     let agent_config = AgentConfig {
         heartbeat_interval_ms: (heartbeat_secs * 1000.0).round() as u64,
         heartbeat_persist_ms: (30_000.0 * speed).round() as i64,
+        heartbeat_timeout_ms: (settings.agent.heartbeat_timeout_secs.unwrap_or(30.0) * 1000.0 * speed).round() as i64,
+        registration_timeout_ms: (registration_secs * 1000.0 * speed).round() as i64,
         log_bytes_per_rank: settings.agent.log_bytes_per_rank.unwrap_or(AgentConfig::default().log_bytes_per_rank),
         ..AgentConfig::default()
     };
@@ -425,6 +443,7 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
     if settings.demo {
         tokio::spawn(demo(jobs.clone(), stop_rx.clone()));
     }
+    tokio::spawn(sweep_silent_agents(agents.clone(), stop_rx.clone()));
     let limits = scheduler::api::server::Limits::of(&settings.api);
     let state = ApiState::new(jobs, controller, tokens, registry, settings.api, stop_rx.clone()).with_agents(agents);
     let app = router(state);
@@ -582,6 +601,24 @@ pub async fn wait_for_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Every two seconds, declares the VMs whose agents went silent lost (and notes attempts whose
+/// agents never came), for the control loop to move their work.
+async fn sweep_silent_agents(agents: AgentService, mut stop: tokio::sync::watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+            _ = stop.changed() => return,
+        }
+        let a = agents.clone();
+        match tokio::task::spawn_blocking(move || a.sweep_silent()).await {
+            Ok(Ok(0)) => {}
+            Ok(Ok(n)) => tracing::warn!(lost = n, "VMs counted as lost: their agents stopped sending heartbeats"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "cannot look for silent agents; retrying"),
+            Err(e) => tracing::warn!(error = %e, "silent-agent sweep failed"),
+        }
     }
 }
 

@@ -113,6 +113,8 @@ mod tests {
             failed_restart: None,
             notice_at_ms: None,
             idle_reported: false,
+            lost_at_ms: None,
+            unregistered_at_ms: None,
         }
     }
 

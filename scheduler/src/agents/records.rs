@@ -179,6 +179,31 @@ pub struct AttemptWork {
     /// An `idle` event was recorded for this attempt.
     #[serde(default)]
     pub idle_reported: bool,
+    /// When a rank was first declared lost (its heartbeats stopped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_at_ms: Option<i64>,
+    /// When the attempt was found running without all its agents registered long after it started
+    /// (the VMs never started the agent: an image without the binary, a network that cannot reach
+    /// the scheduler).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unregistered_at_ms: Option<i64>,
+}
+
+impl AttemptWork {
+    /// Why the attempt's VMs can no longer carry the work and it needs a new placement, if they
+    /// cannot: a preemption notice, a lost VM, agents that never came. The control loop replaces
+    /// such an attempt at once (make before break: the old one goes once the new one runs).
+    pub fn needs_replacement(&self) -> Option<&'static str> {
+        if self.notice_at_ms.is_some() {
+            Some("a preemption notice")
+        } else if self.lost_at_ms.is_some() {
+            Some("a VM whose agent stopped sending heartbeats")
+        } else if self.unregistered_at_ms.is_some() {
+            Some("VMs whose agents never registered")
+        } else {
+            None
+        }
+    }
 }
 
 impl Record for AttemptWork {

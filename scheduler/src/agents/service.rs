@@ -55,6 +55,11 @@ pub struct AgentConfig {
     pub idle_threshold_percent: f64,
     /// Longest a `GET …/work` waits for the gang (real milliseconds).
     pub max_wait_ms: u64,
+    /// Scheduler-clock milliseconds without a heartbeat after which a rank's VM counts as lost.
+    pub heartbeat_timeout_ms: i64,
+    /// Scheduler-clock milliseconds a running attempt of a job with `run` may wait for all its
+    /// agents to register before its VMs count as unable to run the work.
+    pub registration_timeout_ms: i64,
     /// Flush the store before acknowledging logs, exits and registrations (off only for
     /// throwaway stores).
     pub durable: bool,
@@ -69,6 +74,8 @@ impl Default for AgentConfig {
             max_line_bytes: 16 * 1024,
             idle_threshold_percent: 5.0,
             max_wait_ms: 25_000,
+            heartbeat_timeout_ms: 30_000,
+            registration_timeout_ms: 15 * 60_000,
             durable: true,
         }
     }
@@ -304,6 +311,8 @@ struct Inner {
     /// Since when every GPU of an attempt has been idle (scheduler clock ms), by attempt key.
     idle_since: Mutex<HashMap<String, i64>>,
     last_sweep: Mutex<Instant>,
+    /// When this server started (scheduler clock): ranks stored before get a full timeout of grace.
+    started_ms: i64,
     changed: tokio::sync::watch::Sender<u64>,
     wake: Arc<tokio::sync::Notify>,
 }
@@ -341,8 +350,10 @@ impl AgentService {
         wake: Arc<tokio::sync::Notify>,
     ) -> AgentService {
         let (changed, _) = tokio::sync::watch::channel(0);
+        let started_ms = clock.now_ms();
         AgentService {
             inner: Arc::new(Inner {
+                started_ms,
                 store,
                 catalog,
                 clock,
@@ -1135,6 +1146,109 @@ impl AgentService {
         Ok(LogPage { lines, next: LogCursor { seq: seq.max(from.seq), line: 0 }.to_string(), more: false })
     }
 
+    /// Looks for VMs that went silent and attempts whose agents never came: a rank without a
+    /// heartbeat for `heartbeat_timeout_ms` is declared lost (its rank may be taken by a new VM; a
+    /// gang's other ranks are stopped), and a running attempt of a job with `run` still missing
+    /// agents `registration_timeout_ms` after it started is marked. Both mark the attempt's work
+    /// ([`AttemptWork::needs_replacement`]) for the control loop, which places the work anew.
+    /// Returns how many ranks were declared lost. Run it every few seconds.
+    pub fn sweep_silent(&self) -> Result<u32, StoreError> {
+        let now = self.now();
+        let cfg = &self.inner.config;
+        let store = &self.inner.store;
+        let mut lost = 0;
+        let mut changed = false;
+        for a in store.by_index::<Attempt>("state", "running")? {
+            let Some(job) = store.get::<Job>(&a.job_id)? else { continue };
+            if job.state.is_final() {
+                continue;
+            }
+            let akey = attempt_key(&a.job_id, a.number);
+            let work = store.get::<AttemptWork>(&akey)?;
+            let num_nodes = work.as_ref().map_or(a.vms.max(1), |w| w.num_nodes);
+            let mut silent = Vec::new();
+            let mut registered = 0;
+            for rank in 0..num_nodes {
+                let key = node_key(&a.job_id, a.number, rank);
+                let Some(node) = store.get::<NodeRecord>(&key)? else { continue };
+                if node.lost {
+                    continue;
+                }
+                registered += 1;
+                let seen = lock(&self.inner.live).get(&key).map(|l| l.seen_ms);
+                let last = seen.unwrap_or(node.last_heartbeat_ms.max(self.inner.started_ms));
+                if now - last > cfg.heartbeat_timeout_ms {
+                    silent.push((rank, node.vm_name.clone(), now - last));
+                }
+            }
+            let since = a.running_since_ms.unwrap_or(a.started_at_ms).max(self.inner.started_ms);
+            let unregistered = job.spec.runs_work()
+                && registered < num_nodes
+                && now - since > cfg.registration_timeout_ms
+                && work.as_ref().is_none_or(|w| w.unregistered_at_ms.is_none() && w.restart.is_none());
+            if silent.is_empty() && !unregistered {
+                continue;
+            }
+            changed = true;
+            lost += silent.len() as u32;
+            let gang = decide::is_gang(&job);
+            store.transaction(|tx| {
+                let Some(job) = tx.get::<Job>(&a.job_id)? else { return Ok(()) };
+                let mut w = tx.get::<AttemptWork>(&akey)?.unwrap_or_else(|| new_attempt_work(&a));
+                for (rank, vm, quiet_ms) in &silent {
+                    let key = node_key(&a.job_id, a.number, *rank);
+                    let Some(mut node) = tx.get::<NodeRecord>(&key)? else { continue };
+                    node.lost = true;
+                    tx.put(&node)?;
+                    w.lost_at_ms.get_or_insert(now);
+                    if gang && w.stop.is_none() && job.spec.runs_work() {
+                        w.stop = Some(format!("rank {rank} ({vm}) was lost: every rank stops; the work moves"));
+                    }
+                    record_event(
+                        tx,
+                        &job,
+                        now,
+                        "vm_lost",
+                        format!(
+                            "rank {rank} of attempt {} ({vm}) sent no heartbeat for {:.0} s: its VM counts as lost",
+                            a.number,
+                            *quiet_ms as f64 / 1000.0
+                        ),
+                        serde_json::json!({"attempt": a.number, "rank": rank}),
+                    )?;
+                }
+                if unregistered && w.unregistered_at_ms.is_none() {
+                    w.unregistered_at_ms = Some(now);
+                    record_event(
+                        tx,
+                        &job,
+                        now,
+                        "agents_missing",
+                        format!(
+                            "attempt {}: {registered} of {num_nodes} VMs started the agent within {:.0} min of \
+                             running (does the image have the spillway binary, and can the VMs reach the \
+                             scheduler?)",
+                            a.number,
+                            cfg.registration_timeout_ms as f64 / 60_000.0
+                        ),
+                        serde_json::json!({"attempt": a.number, "registered": registered}),
+                    )?;
+                }
+                tx.put(&w)?;
+                Ok(())
+            })?;
+            for (rank, ..) in &silent {
+                lock(&self.inner.live).remove(&node_key(&a.job_id, a.number, *rank));
+            }
+        }
+        if changed {
+            self.flush()?;
+            self.bump();
+            self.inner.wake.notify_one();
+        }
+        Ok(lost)
+    }
+
     /// Every rank of a job, with the freshest heartbeat and GPU samples the server has.
     pub fn nodes(&self, job_id: &str) -> Result<Vec<NodeView>, StoreError> {
         let mut nodes = self.inner.store.by_index::<NodeRecord>("job", job_id)?;
@@ -1195,6 +1309,8 @@ fn new_attempt_work(a: &Attempt) -> AttemptWork {
         failed_restart: None,
         notice_at_ms: None,
         idle_reported: false,
+        lost_at_ms: None,
+        unregistered_at_ms: None,
     }
 }
 
