@@ -101,9 +101,11 @@ pub enum AgentError {
     Store(#[from] StoreError),
 }
 
-/// Labels of a GPU's gauges.
+/// Labels of a GPU's gauges (with the tenant, so a tenant's scrape shows its own GPUs).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct GpuLabel {
+    /// The job's tenant.
+    pub tenant: String,
     /// Job id.
     pub job: String,
     /// Attempt number.
@@ -169,6 +171,7 @@ impl AgentMetrics {
 /// What the server remembers about a rank between heartbeats.
 #[derive(Debug, Clone)]
 struct Live {
+    tenant: String,
     seen: Instant,
     seen_ms: i64,
     persisted_ms: i64,
@@ -522,6 +525,7 @@ impl AgentService {
         lock(&self.inner.live).insert(
             key,
             Live {
+                tenant: String::new(),
                 seen: Instant::now(),
                 seen_ms: now,
                 persisted_ms: now,
@@ -723,6 +727,7 @@ impl AgentService {
         let persist = {
             let mut live = lock(&self.inner.live);
             let entry = live.entry(key.clone()).or_insert_with(|| Live {
+                tenant: String::new(),
                 seen: Instant::now(),
                 seen_ms: now,
                 persisted_ms: node.last_heartbeat_ms,
@@ -731,6 +736,7 @@ impl AgentService {
                 samples: None,
             });
             let changed = entry.phase != hb.phase || entry.restart != hb.restart;
+            entry.tenant.clone_from(&job.spec.tenant);
             entry.seen = Instant::now();
             entry.seen_ms = now;
             entry.phase = hb.phase;
@@ -754,16 +760,17 @@ impl AgentService {
                 Ok(())
             })?;
         }
-        self.update_gauges(a, rank, hb.gpus.as_deref());
+        self.update_gauges(&job.spec.tenant, a, rank, hb.gpus.as_deref());
         self.watch_idle(a, &job, &work, now)?;
         self.sweep();
         Ok(decide::action(&job, &work, &node))
     }
 
-    fn update_gauges(&self, a: &Attempt, rank: u32, samples: Option<&[GpuSample]>) {
+    fn update_gauges(&self, tenant: &str, a: &Attempt, rank: u32, samples: Option<&[GpuSample]>) {
         let m = &self.inner.metrics;
         for s in samples.unwrap_or_default() {
             let label = GpuLabel {
+                tenant: tenant.to_string(),
                 job: a.job_id.clone(),
                 attempt: a.number.to_string(),
                 rank: rank.to_string(),
@@ -796,6 +803,7 @@ impl AgentService {
             let (Ok(rank), Ok(attempt)) = (rank.parse::<u32>(), attempt.parse::<u32>()) else { continue };
             for s in l.samples.unwrap_or_default() {
                 let label = GpuLabel {
+                    tenant: l.tenant.clone(),
                     job: job.to_string(),
                     attempt: attempt.to_string(),
                     rank: rank.to_string(),
