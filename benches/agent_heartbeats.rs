@@ -11,8 +11,10 @@
 //! 3. saturation: 64 connections send heartbeats back to back for 10 s: the most heartbeats per
 //!    second this machine's server absorbs (the load generator shares the machine).
 //!
-//!     cargo bench -p spillway --bench agent_heartbeats                      # 1000 agents, 30 s
-//!     cargo bench -p spillway --bench agent_heartbeats -- --agents 2000 --seconds 60 --json out.json
+//! ```text
+//! cargo bench -p spillway --bench agent_heartbeats                      # 1000 agents, 30 s
+//! cargo bench -p spillway --bench agent_heartbeats -- --agents 2000 --seconds 60 --json out.json
+//! ```
 //!
 //! Prints a JSON summary; exit 1 when a registration or heartbeat fails.
 

@@ -5,8 +5,10 @@
 //! (`startup_ms` in the job's detail). The simulated cloud starts each VM's agent within one poll
 //! (100 ms) of the VM running; on Azure the VM's boot and cloud-init come before the agent starts.
 //!
-//!     cargo bench -p spillway --bench agent_startup                    # 20 jobs of 2 VMs
-//!     cargo bench -p spillway --bench agent_startup -- --jobs 10 --vms 4
+//! ```text
+//! cargo bench -p spillway --bench agent_startup                    # 20 jobs of 2 VMs
+//! cargo bench -p spillway --bench agent_startup -- --jobs 10 --vms 4
+//! ```
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
