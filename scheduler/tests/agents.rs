@@ -272,6 +272,35 @@ fn exits_end_restart_or_fail_the_job() {
 }
 
 #[test]
+fn a_job_whose_agents_finish_before_the_control_loop_sees_it_running_still_ran() {
+    let w = world();
+    let a = job(&w, "quick", 2, "");
+    let mut j = job_of(&w, "quick");
+    j.state = JobState::Provisioning;
+    w.store.put(&j).unwrap();
+    w.svc.register(&a, reg("vm-a", "10.0.0.4")).unwrap();
+    assert_eq!(job_of(&w, "quick").first_running_at_ms, None, "half a gang runs nothing");
+    w.clock.advance_ms(5_000);
+    w.svc.register(&a, reg("vm-b", "10.0.0.5")).unwrap();
+    assert_eq!(job_of(&w, "quick").first_running_at_ms, Some(T0 + 5_000), "the gang is up: the work starts");
+    w.clock.advance_ms(1_000);
+    w.svc.report(&a, 0, exit(0, 0)).unwrap();
+    w.svc.report(&a, 1, exit(0, 0)).unwrap();
+    let j = job_of(&w, "quick");
+    assert_eq!(j.state, JobState::Succeeded);
+    assert_eq!((j.first_running_at_ms, j.finished_at_ms), (Some(T0 + 5_000), Some(T0 + 6_000)));
+
+    // A capacity-only job runs once its VMs' agents are all up, too.
+    let a = job_with(&w, "cap", 1, "");
+    let mut j = job_of(&w, "cap");
+    j.state = JobState::Provisioning;
+    w.store.put(&j).unwrap();
+    w.svc.register(&a, reg("vm-c", "10.0.0.6")).unwrap();
+    let j = job_of(&w, "cap");
+    assert_eq!((j.state, j.first_running_at_ms), (JobState::Provisioning, Some(T0 + 6_000)));
+}
+
+#[test]
 fn a_notice_stops_every_rank_of_a_gang() {
     let w = world();
     let a = job(&w, "g", 2, "");

@@ -432,7 +432,7 @@ impl AgentService {
         let now = self.now();
         let akey = attempt_key(&a.job_id, a.number);
         let rank: Refusable<u32> = self.inner.store.transaction(|tx| {
-            let Some(job) = tx.get::<Job>(&a.job_id)? else {
+            let Some(mut job) = tx.get::<Job>(&a.job_id)? else {
                 return Ok(Err(AgentError::NotFound(format!("no job {}", a.job_id))));
             };
             let mut work = tx.get::<AttemptWork>(&akey)?.unwrap_or_else(|| new_attempt_work(a));
@@ -486,6 +486,12 @@ impl AgentService {
             tx.put(&node)?;
             nodes[rank] = Some(node);
             let complete = nodes.iter().all(|n| n.as_ref().is_some_and(|n| !n.lost));
+            if complete && job.first_running_at_ms.is_none() && !job.state.is_final() {
+                // The whole gang is up, so the job runs now, even if the control loop has not yet
+                // seen the fleet at capacity (agents can start, and even finish, before that).
+                job.first_running_at_ms = Some(now);
+                tx.put(&job)?;
+            }
             if complete && work.started_at_ms.is_none() && !job.spec.runs_work() {
                 // A capacity-only job's agents run nothing: they report heartbeats and GPUs.
                 work.started_at_ms = Some(now);
@@ -1049,6 +1055,8 @@ impl AgentService {
             ExitVerdict::Succeed => {
                 work.done = true;
                 tx.put(&work)?;
+                // It ran, whether or not the control loop saw it running before it ended.
+                job.first_running_at_ms.get_or_insert(work.started_at_ms.unwrap_or(now));
                 job.set_state(JobState::Succeeded, now);
                 job.end_reason = Some(format!(
                     "every rank of attempt {} exited 0 ({} rank{})",
@@ -1097,6 +1105,7 @@ impl AgentService {
                 } else {
                     why
                 };
+                job.first_running_at_ms.get_or_insert(work.started_at_ms.unwrap_or(now));
                 job.set_state(JobState::Failed, now);
                 job.end_reason = Some(summary.clone());
                 job.last_failure = Some(summary.clone());
