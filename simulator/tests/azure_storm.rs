@@ -1,12 +1,14 @@
 //! An eviction storm, twice: the control loop over the simulated cloud directly, and the same loop
 //! over `AzureCloud` → ARM emulator (HTTP on loopback) → the same simulated cloud. With the fleet
 //! VM list (api-version 2026-08-01, read at most once per fleet per minute) the Azure path sees
-//! every lost VM: evictions, lost work and failovers must equal the simulated cloud's, job by job.
+//! every lost VM: evictions, lost work, failovers, job events and capacity blocks must equal the
+//! simulated cloud's, job by job and minute by minute.
 //! With 2024-11-01 (no VM list) it sees none of them: the gap the VM reads close.
 //!
 //! Both run in virtual time (one `ManualClock` each, rounds every 60 s). The ARM calls each
-//! makes are counted per placement and per fleet-hour (BENCHMARKS.md, RELIABILITY.md).
+//! makes are counted per placement and per fleet-hour (BENCHMARKS.md).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use scheduler::Catalog;
@@ -14,8 +16,8 @@ use scheduler::clock::{Clock, ManualClock};
 use scheduler::cloud::Cloud;
 use scheduler::cloud::azure::{AzureCloud, AzureConfig, CredentialKind};
 use scheduler::control::{ControlConfig, ControlMetrics, Controller};
-use scheduler::jobs::JobService;
-use scheduler::model::{Attempt, Job, JobSpec, SpecFormat};
+use scheduler::jobs::{JobEvent, JobService};
+use scheduler::model::{Attempt, BlockedOffer, Job, JobSpec, SpecFormat};
 use simulator::arm_emulator::{EmulatorConfig, EmulatorHandle, serve};
 use simulator::{SimCloud, SimCloudConfig};
 use state::Store;
@@ -100,12 +102,17 @@ checkpoint_interval_minutes = 30
     JobSpec::parse(&toml, SpecFormat::Toml).expect("spec parses")
 }
 
-/// What one run did: per job (evictions, failovers, attempts, lost GPU-hours, state) and totals.
+/// What one run did: per job (evictions, failovers, attempts, lost GPU-hours, state) and totals,
+/// every job's events (kind and time) and every capacity block the loop made.
 #[derive(Debug)]
 struct Outcome {
     jobs: Vec<(String, u32, u32, u32, f64, String)>,
     placements: u64,
     fleet_hours: f64,
+    /// Per job, by name: `(minute, kind)` of each event (ids differ between sides; times do not).
+    events: BTreeMap<String, Vec<(i64, String)>>,
+    /// Every block seen after a round: `(since minute, until minute, scope, class, reason)`.
+    blocks: BTreeSet<(i64, i64, String, String, String)>,
 }
 
 /// The storm, the same on both sides whatever the fleets are named: from hour 1 to hour 3 a spot
@@ -142,6 +149,8 @@ async fn run(s: &Side) -> Outcome {
         s.jobs.submit(spec(i), None).expect("accepted");
     }
     let mut placements = 0u64;
+    let mut blocks = BTreeSet::new();
+    let minute = |ms: i64| (ms - START_MS) / 60_000;
     for round in 0..(HOURS * 3600 / ROUND_S) {
         let t = round * ROUND_S;
         // Halfway between rounds, so a loss is seen by the next round on both sides.
@@ -154,6 +163,9 @@ async fn run(s: &Side) -> Outcome {
         s.clock.advance_ms(ROUND_S * 500);
         let r = s.ctl.reconcile().await.expect("round runs");
         placements += u64::from(r.placements);
+        for b in s.store.scan::<BlockedOffer>().expect("blocks") {
+            blocks.insert((minute(b.since_ms), minute(b.until_ms), b.key(), format!("{:?}", b.class), b.reason));
+        }
     }
     let end = s.clock.now_ms();
     let attempts: Vec<Attempt> = s.store.scan::<Attempt>().expect("attempts");
@@ -179,7 +191,13 @@ async fn run(s: &Side) -> Outcome {
         })
         .collect();
     jobs.sort_by(|a, b| a.0.cmp(&b.0));
-    Outcome { jobs, placements, fleet_hours }
+    let names: BTreeMap<String, String> =
+        s.store.scan::<Job>().expect("jobs").into_iter().map(|j| (j.id, j.spec.name.clone())).collect();
+    let mut events: BTreeMap<String, Vec<(i64, String)>> = BTreeMap::new();
+    for e in s.store.scan::<JobEvent>().expect("events") {
+        events.entry(names[&e.job_id].clone()).or_default().push((minute(e.at_ms), e.kind));
+    }
+    Outcome { jobs, placements, fleet_hours, events, blocks }
 }
 
 /// ARM calls by kind: (all, creating a fleet: PUTs and operation polls, fleet GETs, VM lists).
@@ -205,6 +223,9 @@ async fn an_eviction_storm_on_azure_loses_and_moves_what_the_simulated_cloud_doe
     assert!(sim.jobs.iter().map(|j| j.3).sum::<u32>() > 4, "a fleet lost whole is replaced: {sim:#?}");
     assert_eq!(after.jobs, sim.jobs, "Azure with VM reads sees what the simulated cloud does");
     assert_eq!(after.placements, sim.placements);
+    assert_eq!(after.events, sim.events, "the same events at the same minutes, job by job");
+    assert!(sim.blocks.iter().any(|b| b.4 == "spot VMs evicted"), "the lost fleet blocks its offer: {:#?}", sim.blocks);
+    assert_eq!(after.blocks, sim.blocks, "the same capacity blocks, from the same minutes");
     let seen_before: u32 = before.jobs.iter().map(|j| j.1).sum();
     assert!(seen_before < evictions, "without VM reads evictions go unseen: {before:#?}");
 
