@@ -22,7 +22,8 @@ use scheduler::jobs::JobService;
 use serde::Deserialize;
 use simulator::sim_cloud::vms::{AgentLauncher, VmRunner, VmRunnerConfig};
 use simulator::{SimCloud, SimCloudConfig};
-use state::Store;
+use state::{Store, StoreLocation};
+use std::os::unix::fs::DirBuilderExt;
 
 /// The scenario `serve` simulates when given none.
 pub const DEFAULT_SCENARIO: &str = include_str!("../../scenarios/serve-default.toml");
@@ -59,9 +60,15 @@ pub enum LogFormat {
 /// Arguments of `spillway serve`. Flags win over the config file, which wins over the defaults.
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// Data directory (created 0700 if absent; an existing one must not be open to other users) [default: ./spillway-data].
+    /// Data directory (created 0700 if absent; an existing one must not be open to other users): the
+    /// admin token file, and the sled store unless --store names another [default: ./spillway-data].
     #[arg(long, env = "SPILLWAY_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
+    /// Where the state lives: `sled:DIR` (embedded, this server only) or `postgres://USER@HOST/DB`
+    /// (shared by several servers, one of which leads; see README "Running several servers")
+    /// [default: sled:<data-dir>].
+    #[arg(long, env = "SPILLWAY_STORE")]
+    pub store: Option<String>,
     /// Address to listen on; `127.0.0.1:0` picks a free port (printed on stdout) [default: 127.0.0.1:7878].
     #[arg(long)]
     pub listen: Option<String>,
@@ -113,6 +120,7 @@ pub struct ServeArgs {
 #[serde(deny_unknown_fields)]
 struct ServeFile {
     data_dir: Option<PathBuf>,
+    store: Option<String>,
     listen: Option<String>,
     cloud: Option<CloudKind>,
     scenario: Option<PathBuf>,
@@ -172,6 +180,9 @@ struct AgentFile {
 #[derive(Debug)]
 struct Settings {
     data_dir: PathBuf,
+    /// The store as given (`--store`, `serve.store`, `SPILLWAY_STORE`); sled in `data_dir` if none.
+    /// Parsed when serving starts, so a bad one is a refused input (exit 1), not a usage error.
+    store: Option<String>,
     listen: SocketAddr,
     cloud: CloudKind,
     scenario: Option<PathBuf>,
@@ -257,10 +268,15 @@ fn settings(args: ServeArgs) -> Result<Settings, String> {
     if agent.registration_timeout_secs.is_some_and(|s| !(s.is_finite() && (1.0..=86_400.0).contains(&s))) {
         return Err("agent.registration_timeout_secs must be between 1 and 86400".into());
     }
+    let store = args.store.or(f.store);
+    // A sled store given alone keeps the admin token beside it, as a data directory always has.
+    let sled_dir = store.as_deref().and_then(|s| s.strip_prefix("sled:")).filter(|d| !d.is_empty()).map(PathBuf::from);
+    let data_dir = args.data_dir.or(f.data_dir).or(sled_dir).unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
     Ok(Settings {
         agent,
         retain_finished_ms,
-        data_dir: args.data_dir.or(f.data_dir).unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
+        data_dir,
+        store,
         listen,
         cloud: args.cloud.or(f.cloud).unwrap_or(CloudKind::Sim),
         scenario: args.scenario.or(f.scenario),
@@ -377,13 +393,25 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let data_dir = settings.data_dir.clone();
     check_data_dir(&data_dir)?;
+    let location: StoreLocation = match &settings.store {
+        Some(s) => s.parse().map_err(|e: String| format!("--store: {e}"))?,
+        None => StoreLocation::Sled(data_dir.clone()),
+    };
     let store = {
-        let dir = data_dir.clone();
-        tokio::task::spawn_blocking(move || Store::open(&dir))
+        let location = location.clone();
+        tokio::task::spawn_blocking(move || Store::open_location(&location))
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())?
     };
+    if store.is_shared() {
+        // The admin token file still lives here; the store does not create it for us.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&data_dir)
+            .map_err(|e| format!("cannot create the data directory {}: {e}", data_dir.display()))?;
+    }
     let scheme = if tls.is_some() { "https" } else { "http" };
     let keys = AgentKeys::load_or_create(&store).map_err(|e| e.to_string())?;
     let bootstrap = agent_bootstrap(&settings.agent, &format!("{scheme}://{addr}"), keys.clone())?;
@@ -465,7 +493,16 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
         use std::io::Write;
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "spillway listening on {scheme}://{addr}");
-        let _ = writeln!(out, "admin token: {}{}", token_path.display(), if created { " (created)" } else { "" });
+        if token_path.exists() {
+            let _ = writeln!(out, "admin token: {}{}", token_path.display(), if created { " (created)" } else { "" });
+        } else {
+            let _ = writeln!(
+                out,
+                "admin token: none in {} (the shared store has admin tokens already: use one, or create one with \
+                 `spillway token create --role admin` on any server)",
+                data_dir.display()
+            );
+        }
         let _ = writeln!(out, "{cloud_line}");
         if let Some((_, vms)) = &vm_runner {
             let _ = writeln!(
@@ -475,7 +512,7 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
         }
         let _ = out.flush();
     }
-    tracing::info!(%addr, data_dir = %data_dir.display(), "serving");
+    tracing::info!(%addr, data_dir = %data_dir.display(), store = %location, "serving");
 
     let shutdown = {
         let stop_tx = stop_tx.clone();
@@ -848,6 +885,7 @@ mod tests {
     fn non_loopback_listen_needs_an_explicit_flag() {
         let args = |listen: &str, allow: bool| ServeArgs {
             data_dir: None,
+            store: None,
             listen: Some(listen.into()),
             cloud: None,
             scenario: None,

@@ -1,5 +1,5 @@
-//! `spillway state export FILE | import FILE | check`: backup, recovery and verification of the
-//! durable store in `--data-dir`.
+//! `spillway state export FILE | import FILE | check | migrate`: backup, recovery, verification and
+//! moving of the durable store (`--store sled:DIR|postgres://…`, or the sled store in `--data-dir`).
 
 use std::fs::File;
 use std::io::{BufReader, Read, Write};
@@ -7,16 +7,28 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use state::{CheckReport, Store};
+use state::{CheckReport, Store, StoreLocation};
 
 use crate::Output;
 
 /// Where the store lives.
 #[derive(clap::Args)]
 pub struct DataDir {
-    /// The data directory (created with mode 0700 when missing).
+    /// The data directory of a sled store (created with mode 0700 when missing).
     #[arg(long, env = "SPILLWAY_DATA_DIR", default_value = "./spillway-data")]
     pub data_dir: PathBuf,
+    /// The store, when not the sled store in --data-dir: `sled:DIR` or `postgres://USER@HOST/DB`.
+    #[arg(long, env = "SPILLWAY_STORE")]
+    pub store: Option<String>,
+}
+
+impl DataDir {
+    fn location(&self) -> Result<StoreLocation, String> {
+        match &self.store {
+            Some(s) => s.parse().map_err(|e: String| format!("--store: {e}")),
+            None => Ok(StoreLocation::Sled(self.data_dir.clone())),
+        }
+    }
 }
 
 /// The `state` subcommands.
@@ -44,14 +56,25 @@ pub enum StateCommand {
         #[arg(long, value_enum, default_value_t)]
         output: Output,
     },
+    /// Copy a whole store to another (sled to PostgreSQL or back), which must be new or empty, then
+    /// check both and compare them; exit 1 if they differ. Stop the servers of the source first.
+    Migrate {
+        /// The store to copy: `sled:DIR` or `postgres://…`.
+        #[arg(long)]
+        from: String,
+        /// The store to fill: `sled:DIR` or `postgres://…` (new or empty).
+        #[arg(long)]
+        to: String,
+    },
 }
 
 /// Runs one `state` subcommand; 0 on success, 1 when refused or inconsistent.
 pub fn run(command: StateCommand) -> ExitCode {
     let result = match command {
-        StateCommand::Export { file, dir } => export(&dir.data_dir, &file),
-        StateCommand::Import { file, dir } => import(&dir.data_dir, &file),
-        StateCommand::Check { dir, output } => check(&dir.data_dir, output),
+        StateCommand::Export { file, dir } => dir.location().and_then(|l| export(&l, &file)),
+        StateCommand::Import { file, dir } => dir.location().and_then(|l| import(&l, &file)),
+        StateCommand::Check { dir, output } => dir.location().and_then(|l| check(&l, output)),
+        StateCommand::Migrate { from, to } => migrate(&from, &to),
     };
     match result {
         Ok(code) => code,
@@ -62,25 +85,23 @@ pub fn run(command: StateCommand) -> ExitCode {
     }
 }
 
-/// Opens an existing store; export and check must not create an empty one by accident.
-fn open_existing(dir: &Path) -> Result<Store, String> {
-    if !dir.exists() {
-        return Err(format!("no state store at {} (set --data-dir or SPILLWAY_DATA_DIR)", dir.display()));
+/// Opens an existing store; export and check must not create an empty sled store by accident.
+fn open_existing(location: &StoreLocation) -> Result<Store, String> {
+    if let Some(dir) = location.sled_dir()
+        && !dir.exists()
+    {
+        return Err(format!("no state store at {} (set --data-dir, --store or SPILLWAY_STORE)", dir.display()));
     }
-    Store::open(dir).map_err(|e| e.to_string())
+    Store::open_location(location).map_err(|e| e.to_string())
 }
 
-fn export(dir: &Path, file: &Path) -> Result<ExitCode, String> {
+fn export(dir: &StoreLocation, file: &Path) -> Result<ExitCode, String> {
     let store = open_existing(dir)?;
     if file == Path::new("-") {
         let summary = store.export(std::io::stdout().lock()).map_err(|e| e.to_string())?;
         eprintln!(
             "exported {} tables, {} records, {} settings, {} events from {}",
-            summary.tables,
-            summary.records,
-            summary.settings,
-            summary.events,
-            dir.display()
+            summary.tables, summary.records, summary.settings, summary.events, dir
         );
         return Ok(ExitCode::SUCCESS);
     }
@@ -112,33 +133,30 @@ fn export(dir: &Path, file: &Path) -> Result<ExitCode, String> {
         summary.records,
         summary.settings,
         summary.events,
-        dir.display(),
+        dir,
         file.display()
     );
     Ok(ExitCode::SUCCESS)
 }
 
-fn import(dir: &Path, file: &Path) -> Result<ExitCode, String> {
+fn import(location: &StoreLocation, file: &Path) -> Result<ExitCode, String> {
     let input: Box<dyn Read> = if file == Path::new("-") {
         Box::new(std::io::stdin().lock())
     } else {
         Box::new(BufReader::new(File::open(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?))
     };
-    let created = !dir.exists();
-    let result = Store::open(dir).and_then(|store| store.import(input));
+    let created = location.sled_dir().is_some_and(|d| !d.exists());
+    let result = Store::open_location(location).and_then(|store| store.import(input));
     match result {
         Ok(summary) => {
             println!(
                 "imported {} tables, {} records, {} settings, {} events into {}",
-                summary.tables,
-                summary.records,
-                summary.settings,
-                summary.events,
-                dir.display()
+                summary.tables, summary.records, summary.settings, summary.events, location
             );
             Ok(ExitCode::SUCCESS)
         }
-        Err(e) if created && dir.exists() => {
+        Err(e) if created && location.sled_dir().is_some_and(Path::exists) => {
+            let dir = location.sled_dir().unwrap_or(Path::new("."));
             // The directory is ours and holds only the failed import: leave nothing half-made behind.
             let cleanup = match std::fs::remove_dir_all(dir) {
                 Ok(()) => format!("removed {}", dir.display()),
@@ -150,7 +168,7 @@ fn import(dir: &Path, file: &Path) -> Result<ExitCode, String> {
     }
 }
 
-fn check(dir: &Path, output: Output) -> Result<ExitCode, String> {
+fn check(dir: &StoreLocation, output: Output) -> Result<ExitCode, String> {
     let store = open_existing(dir)?;
     let report = store.check_all().map_err(|e| e.to_string())?;
     match output {
@@ -163,8 +181,8 @@ fn check(dir: &Path, output: Output) -> Result<ExitCode, String> {
     Ok(if report.is_consistent() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
-fn print_report(dir: &Path, report: &CheckReport) {
-    println!("state store {}", dir.display());
+fn print_report(dir: &StoreLocation, report: &CheckReport) {
+    println!("state store {dir}");
     for t in &report.tables {
         println!("  table {:<20} {:>8} records", t.name, t.records);
         for ix in &t.indexes {
@@ -186,4 +204,50 @@ fn print_report(dir: &Path, report: &CheckReport) {
             println!("  ... and {} more", report.problem_count as usize - report.problems.len());
         }
     }
+}
+
+/// Streams an export of `from` into an import of `to`, then checks both and compares what they hold.
+fn migrate(from: &str, to: &str) -> Result<ExitCode, String> {
+    let from: StoreLocation = from.parse().map_err(|e: String| format!("--from: {e}"))?;
+    let to: StoreLocation = to.parse().map_err(|e: String| format!("--to: {e}"))?;
+    let source = open_existing(&from).map_err(|e| format!("--from: {e}"))?;
+    let created = to.sled_dir().is_some_and(|d| !d.exists());
+    let target = Store::open_location(&to).map_err(|e| format!("--to: {e}"))?;
+    let (reader, writer) = std::io::pipe().map_err(|e| format!("cannot make a pipe: {e}"))?;
+    let exporter = std::thread::spawn(move || {
+        let result = source.export(writer);
+        (source, result)
+    });
+    let imported = target.import(BufReader::new(reader));
+    let (source, exported) = exporter.join().map_err(|_| "the export thread panicked".to_string())?;
+    let summary = match (exported, imported) {
+        (Err(e), _) => return Err(format!("reading {from}: {e}")),
+        (Ok(_), Err(e)) => {
+            drop(target);
+            let cleanup = match to.sled_dir() {
+                Some(dir) if created => match std::fs::remove_dir_all(dir) {
+                    Ok(()) => format!(" (removed {})", dir.display()),
+                    Err(r) => format!(" (could not remove {}: {r})", dir.display()),
+                },
+                _ => String::new(),
+            };
+            return Err(format!("writing {to}: {e}{cleanup}"));
+        }
+        (Ok(s), Ok(_)) => s,
+    };
+    let before = source.check_all().map_err(|e| format!("checking {from}: {e}"))?;
+    let after = target.check_all().map_err(|e| format!("checking {to}: {e}"))?;
+    println!(
+        "copied {} tables, {} records, {} settings, {} events from {from} to {to}",
+        summary.tables, summary.records, summary.settings, summary.events
+    );
+    let same = serde_json::to_value(&before).ok() == serde_json::to_value(&after).ok();
+    if before.is_consistent() && after.is_consistent() && same {
+        println!("checked: both stores consistent and equal ({} tables, {} events)", after.tables.len(), after.events);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("the stores differ or are inconsistent:");
+    print_report(&from, &before);
+    print_report(&to, &after);
+    Ok(ExitCode::from(1))
 }

@@ -5,9 +5,10 @@ use std::ops::ControlFlow;
 
 use serde::Serialize;
 
-use crate::encoding::{StoredTable, decode, index_keys, open_envelope, split_index_key};
-use crate::store::{EVENTS_IX, META_IX, SETTINGS_IX, recorded_tables};
-use crate::tx::read_seq;
+use crate::encoding::{
+    EVENTS_TREE, META_TREE, SETTINGS_TREE, StoredTable, decode, index_keys, open_envelope, split_index_key,
+};
+use crate::store::recorded_tables;
 use crate::{Event, Store, StoreError, TableDef};
 
 /// At most this many problems are listed; the counts stay exact.
@@ -100,7 +101,8 @@ impl Store {
 
     fn check_defs(&self, defs: Vec<StoredTable>, mut report: CheckReport) -> Result<CheckReport, StoreError> {
         let _exclusive = self.inner.writers_exclusive();
-        let db = &self.inner.db;
+        // Other servers may be writing to a shared store: read one consistent state of it.
+        let db = &self.inner.db.snapshot()?;
         for def in defs {
             let table = db.open_tree(crate::encoding::table_tree(&def.name))?;
             let mut expected: Vec<BTreeSet<Vec<u8>>> = vec![BTreeSet::new(); def.indexes.len()];
@@ -163,9 +165,8 @@ impl Store {
             }
             report.tables.push(TableReport { name: def.name.clone(), records, indexes });
         }
-        let reg = self.inner.registry();
         let mut prev = 0;
-        reg.trees[EVENTS_IX].visit_all(|k, v| {
+        db.open_tree(EVENTS_TREE)?.visit_all(|k, v| {
             report.events += 1;
             let Ok(seq) = <[u8; 8]>::try_from(k).map(u64::from_be_bytes) else {
                 report.problem(format!("events: malformed key {k:?}"));
@@ -179,11 +180,12 @@ impl Store {
             prev = seq;
             Ok(ControlFlow::Continue(()))
         })?;
-        let last = read_seq(reg.trees[META_IX].get(crate::encoding::META_LAST_SEQ.as_bytes())?.as_deref())?;
+        let meta = db.open_tree(META_TREE)?;
+        let last = db.allocated_seq(&meta, crate::encoding::META_LAST_SEQ.as_bytes())?;
         if prev > last {
             report.problem(format!("events: newest event is {prev} but the recorded last sequence is {last}"));
         }
-        reg.trees[SETTINGS_IX].visit_all(|k, v| {
+        db.open_tree(SETTINGS_TREE)?.visit_all(|k, v| {
             report.settings += 1;
             let key = String::from_utf8_lossy(k);
             if let Err(e) = decode::<serde_json::Value>(v, "settings", &key) {

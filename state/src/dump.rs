@@ -17,12 +17,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::encoding::{
-    META_IMPORT_INCOMPLETE, META_LAST_SEQ, META_SCHEMA_VERSION, META_TREE, StoredIndex, StoredTable, envelope,
-    index_keys, index_tree, open_envelope, table_tree,
+    EVENTS_TREE, META_IMPORT_INCOMPLETE, META_LAST_SEQ, META_SCHEMA_VERSION, META_TREE, SETTINGS_TREE, StoredIndex,
+    StoredTable, envelope, index_keys, index_tree, open_envelope, table_tree,
 };
 use crate::kv::Tree;
-use crate::store::{EVENTS_IX, META_IX, SETTINGS_IX, migrate, recorded_tables};
-use crate::tx::read_seq;
+use crate::registry::{EVENTS_IX, SETTINGS_IX};
+use crate::store::{migrate, recorded_tables};
 use crate::{Event, Store, StoreError};
 
 const FORMAT: &str = "spillway-state";
@@ -84,9 +84,10 @@ impl Store {
     pub fn export(&self, w: impl Write) -> Result<DumpSummary, StoreError> {
         let mut w = std::io::BufWriter::new(w);
         let _exclusive = self.inner.writers_exclusive();
-        let db = &self.inner.db;
-        let reg = self.inner.registry();
-        let last_seq = read_seq(reg.trees[META_IX].get(META_LAST_SEQ.as_bytes())?.as_deref())?;
+        // Other servers may be writing to a shared store: read one consistent state of it.
+        let db = &self.inner.db.snapshot()?;
+        let meta = db.open_tree(META_TREE)?;
+        let last_seq = db.allocated_seq(&meta, META_LAST_SEQ.as_bytes())?;
         let header = Header {
             kind: "header",
             format: FORMAT,
@@ -116,7 +117,7 @@ impl Store {
                 Ok(ControlFlow::Continue(()))
             })?;
         }
-        reg.trees[SETTINGS_IX].visit_all(|k, v| {
+        db.open_tree(SETTINGS_TREE)?.visit_all(|k, v| {
             let key = String::from_utf8_lossy(k);
             write!(w, r#"{{"kind":"setting","key":{},"value":"#, json_str(&key))?;
             w.write_all(open_envelope(v, "settings", &key)?)?;
@@ -124,7 +125,7 @@ impl Store {
             summary.settings += 1;
             Ok(ControlFlow::Continue(()))
         })?;
-        reg.trees[EVENTS_IX].visit_all(|_, v| {
+        db.open_tree(EVENTS_TREE)?.visit_all(|_, v| {
             w.write_all(br#"{"kind":"event","value":"#)?;
             w.write_all(open_envelope(v, "events", "event")?)?;
             w.write_all(b"}\n")?;
@@ -142,9 +143,10 @@ impl Store {
     pub fn import(&self, r: impl Read) -> Result<DumpSummary, StoreError> {
         let db = &self.inner.db;
         let reg = self.inner.registry();
-        let empty = reg.trees[EVENTS_IX].is_empty()
-            && reg.trees[SETTINGS_IX].is_empty()
-            && reg.tables.values().all(|h| reg.trees[h.tree].is_empty());
+        let mut empty = reg.trees[EVENTS_IX].is_empty()? && reg.trees[SETTINGS_IX].is_empty()?;
+        for h in reg.tables.values() {
+            empty = empty && reg.trees[h.tree].is_empty()?;
+        }
         if !empty {
             return Err(StoreError::NotEmpty { path: self.inner.path.clone() });
         }
@@ -255,7 +257,7 @@ impl Store {
             return Err(StoreError::Import { line: 1, reason: "empty file: no header".into() });
         };
         let last_seq = header_seq.max(last_event);
-        meta.insert(META_LAST_SEQ.as_bytes(), &last_seq.to_be_bytes()[..])?;
+        db.restore_seq(&meta, META_LAST_SEQ.as_bytes(), last_seq)?;
         if schema_version < self.inner.schema_version {
             meta.insert(META_SCHEMA_VERSION.as_bytes(), &schema_version.to_be_bytes()[..])?;
             migrate(db, &self.inner.path, schema_version, self.inner.schema)?;

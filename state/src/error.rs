@@ -55,6 +55,19 @@ pub enum StoreError {
         /// The data directory.
         path: PathBuf,
     },
+    /// The database server cannot be reached or answered with an error (PostgreSQL): the request
+    /// may be retried; nothing it asked for was applied unless its commit had returned.
+    #[error("the state store at {location} is unavailable: {reason}")]
+    Unavailable {
+        /// Where the store is (never with the password).
+        location: String,
+        /// What the driver or the server said.
+        reason: String,
+    },
+    /// A write through a leader's store handle was refused: this server does not hold the leader
+    /// lease (any more) at the epoch the handle writes under.
+    #[error("write refused: {0}")]
+    Fenced(String),
     /// A sled operation failed after opening.
     #[error("state store error: {0}")]
     Storage(String),

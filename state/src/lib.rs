@@ -89,12 +89,18 @@ mod dump;
 mod encoding;
 mod error;
 mod kv;
+mod leadership;
+mod lease;
+mod location;
+mod registry;
 mod store;
 mod tx;
 
 pub use check::{CheckReport, IndexReport, TableReport};
 pub use dump::DumpSummary;
 pub use error::StoreError;
+pub use lease::{Fence, LeaseGrant, LeaseHolder};
+pub use location::{DEFAULT_STORE, PgLocation, StoreLocation};
 pub use store::{CACHE_BYTES, Migration, Migrator, SCHEMA, Schema, Store};
 pub use tx::{Tx, TxAbort};
 

@@ -12,18 +12,20 @@ use serde_json::Value;
 use crate::cache::{Lookup, RecordCache};
 use crate::commit::GroupCommit;
 use crate::encoding::{
-    EVENTS_TREE, META_IMPORT_INCOMPLETE, META_LAST_SEQ, META_SCHEMA_VERSION, META_TABLE_PREFIX, META_TREE,
-    SETTINGS_TREE, StoredTable, decode, encode, index_keys, index_prefix, index_tree, open_envelope, pointer_value,
-    split_index_key, table_tree,
+    META_IMPORT_INCOMPLETE, META_LAST_SEQ, META_SCHEMA_VERSION, META_TABLE_PREFIX, META_TREE, StoredTable, decode,
+    encode, index_keys, index_prefix, index_tree, open_envelope, pointer_value, table_tree,
 };
-use crate::kv::{Db, Tree, TreeSet, TxFailed, TxStop};
-use crate::tx::{AbortKind, Tx, TxAbort, read_seq};
+use crate::kv::postgres::PgDb;
+use crate::kv::{Db, Tree, TxFailed, TxStop, read_seq};
+use crate::lease::{Fence, LeaseGrant};
+use crate::location::{PgLocation, StoreLocation};
+use crate::registry::{EVENTS_IX, META_IX, Registry, SETTINGS_IX};
+use crate::tx::{AbortKind, Tx, TxAbort};
 use crate::{Event, Record, StoreError, TableDef};
 
-/// Positions of the fixed trees in [`Registry::trees`].
-pub(crate) const META_IX: usize = 0;
-pub(crate) const EVENTS_IX: usize = 1;
-pub(crate) const SETTINGS_IX: usize = 2;
+/// Longest a read of the event log waits, on PostgreSQL, for transactions that were running when it
+/// started to end (so it sees every event committed before it; see `kv::postgres`).
+const READ_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The schema this build writes: its version and the migrations that bring older stores up to it.
 pub struct Schema {
@@ -97,41 +99,8 @@ impl Migrator<'_> {
     }
 }
 
-/// The tables known to this process and the trees a transaction spans.
-pub(crate) struct Registry {
-    /// meta, events, settings, then each table's tree and index trees.
-    pub trees: TreeSet,
-    pub tables: HashMap<String, TableHandle>,
-}
-
-pub(crate) struct TableHandle {
-    pub def: StoredTable,
-    /// Position of the table's tree in `Registry::trees`.
-    pub tree: usize,
-    /// Positions of the index trees, in `def.indexes` order.
-    pub indexes: Vec<usize>,
-}
-
-impl Registry {
-    fn build(db: &Db, defs: Vec<StoredTable>) -> Result<Registry, StoreError> {
-        let mut trees = vec![db.open_tree(META_TREE)?, db.open_tree(EVENTS_TREE)?, db.open_tree(SETTINGS_TREE)?];
-        let mut tables = HashMap::new();
-        for def in defs {
-            let tree = trees.len();
-            trees.push(db.open_tree(table_tree(&def.name))?);
-            let mut indexes = Vec::new();
-            for ix in &def.indexes {
-                indexes.push(trees.len());
-                trees.push(db.open_tree(index_tree(&def.name, &ix.name))?);
-            }
-            tables.insert(def.name.clone(), TableHandle { def, tree, indexes });
-        }
-        Ok(Registry { trees: TreeSet::new(trees), tables })
-    }
-}
-
 pub(crate) struct Inner {
-    /// Empty for an in-memory store.
+    /// Empty for an in-memory store; the location (without password) for PostgreSQL.
     pub path: PathBuf,
     pub db: Db,
     pub schema_version: u32,
@@ -148,12 +117,16 @@ pub(crate) struct Inner {
     commit: GroupCommit,
     /// Decoded records by the bytes they came from (reads of unchanged records skip the JSON).
     cache: RecordCache,
+    /// The leader lease of a store only this process opens (sled, memory); see `crate::lease`.
+    pub local_lease: Mutex<Option<LeaseGrant>>,
 }
 
 /// The durable store. Cheap to clone; all clones share one database.
 #[derive(Clone)]
 pub struct Store {
     pub(crate) inner: Arc<Inner>,
+    /// Set on a leader's handle ([`Store::fenced`]): its writes need the lease.
+    pub(crate) fence: Option<Fence>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -243,6 +216,46 @@ impl Store {
         Ok(Store::assemble(path, db, schema, registry, last_seq))
     }
 
+    /// Opens the store at a parsed location (`sled:DIR` or `postgres://…`) with this build's schema.
+    pub fn open_location(location: &StoreLocation) -> Result<Store, StoreError> {
+        match location {
+            StoreLocation::Sled(dir) => Store::open(dir),
+            StoreLocation::Postgres(pg) => Store::connect(pg, &SCHEMA),
+        }
+    }
+
+    /// Connects to a PostgreSQL store, creating its tables in an empty database (any number of
+    /// servers may share it; see `crate::lease` for which of them writes as the leader). Fails with
+    /// one line naming the server and the reason when it cannot be reached, refuses the password,
+    /// or holds a schema this build cannot use.
+    pub fn connect(location: &PgLocation, schema: &'static Schema) -> Result<Store, StoreError> {
+        let pg = Arc::new(PgDb::open(location.pg_config())?);
+        let path = PathBuf::from(pg.display());
+        let db = Db::Postgres(pg);
+        let meta = db.open_tree(META_TREE)?;
+        if meta.get(META_IMPORT_INCOMPLETE.as_bytes())?.is_some() {
+            return Err(StoreError::PartialImport { path });
+        }
+        let found = match meta.get(META_SCHEMA_VERSION.as_bytes())? {
+            Some(v) => decode_version(&v).ok_or_else(|| StoreError::Open {
+                path: path.clone(),
+                reason: "its schema version is unreadable".into(),
+            })?,
+            None => {
+                meta.insert(META_SCHEMA_VERSION.as_bytes(), &schema.version.to_be_bytes()[..])?;
+                schema.version
+            }
+        };
+        if found > schema.version {
+            return Err(StoreError::NewerSchema { path, found, supported: schema.version });
+        }
+        if found < schema.version {
+            migrate(&db, &path, found, schema)?;
+        }
+        let registry = Registry::build(&db, recorded_tables(&db)?)?;
+        Ok(Store::assemble(path, db, schema, registry, 0))
+    }
+
     /// A store held entirely in memory, gone when the last clone is dropped: the same tables,
     /// indexes, transactions, event log and checks as [`Store::open`], without a directory, a log or
     /// I/O. For work whose record need not outlive the process (the what-if simulator runs thousands
@@ -268,7 +281,9 @@ impl Store {
                 last_seq: AtomicU64::new(last_seq),
                 commit: GroupCommit::default(),
                 cache: RecordCache::default(),
+                local_lease: Mutex::new(None),
             }),
+            fence: None,
         }
     }
 
@@ -277,7 +292,13 @@ impl Store {
         matches!(self.inner.db, Db::Memory(_))
     }
 
-    /// The data directory (empty for an in-memory store).
+    /// Whether several servers may share this store (PostgreSQL).
+    pub fn is_shared(&self) -> bool {
+        matches!(self.inner.db, Db::Postgres(_))
+    }
+
+    /// The data directory (empty for an in-memory store; the location, without password, for
+    /// PostgreSQL).
     pub fn path(&self) -> &Path {
         &self.inner.path
     }
@@ -373,11 +394,11 @@ impl Store {
             return Ok(out);
         }
         let table = &reg.trees[h.tree];
-        reg.trees[h.indexes[pos]].visit_prefix(&index_prefix(value), from_end, |k, _| {
-            let Some((_, key)) = split_index_key(k) else { return Ok(ControlFlow::Continue(())) };
+        reg.trees[h.indexes[pos]].visit_index(&index_prefix(value), table, from_end, n, |key, bytes| {
+            let Ok(key) = std::str::from_utf8(key) else { return Ok(ControlFlow::Continue(())) };
             // A transaction may be committing between the index read and this one; only records that
             // have the value now are returned.
-            let Some(bytes) = table.get(key.as_bytes())? else { return Ok(ControlFlow::Continue(())) };
+            let Some(bytes) = bytes else { return Ok(ControlFlow::Continue(())) };
             if let Some(r) = self.matching_record::<R>(key, bytes, pointer, value)? {
                 out.push(r);
             }
@@ -436,7 +457,7 @@ impl Store {
     /// How many records a table holds.
     pub fn count<R: Record>(&self) -> Result<usize, StoreError> {
         let reg = self.ensure_table(&R::TABLE)?;
-        Ok(reg.trees[reg.tables[R::TABLE.name].tree].len())
+        reg.trees[reg.tables[R::TABLE.name].tree].len()
     }
 
     /// Runs `f` atomically over every table, index, the settings and the event log: after a crash
@@ -450,11 +471,12 @@ impl Store {
             User(Box<dyn std::error::Error + Send + Sync>),
             Store(StoreError),
         }
+        let fence = self.fence_token()?;
         loop {
             let reg = self.inner.registry();
             let result = {
                 let _shared = self.inner.writers_shared();
-                self.inner.db.transaction(&reg.trees, |view| {
+                self.inner.db.transaction(&reg.trees, fence.as_ref(), |view| {
                     let mut tx = Tx::new(&reg, view, &self.inner.cache);
                     let out = f(&mut tx);
                     if let Some(def) = tx.missing {
@@ -470,7 +492,9 @@ impl Store {
             };
             match result {
                 Ok((v, seq)) => {
-                    if let Some(seq) = seq {
+                    if let Some(seq) = seq
+                        && !self.is_shared()
+                    {
                         self.inner.last_seq.fetch_max(seq, Ordering::SeqCst);
                     }
                     return Ok(v);
@@ -515,7 +539,8 @@ impl Store {
     /// The durability barrier: returns once everything written before the call is on disk.
     /// Concurrent callers share one fsync. An in-memory store has no disk: it returns at once.
     pub fn flush(&self) -> Result<(), StoreError> {
-        if self.is_in_memory() {
+        if !matches!(self.inner.db, Db::Sled(_)) {
+            // In memory there is no disk; on PostgreSQL a commit is durable when it returns.
             return Ok(());
         }
         self.inner.commit.flush(|| self.inner.db.flush())
@@ -533,11 +558,30 @@ impl Store {
         if limit == 0 {
             return Ok(out);
         }
-        self.inner.registry().trees[EVENTS_IX].visit(&from.to_be_bytes(), false, |k, v| {
+        // On PostgreSQL, events numbered above the readable horizon may still be joined by lower
+        // numbers committing late: they are left for a later read (see `kv::postgres`).
+        let upto = match &self.inner.db {
+            Db::Postgres(_) => Some(self.readable_seq(READ_WAIT)?),
+            _ => None,
+        };
+        if upto.is_some_and(|h| from > h) {
+            return Ok(out);
+        }
+        let end = upto.and_then(|h| h.checked_add(1)).map(u64::to_be_bytes);
+        let reg = self.inner.registry();
+        reg.trees[EVENTS_IX].visit_range(&from.to_be_bytes(), end.as_ref().map(|e| &e[..]), false, |k, v| {
             out.push(decode(v, "events", &format!("event {k:?}"))?);
             Ok(if out.len() >= limit { ControlFlow::Break(()) } else { ControlFlow::Continue(()) })
         })?;
         Ok(out)
+    }
+
+    /// The newest event number below which every event that will ever be committed is readable.
+    fn readable_seq(&self, wait: std::time::Duration) -> Result<u64, StoreError> {
+        let reg = self.inner.registry();
+        let seq = self.inner.db.readable_seq(&reg.trees[META_IX], META_LAST_SEQ.as_bytes(), wait)?;
+        self.inner.last_seq.fetch_max(seq, Ordering::SeqCst);
+        Ok(seq)
     }
 
     /// Removes the events of the log that happened before `before_ms`, oldest first, at most `max` of
@@ -556,14 +600,29 @@ impl Store {
                 Ok(if old.len() >= max { ControlFlow::Break(()) } else { ControlFlow::Continue(()) })
             })?;
         }
-        for k in &old {
-            events.remove(k)?;
+        if !old.is_empty() {
+            // A transaction, so that a leader's fenced handle trims only while it leads.
+            self.transaction(|tx| {
+                for k in &old {
+                    tx.remove_event(k)?;
+                }
+                Ok(())
+            })?;
         }
         Ok(old.len())
     }
 
-    /// The sequence number of the newest event (0 when there is none).
+    /// The sequence number of the newest event readers can see (0 when there is none). On
+    /// PostgreSQL, the newest number below which no event can still appear (it trails the newest
+    /// commits by the transactions still running); an event stream that starts after it misses
+    /// nothing.
     pub fn last_seq(&self) -> u64 {
+        if self.is_shared() {
+            // Infallible by signature: on an error the last number seen is as good an answer.
+            return self
+                .readable_seq(std::time::Duration::ZERO)
+                .unwrap_or_else(|_| self.inner.last_seq.load(Ordering::SeqCst));
+        }
         self.inner.last_seq.load(Ordering::SeqCst)
     }
 

@@ -4,8 +4,8 @@ use std::fmt;
 
 use crate::cache::RecordCache;
 use crate::encoding::{META_LAST_SEQ, StoredTable, decode, encode, envelope, index_key, index_values, open_envelope};
-use crate::kv::TxView;
-use crate::store::{EVENTS_IX, META_IX, Registry, SETTINGS_IX, TableHandle};
+use crate::kv::{TxError, TxView};
+use crate::registry::{EVENTS_IX, META_IX, Registry, SETTINGS_IX, TableHandle};
 use crate::{EventDraft, Record, StoreError, TableDef};
 
 /// Why a transaction closure stopped. Build one with [`TxAbort::new`] to abort with your own error
@@ -15,8 +15,17 @@ pub struct TxAbort(pub(crate) AbortKind);
 pub(crate) enum AbortKind {
     User(Box<dyn std::error::Error + Send + Sync>),
     Store(StoreError),
-    /// sled asks for the closure to be run again.
+    /// The backend asks for the closure to be run again.
     Conflict,
+}
+
+impl From<TxError> for TxAbort {
+    fn from(e: TxError) -> Self {
+        match e {
+            TxError::Conflict => TxAbort(AbortKind::Conflict),
+            TxError::Storage(e) => TxAbort(AbortKind::Store(e)),
+        }
+    }
 }
 
 impl TxAbort {
@@ -130,7 +139,7 @@ impl<'a> Tx<'a> {
     /// Removes the record with this key (and its index entries); returns it if it existed.
     pub fn delete<R: Record>(&mut self, key: &str) -> Result<Option<R>, TxAbort> {
         let h = self.table(&R::TABLE)?;
-        let Some(old) = self.view.remove(h.tree, key.as_bytes())? else {
+        let Some(old) = self.view.take(h.tree, key.as_bytes())? else {
             return Ok(None);
         };
         if !h.indexes.is_empty() {
@@ -153,18 +162,20 @@ impl<'a> Tx<'a> {
     }
 
     /// Appends to the event log; returns the event's sequence number. Numbers are strictly increasing
-    /// in commit order, so a reader that has seen `n` never later finds an event below `n`.
+    /// in the order readers see them, so a reader that has seen `n` never later finds an event below
+    /// `n` (on PostgreSQL a retried transaction's number is not reused, which leaves a gap).
     pub fn append_event(&mut self, draft: EventDraft) -> Result<u64, TxAbort> {
-        let prev = match self.last_seq {
-            Some(s) => s,
-            None => read_seq(self.view.get(META_IX, META_LAST_SEQ.as_bytes())?.as_deref())?,
-        };
-        let seq = prev + 1;
+        let seq = self.view.next_seq(META_IX, META_LAST_SEQ.as_bytes())?;
         let bytes = encode(&draft.with_seq(seq), "events")?;
         self.view.insert(EVENTS_IX, &seq.to_be_bytes(), bytes)?;
-        self.view.insert(META_IX, META_LAST_SEQ.as_bytes(), &seq.to_be_bytes()[..])?;
         self.last_seq = Some(seq);
         Ok(seq)
+    }
+
+    /// Removes an event from the log by its stored key (trimming old events).
+    pub(crate) fn remove_event(&mut self, key: &[u8]) -> Result<(), TxAbort> {
+        self.view.remove(EVENTS_IX, key)?;
+        Ok(())
     }
 
     /// A setting (string key, any serde value).
@@ -183,7 +194,7 @@ impl<'a> Tx<'a> {
 
     /// Removes a setting; returns whether it existed.
     pub fn delete_setting(&mut self, key: &str) -> Result<bool, TxAbort> {
-        Ok(self.view.remove(SETTINGS_IX, key.as_bytes())?.is_some())
+        Ok(self.view.take(SETTINGS_IX, key.as_bytes())?.is_some())
     }
 }
 
@@ -192,16 +203,4 @@ fn check_key(table: &StoredTable, key: &str) -> Result<(), StoreError> {
         return Err(StoreError::Encode { table: table.name.clone(), reason: "the record key is empty".into() });
     }
     Ok(())
-}
-
-/// Decodes the `last_seq` meta value (8 bytes, big-endian; absent means 0).
-pub(crate) fn read_seq(bytes: Option<&[u8]>) -> Result<u64, StoreError> {
-    match bytes {
-        None => Ok(0),
-        Some(b) => b.try_into().map(u64::from_be_bytes).map_err(|_| StoreError::Decode {
-            table: "meta".into(),
-            what: META_LAST_SEQ.into(),
-            reason: format!("expected 8 bytes, found {}", b.len()),
-        }),
-    }
 }

@@ -135,13 +135,19 @@ pub enum TokenError {
     Io(String),
 }
 
-/// The token table with an in-memory copy for fast checks. Every change goes through here (the
-/// store is opened by one process only), so the copy cannot go stale.
+/// The token table with an in-memory copy for fast checks. On a store only this process opens
+/// (sled) every change goes through here, so the copy cannot go stale. On a store several servers
+/// share (PostgreSQL), a token created or revoked on another server is read from the store: a copy
+/// is trusted for [`SHARED_TOKEN_TTL`] at most, and an unknown id is looked up.
 #[derive(Clone)]
 pub struct TokenStore {
     store: Store,
-    cache: Arc<RwLock<HashMap<String, ApiToken>>>,
+    cache: Arc<RwLock<HashMap<String, (ApiToken, std::time::Instant)>>>,
 }
+
+/// How long a server sharing its store trusts its copy of a token: a revocation on another server
+/// takes effect here within this time.
+pub const SHARED_TOKEN_TTL: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl std::fmt::Debug for TokenStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -182,19 +188,60 @@ impl TokenStore {
     /// Loads every token of the store.
     pub fn open(store: Store) -> Result<TokenStore, StoreError> {
         let tokens = store.scan::<ApiToken>()?;
-        let cache = tokens.into_iter().map(|t| (t.id.clone(), t)).collect();
+        let now = std::time::Instant::now();
+        let cache = tokens.into_iter().map(|t| (t.id.clone(), (t, now))).collect();
         Ok(TokenStore { store, cache: Arc::new(RwLock::new(cache)) })
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, ApiToken>> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, (ApiToken, std::time::Instant)>> {
         self.cache.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, (ApiToken, std::time::Instant)>> {
+        self.cache.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The token record with this id: the copy, or on a shared store the stored record when the copy
+    /// is older than [`SHARED_TOKEN_TTL`] or missing (the copy again if the store cannot answer).
+    fn lookup(&self, id: &str) -> Option<ApiToken> {
+        let cached = self.read().get(id).cloned();
+        if !self.store.is_shared() {
+            return cached.map(|(t, _)| t);
+        }
+        if let Some((t, at)) = &cached
+            && at.elapsed() < SHARED_TOKEN_TTL
+        {
+            return Some(t.clone());
+        }
+        match self.store.get::<ApiToken>(id) {
+            Ok(Some(t)) => {
+                self.write().insert(id.to_string(), (t.clone(), std::time::Instant::now()));
+                Some(t)
+            }
+            Ok(None) => {
+                self.write().remove(id);
+                None
+            }
+            Err(_) => cached.map(|(t, _)| t),
+        }
+    }
+
+    /// Every token, from the store when it is shared (the copy is refreshed on the way).
+    fn all(&self) -> Vec<ApiToken> {
+        if self.store.is_shared()
+            && let Ok(tokens) = self.store.scan::<ApiToken>()
+        {
+            let now = std::time::Instant::now();
+            *self.write() = tokens.iter().map(|t| (t.id.clone(), (t.clone(), now))).collect();
+            return tokens;
+        }
+        self.read().values().map(|(t, _)| t.clone()).collect()
     }
 
     /// Checks a presented token; `None` when it is unknown, malformed or revoked.
     pub fn verify(&self, presented: &str) -> Option<Caller> {
         let id = presented.strip_prefix("spw_")?.split('_').next()?;
-        let cache = self.read();
-        let t = cache.get(id)?;
+        let t = self.lookup(id)?;
         let given = hash_token(presented);
         if bool::from(given.as_bytes().ct_eq(t.hash.as_bytes())) {
             Some(Caller { token_id: t.id.clone(), role: t.role, tenant: t.tenant.clone() })
@@ -205,7 +252,7 @@ impl TokenStore {
 
     /// Every token (without secrets), oldest first.
     pub fn list(&self) -> Vec<ApiToken> {
-        let mut v: Vec<ApiToken> = self.read().values().cloned().collect();
+        let mut v: Vec<ApiToken> = self.all();
         v.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
         v
     }
@@ -242,33 +289,38 @@ impl TokenStore {
         let record = ApiToken { id: id.clone(), hash: hash_token(&token), role, tenant, name, created_at_ms: now_ms };
         self.store.put(&record)?;
         self.store.flush()?;
-        self.cache.write().unwrap_or_else(|p| p.into_inner()).insert(id, record.clone());
+        self.write().insert(id, (record.clone(), std::time::Instant::now()));
         Ok((record, token))
     }
 
     /// Revokes a token, durably. Refuses to revoke the last admin token (nobody could manage
     /// tokens afterwards).
     pub fn revoke(&self, id: &str) -> Result<ApiToken, TokenError> {
-        let record = self.read().get(id).cloned().ok_or_else(|| TokenError::NotFound(id.to_string()))?;
-        if record.role == Role::Admin && self.read().values().filter(|t| t.role == Role::Admin).count() <= 1 {
+        let record = self.lookup(id).ok_or_else(|| TokenError::NotFound(id.to_string()))?;
+        if record.role == Role::Admin && self.all().iter().filter(|t| t.role == Role::Admin).count() <= 1 {
             return Err(TokenError::Conflict(format!(
                 "token {id} is the last admin token; create another admin token before revoking it"
             )));
         }
         self.store.delete::<ApiToken>(id)?;
         self.store.flush()?;
-        self.cache.write().unwrap_or_else(|p| p.into_inner()).remove(id);
+        self.write().remove(id);
         Ok(record)
     }
 
     /// Makes sure `<data_dir>/admin.token` holds a valid admin token, creating one (file mode
     /// 0600) when the file is missing or its token is not a valid admin token. Returns the path
-    /// and whether a token was created.
+    /// and whether a token was created. On a store several servers share, only the server that
+    /// finds no admin token in it creates one (the first to start on a new database); the others
+    /// leave the file missing, and the path returned does not exist.
     pub fn ensure_admin_file(&self, data_dir: &Path, now_ms: i64) -> Result<(PathBuf, bool), TokenError> {
         let path = admin_token_path(data_dir);
         if let Ok(existing) = std::fs::read_to_string(&path)
             && self.verify(existing.trim()).is_some_and(|c| c.is_admin())
         {
+            return Ok((path, false));
+        }
+        if self.store.is_shared() && self.all().iter().any(|t| t.role == Role::Admin) {
             return Ok((path, false));
         }
         let (record, token) = self.create(Role::Admin, None, Some("bootstrap admin".into()), now_ms)?;

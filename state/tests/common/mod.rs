@@ -106,3 +106,46 @@ impl Rng {
         self.next() % n
     }
 }
+
+/// The environment variable that names a PostgreSQL server for the tests (a superuser URL such as
+/// `postgres://postgres@127.0.0.1:5432/postgres`; `.ci/run` starts a throw-away cluster and sets it).
+pub const POSTGRES_ENV: &str = "SPILLWAY_TEST_POSTGRES";
+
+/// A fresh, empty database on the test server, as a store URL; `None` (with a note on stderr)
+/// when `SPILLWAY_TEST_POSTGRES` is not set. Each call drops and creates its own database.
+pub fn postgres_url(name: &str) -> Option<String> {
+    let Ok(admin) = std::env::var(POSTGRES_ENV) else {
+        eprintln!("skipping the PostgreSQL part of `{name}`: {POSTGRES_ENV} is not set (see .ci/run)");
+        return None;
+    };
+    static N: AtomicU64 = AtomicU64::new(0);
+    let db = format!("spw_{}_{}_{}", name.replace('-', "_"), std::process::id(), N.fetch_add(1, Ordering::Relaxed));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let (client, conn) = tokio_postgres::connect(&admin, tokio_postgres::NoTls).await.expect("test server");
+        tokio::spawn(conn);
+        client.batch_execute(&format!("DROP DATABASE IF EXISTS {db}")).await.unwrap();
+        client.batch_execute(&format!("CREATE DATABASE {db}")).await.unwrap();
+    });
+    let base = admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(&admin);
+    let query = admin.split_once('?').map(|(_, q)| format!("?{q}")).unwrap_or_default();
+    let base = base.split_once('?').map(|(b, _)| b).unwrap_or(base);
+    Some(format!("{base}/{db}{query}"))
+}
+
+/// Runs SQL as the test server's administrator.
+pub fn admin_sql(admin: &str, sql: &str) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let (client, conn) = tokio_postgres::connect(admin, tokio_postgres::NoTls).await.expect("test server");
+        tokio::spawn(conn);
+        client.batch_execute(sql).await.unwrap();
+    });
+}
+
+/// A store on a fresh PostgreSQL database (see [`postgres_url`]).
+pub fn postgres_store(name: &str) -> Option<state::Store> {
+    let url = postgres_url(name)?;
+    let location: state::StoreLocation = url.parse().unwrap();
+    Some(state::Store::open_location(&location).unwrap())
+}

@@ -1,0 +1,241 @@
+//! What only a store shared by several servers must get right, on PostgreSQL (skipped with a note
+//! when `SPILLWAY_TEST_POSTGRES` is not set; `.ci/run` sets it): event numbers committed out of order
+//! are never skipped by a reader, a leader's fenced writes stop when it loses the lease, and the
+//! store recovers by itself when the database goes away and comes back.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{Job, job};
+use state::{EventDraft, Fence, Store, StoreError, StoreLocation};
+
+fn draft(kind: &str) -> EventDraft {
+    EventDraft {
+        at_ms: 1,
+        kind: kind.into(),
+        job_id: None,
+        tenant: None,
+        message: kind.into(),
+        data: serde_json::Value::Null,
+    }
+}
+
+/// Transaction A takes an event number and waits; B takes the next one and commits. A reader must
+/// not be given B's event while A may still commit a lower number, and gets both, in order, once A
+/// has committed.
+#[test]
+fn an_event_committed_late_is_never_skipped_by_a_reader() {
+    let Some(store) = common::postgres_store("late_events") else { return };
+    store.transaction(|tx| tx.append_event(draft("first"))).unwrap();
+    let (started_tx, started) = mpsc::channel();
+    let (go, wait) = mpsc::channel::<()>();
+    let wait = Mutex::new(wait);
+    let slow = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            store
+                .transaction(|tx| {
+                    let seq = tx.append_event(draft("slow"))?;
+                    started_tx.send(seq).unwrap();
+                    wait.lock().unwrap().recv_timeout(Duration::from_secs(20)).unwrap();
+                    Ok(seq)
+                })
+                .unwrap()
+        })
+    };
+    let a = started.recv_timeout(Duration::from_secs(20)).unwrap();
+    let b = store.transaction(|tx| tx.append_event(draft("fast"))).unwrap();
+    assert!(b > a, "numbers are handed out in order: {a} then {b}");
+    // B is committed, A is not: for a while, nothing from A's number on is readable.
+    for _ in 0..2 {
+        assert!(store.events_from(a, 10).unwrap().is_empty(), "B's event was given out while A was running");
+        assert!(store.last_seq() < a, "last_seq {} passed a running transaction's number {a}", store.last_seq());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    go.send(()).unwrap();
+    assert_eq!(slow.join().unwrap(), a);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let seen = loop {
+        let seen: Vec<(u64, String)> = store.events_from(a, 10).unwrap().into_iter().map(|e| (e.seq, e.kind)).collect();
+        if seen.len() == 2 || Instant::now() > deadline {
+            break seen;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(seen, vec![(a, "slow".to_string()), (b, "fast".to_string())]);
+    assert!(store.last_seq() >= b);
+}
+
+/// A leader writes through a fenced handle while its lease holds; once another server has taken the
+/// lease (the first was paused past it), every write through the old handle is refused, and what it
+/// tried to write is not there.
+#[test]
+fn a_former_leader_writes_nothing_after_losing_the_lease() {
+    let Some(store) = common::postgres_store("fencing") else { return };
+    let other = store.clone();
+    let ttl = Duration::from_millis(300);
+    let first = store.acquire_lease("replica-a", ttl).unwrap().expect("nobody leads yet");
+    assert_eq!(other.acquire_lease("replica-b", ttl).unwrap(), None, "the lease is held");
+    let fence_a = Fence::new();
+    fence_a.hold(&first);
+    let leader_a = store.fenced(&fence_a);
+    leader_a.put(&job("by-a", "queued")).unwrap();
+    assert!(store.renew_lease(&first, ttl).unwrap());
+
+    // A stops renewing (paused); its lease runs out and B takes it with the next epoch.
+    std::thread::sleep(ttl + Duration::from_millis(100));
+    let second = other.acquire_lease("replica-b", Duration::from_secs(30)).unwrap().expect("the lease ran out");
+    assert_eq!(second.epoch, first.epoch + 1);
+    let holder = store.lease_holder().unwrap().unwrap();
+    assert_eq!((holder.holder.as_str(), holder.epoch), ("replica-b", second.epoch));
+
+    // A resumes, still believing it leads: its writes are refused and leave nothing.
+    let err = leader_a.put(&job("late-a", "queued")).unwrap_err();
+    assert!(matches!(err, StoreError::Fenced(_)), "{err}");
+    assert!(err.to_string().contains("replica-a"), "{err}");
+    let err = leader_a.transaction(|tx| tx.append_event(draft("late"))).unwrap_err();
+    assert!(matches!(err, StoreError::Fenced(_)), "{err}");
+    assert!(!store.renew_lease(&first, ttl).unwrap(), "an old epoch cannot be renewed");
+    assert_eq!(store.get::<Job>("late-a").unwrap(), None);
+    assert!(store.get::<Job>("by-a").unwrap().is_some());
+
+    let fence_b = Fence::new();
+    fence_b.hold(&second);
+    other.fenced(&fence_b).put(&job("by-b", "queued")).unwrap();
+    // A fence that holds nothing refuses at once, without asking the database.
+    fence_b.clear();
+    assert!(matches!(other.fenced(&fence_b).put(&job("x", "queued")), Err(StoreError::Fenced(_))));
+    // Released, the lease is free at once.
+    store.release_lease(&second).unwrap();
+    assert_eq!(store.acquire_lease("replica-c", ttl).unwrap().unwrap().epoch, second.epoch + 1);
+}
+
+/// A TCP relay to the test server that can cut every connection and refuse new ones, as a network
+/// partition or a restarting database does.
+struct Relay {
+    port: u16,
+    down: Arc<AtomicBool>,
+    open: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Relay {
+    fn start(target: String) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let down = Arc::new(AtomicBool::new(false));
+        let open = Arc::new(Mutex::new(Vec::<TcpStream>::new()));
+        let (d, o) = (down.clone(), open.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                if d.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(&target) else { continue };
+                o.lock().unwrap().extend([client.try_clone().unwrap(), server.try_clone().unwrap()]);
+                for (mut from, mut to) in [(client.try_clone().unwrap(), server.try_clone().unwrap()), (server, client)]
+                {
+                    std::thread::spawn(move || {
+                        let mut buf = [0u8; 16384];
+                        while let Ok(n) = from.read(&mut buf) {
+                            if n == 0 || to.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = to.shutdown(Shutdown::Both);
+                        let _ = from.shutdown(Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Relay { port, down, open }
+    }
+
+    fn cut(&self) {
+        self.down.store(true, Ordering::SeqCst);
+        for s in self.open.lock().unwrap().drain(..) {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+
+    fn restore(&self) {
+        self.down.store(false, Ordering::SeqCst);
+    }
+}
+
+/// The database goes away while the store is open: reads and writes fail with a clear error naming
+/// the server (never the password) and nothing half-done is left; when it is back, the same store
+/// works again without being reopened, and every write that had succeeded is there.
+#[test]
+fn the_store_recovers_by_itself_when_the_database_comes_back() {
+    let Some(url) = common::postgres_url("recovers") else { return };
+    let (host_port, _) = url.split_once("://").unwrap().1.split_once('@').unwrap().1.split_once('/').unwrap();
+    let relay = Relay::start(host_port.to_string());
+    let relayed = url.replacen(host_port, &format!("127.0.0.1:{}", relay.port), 1);
+    let relayed = format!("{relayed}{}timeout=3", if relayed.contains('?') { "&" } else { "?" });
+    let store = Store::open_location(&relayed.parse::<StoreLocation>().unwrap()).unwrap();
+    for i in 0..20 {
+        store.put(&job(&format!("before-{i}"), "queued")).unwrap();
+    }
+    relay.cut();
+    let err = store.put(&job("during", "queued")).unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable { .. }), "{err}");
+    assert!(err.to_string().contains(&format!("127.0.0.1:{}", relay.port)), "{err}");
+    assert!(store.get::<Job>("before-1").is_err(), "a read cannot succeed either");
+    relay.restore();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match store.put(&job("after", "queued")) {
+            Ok(()) => break,
+            Err(e) if Instant::now() < deadline => {
+                assert!(matches!(e, StoreError::Unavailable { .. }), "{e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("the store did not recover: {e}"),
+        }
+    }
+    let jobs = store.scan::<Job>().unwrap();
+    assert_eq!(jobs.len(), 21, "{:?}", jobs.iter().map(|j| &j.id).collect::<Vec<_>>());
+    assert!(store.get::<Job>("during").unwrap().is_none());
+    assert!(store.check_all().unwrap().is_consistent());
+}
+
+/// Bad locations fail at once with one line naming what is wrong, never the password.
+#[test]
+fn bad_locations_fail_with_one_clear_line() {
+    let Some(url) = common::postgres_url("bad_locations") else { return };
+    let admin = std::env::var(common::POSTGRES_ENV).unwrap();
+    // Nobody listens on port 1.
+    let unreachable = "postgres://spillway:hunter2@127.0.0.1:1/db?connect_timeout=2";
+    let err = Store::open_location(&unreachable.parse().unwrap()).err().unwrap().to_string();
+    assert!(err.contains("127.0.0.1:1") && !err.contains("hunter2") && !err.contains('\n'), "{err}");
+    // A database that does not exist.
+    let missing = format!("{}_missing", url.split('?').next().unwrap());
+    let err = Store::open_location(&missing.parse().unwrap()).err().unwrap().to_string();
+    assert!(err.contains("does not exist"), "{err}");
+    // Tables from an older layout with no upgrade path: refused, naming both versions.
+    let old = common::postgres_url("old_layout").unwrap();
+    drop(Store::open_location(&old.parse().unwrap()).unwrap());
+    let old_db = old.split('?').next().unwrap().rsplit('/').next().unwrap().to_string();
+    let base = admin.rsplit_once('/').unwrap().0;
+    common::admin_sql(&format!("{base}/{old_db}"), "UPDATE spillway_layout SET version = 0");
+    let err = Store::open_location(&old.parse().unwrap()).err().unwrap().to_string();
+    assert!(err.contains("layout version 0") && !err.contains('\n'), "{err}");
+    // A wrong password (`.ci/run` makes the server ask role spillway_pw for one over TCP).
+    common::admin_sql(&admin, "DROP ROLE IF EXISTS spillway_pw; CREATE ROLE spillway_pw LOGIN PASSWORD 'right-one'");
+    let host = url.split_once('@').unwrap().1;
+    let wrong = format!("postgres://spillway_pw:wrong-one@{host}");
+    let err = Store::open_location(&wrong.parse().unwrap()).err().unwrap().to_string();
+    if err.contains("password authentication failed") {
+        assert!(!err.contains("wrong-one") && !err.contains('\n'), "{err}");
+    } else {
+        eprintln!("the test server does not ask spillway_pw for a password (see .ci/run); got: {err}");
+    }
+}
