@@ -28,7 +28,7 @@ pub enum StoreLocation {
     /// An embedded sled database in this directory.
     Sled(PathBuf),
     /// A PostgreSQL database.
-    Postgres(PgLocation),
+    Postgres(Box<PgLocation>),
 }
 
 /// A PostgreSQL database and how to reach it.
@@ -267,7 +267,14 @@ impl FromStr for StoreLocation {
         if config.get_application_name().is_none() {
             config.application_name("spillway");
         }
-        Ok(StoreLocation::Postgres(PgLocation { config, tls, max_connections, timeout, azure_ad, password: None }))
+        Ok(StoreLocation::Postgres(Box::new(PgLocation {
+            config,
+            tls,
+            max_connections,
+            timeout,
+            azure_ad,
+            password: None,
+        })))
     }
 }
 

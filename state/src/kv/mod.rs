@@ -429,7 +429,7 @@ impl Tree {
 pub(crate) enum TxView<'a> {
     Sled(&'a [TransactionalTree]),
     Memory(MemTxView<'a>),
-    Postgres(PgTxView<'a>),
+    Postgres(Box<PgTxView<'a>>),
 }
 
 impl TxView<'_> {

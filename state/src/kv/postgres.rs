@@ -432,7 +432,7 @@ impl Drop for ConnGuard {
 
 /// Either a pooled connection or the snapshot's pinned one.
 enum Use<'a> {
-    Pooled(ConnGuard),
+    Pooled(Box<ConnGuard>),
     Pinned(MutexGuard<'a, Conn>),
 }
 
@@ -537,7 +537,7 @@ impl PgDb {
     fn use_conn(&self) -> Result<Use<'_>, StoreError> {
         match &self.pinned {
             Some(c) => Ok(Use::Pinned(c.lock().unwrap_or_else(|p| p.into_inner()))),
-            None => Ok(Use::Pooled(self.shared.checkout()?)),
+            None => Ok(Use::Pooled(Box::new(self.shared.checkout()?))),
         }
     }
 
@@ -708,14 +708,14 @@ impl PgDb {
                     "a transaction conflicted with others {MAX_RETRIES} times in a row; giving up"
                 ))));
             }
-            let view = TxView::Postgres(PgTxView {
+            let view = TxView::Postgres(Box::new(PgTxView {
                 db: self,
                 names: &names,
                 conn: RefCell::new(None),
                 in_txn: Cell::new(false),
                 reads: RefCell::new(HashMap::new()),
                 writes: RefCell::new(vec![BTreeMap::new(); names.len()]),
-            });
+            }));
             let out = f(&view);
             let TxView::Postgres(view) = view else { unreachable!() };
             match out {
@@ -801,6 +801,9 @@ fn lock_id(tree: &str, key: &[u8]) -> i64 {
     h as i64
 }
 
+/// A row as a transaction read it: its value and version (`None`, `None` when absent).
+type ReadRow = (Option<IVec>, Option<i64>);
+
 /// A transaction in progress: its connection, what it read (with versions) and what it will write.
 pub(crate) struct PgTxView<'a> {
     db: &'a PgDb,
@@ -809,7 +812,7 @@ pub(crate) struct PgTxView<'a> {
     /// Whether `BEGIN` was sent (a transaction that numbers events runs in one).
     in_txn: Cell<bool>,
     /// (tree, key) → (value, version); `None` version: absent.
-    reads: RefCell<HashMap<(usize, Vec<u8>), (Option<IVec>, Option<i64>)>>,
+    reads: RefCell<HashMap<(usize, Vec<u8>), ReadRow>>,
     writes: RefCell<Vec<BTreeMap<Vec<u8>, Option<IVec>>>>,
 }
 
