@@ -1,4 +1,9 @@
-//! How things are laid out in sled: tree names, the value envelope, index keys.
+//! How things are laid out in the trees: tree names, the value envelope, index keys.
+//!
+//! Every value is stored in an envelope: a version byte, then (since version 2) a CRC-32 of the
+//! JSON that follows, checked on every read. A damaged value is refused with an error naming its
+//! table and key ([`StoreError::Corrupt`]) instead of being decoded into something else or
+//! silently skipped; `check` lists every such record.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -6,8 +11,10 @@ use serde_json::Value;
 use crate::{StoreError, TableDef};
 
 /// The first byte of every stored value. A future encoding gets a new number; old values stay readable
-/// because the decoder dispatches on it.
+/// because the decoder dispatches on it. Version 1: the JSON follows. Version 2 (written now): a
+/// little-endian CRC-32 of the JSON, then the JSON.
 pub(crate) const ENVELOPE_V1: u8 = 1;
+pub(crate) const ENVELOPE_V2: u8 = 2;
 
 pub(crate) const META_TREE: &str = "meta";
 pub(crate) const EVENTS_TREE: &str = "events";
@@ -26,17 +33,27 @@ pub(crate) fn index_tree(table: &str, index: &str) -> String {
     format!("i/{table}/{index}")
 }
 
-/// Wraps JSON bytes in the versioned envelope.
+/// Wraps JSON bytes in the versioned envelope, with their checksum.
 pub(crate) fn envelope(json: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(json.len() + 1);
-    v.push(ENVELOPE_V1);
+    let mut v = Vec::with_capacity(json.len() + 5);
+    v.push(ENVELOPE_V2);
+    v.extend_from_slice(&crc32fast::hash(json).to_le_bytes());
     v.extend_from_slice(json);
     v
 }
 
-/// The JSON bytes inside an envelope.
+/// The JSON bytes inside an envelope, once their checksum matches.
 pub(crate) fn open_envelope<'a>(bytes: &'a [u8], table: &str, what: &str) -> Result<&'a [u8], StoreError> {
     match bytes.split_first() {
+        Some((&ENVELOPE_V2, rest)) if rest.len() >= 4 => {
+            let (sum, json) = rest.split_at(4);
+            if crc32fast::hash(json).to_le_bytes() == sum {
+                Ok(json)
+            } else {
+                Err(StoreError::Corrupt { table: table.into(), what: what.into() })
+            }
+        }
+        Some((&ENVELOPE_V2, _)) => Err(StoreError::Corrupt { table: table.into(), what: what.into() }),
         Some((&ENVELOPE_V1, json)) => Ok(json),
         Some((v, _)) => Err(StoreError::Decode {
             table: table.into(),
@@ -364,6 +381,23 @@ mod tests {
         assert!(pointer_value(br#"{"t":"a" "s":"b"}"#, "/s").is_err());
         assert!(pointer_value(br#"{"s":"a""#, "/t").is_err());
         assert!(pointer_value(br#"{"s":"a"} x"#, "/t").is_err());
+    }
+
+    #[test]
+    fn a_flipped_byte_anywhere_in_a_value_is_caught_and_named() {
+        let stored = envelope(br#"{"id":"j-1","state":"running","gpus":8}"#);
+        assert_eq!(open_envelope(&stored, "jobs", "j-1").unwrap(), br#"{"id":"j-1","state":"running","gpus":8}"#);
+        for i in 1..stored.len() {
+            for bit in 0..8 {
+                let mut bad = stored.clone();
+                bad[i] ^= 1 << bit;
+                let err = open_envelope(&bad, "jobs", "j-1").unwrap_err();
+                assert!(err.to_string().contains("j-1") && err.to_string().contains("jobs"), "{err}");
+            }
+        }
+        assert!(open_envelope(&stored[..3], "jobs", "j-1").is_err());
+        // Values written before checksums (version 1) are still read.
+        assert_eq!(open_envelope(b"\x01[1]", "jobs", "j").unwrap(), b"[1]");
     }
 
     #[test]

@@ -81,6 +81,40 @@ pub enum StoreError {
         /// Why.
         reason: String,
     },
+    /// A stored value does not match its checksum: the bytes were damaged after they were written.
+    #[error(
+        "record {what} in table {table} is damaged (its checksum does not match): the store refuses to use it; \
+         `spillway state check` lists every damaged record, and a backup restores them (`spillway state import`, \
+         see README)"
+    )]
+    Corrupt {
+        /// The table (or `events`, `settings`, `meta`).
+        table: String,
+        /// The key, or a description of the item.
+        what: String,
+    },
+    /// sled found a damaged page in its database file while reading it.
+    #[error(
+        "the database file of the state store is damaged ({0}): `spillway state check` lists what can still be \
+         read, and a backup restores the rest (`spillway state import`, see README)"
+    )]
+    CorruptLog(String),
+    /// The store found damage earlier and refuses writes until it is restored.
+    #[error("the state store refuses writes: {0}")]
+    Damaged(String),
+    /// The disk of a sled store has too little space left for a write to be safe.
+    #[error(
+        "the disk of the state store at {path} is full ({free_mb} MiB free, writes need {need_mb} MiB): writes are \
+         refused until space is freed (nothing acknowledged is lost)"
+    )]
+    DiskFull {
+        /// The data directory.
+        path: PathBuf,
+        /// Free space, MiB.
+        free_mb: u64,
+        /// The reserve writes keep free, MiB.
+        need_mb: u64,
+    },
     /// A value could not be encoded as JSON.
     #[error("cannot encode a record for table {table}: {reason}")]
     Encode {
@@ -124,6 +158,12 @@ pub enum StoreError {
 
 impl From<sled::Error> for StoreError {
     fn from(e: sled::Error) -> Self {
-        StoreError::Storage(e.to_string())
+        match e {
+            sled::Error::Corruption { at, .. } => StoreError::CorruptLog(match at {
+                Some(at) => format!("sled read corrupted data at {at:?}"),
+                None => "sled read corrupted data".into(),
+            }),
+            e => StoreError::Storage(e.to_string()),
+        }
     }
 }

@@ -119,6 +119,13 @@ pub(crate) struct Inner {
     cache: RecordCache,
     /// The leader lease of a store only this process opens (sled, memory); see `crate::lease`.
     pub local_lease: Mutex<Option<LeaseGrant>>,
+    /// The first damage a read found; writes are refused while it is set.
+    fault: Mutex<Option<String>>,
+    /// Free space on a sled store's disk, looked at before writes.
+    space: DiskSpace,
+    /// Flushes made durable so far (sled), and where that count is kept outside sled's log.
+    pub flushes: AtomicU64,
+    watermark: Option<Watermark>,
 }
 
 /// The durable store. Cheap to clone; all clones share one database.
@@ -211,9 +218,28 @@ impl Store {
         if found < schema.version {
             migrate(&db, &path, found, schema)?;
         }
+        // sled 0.34 opens a log damaged in the middle as if it ended there: the count of flushes it
+        // recovered falls short of the count kept outside it.
+        let flushes = read_seq(meta.get(META_FLUSHES.as_bytes())?.as_deref())?;
+        let watermark = Watermark::open(&path).map_err(|e| StoreError::Open {
+            path: path.clone(),
+            reason: format!("cannot open {}: {e}", path.join(WATERMARK_FILE).display()),
+        })?;
+        if let Some(durable) = watermark.read()
+            && durable > flushes
+        {
+            return Err(StoreError::Open {
+                path,
+                reason: format!(
+                    "its database file lost writes that had been made durable: sled recovered it as of flush {flushes}, \
+                     but {durable} flushes had completed (its log is damaged in the middle, and sled 0.34 drops \
+                     everything after the damage without an error)"
+                ),
+            });
+        }
         let registry = Registry::build(&db, recorded_tables(&db)?)?;
         let last_seq = read_seq(meta.get(META_LAST_SEQ.as_bytes())?.as_deref())?;
-        Ok(Store::assemble(path, db, schema, registry, last_seq))
+        Ok(Store::assemble(path, db, schema, registry, last_seq, flushes, Some(watermark)))
     }
 
     /// Opens the store at a parsed location (`sled:DIR` or `postgres://…`) with this build's schema.
@@ -253,7 +279,7 @@ impl Store {
             migrate(&db, &path, found, schema)?;
         }
         let registry = Registry::build(&db, recorded_tables(&db)?)?;
-        Ok(Store::assemble(path, db, schema, registry, 0))
+        Ok(Store::assemble(path, db, schema, registry, 0, 0, None))
     }
 
     /// A store held entirely in memory, gone when the last clone is dropped: the same tables,
@@ -264,10 +290,18 @@ impl Store {
         let db = Db::memory();
         db.open_tree(META_TREE)?.insert(META_SCHEMA_VERSION.as_bytes(), &SCHEMA.version.to_be_bytes()[..])?;
         let registry = Registry::build(&db, Vec::new())?;
-        Ok(Store::assemble(PathBuf::new(), db, &SCHEMA, registry, 0))
+        Ok(Store::assemble(PathBuf::new(), db, &SCHEMA, registry, 0, 0, None))
     }
 
-    fn assemble(path: PathBuf, db: Db, schema: &'static Schema, registry: Registry, last_seq: u64) -> Store {
+    fn assemble(
+        path: PathBuf,
+        db: Db,
+        schema: &'static Schema,
+        registry: Registry,
+        last_seq: u64,
+        flushes: u64,
+        watermark: Option<Watermark>,
+    ) -> Store {
         Store {
             inner: Arc::new(Inner {
                 path,
@@ -282,6 +316,10 @@ impl Store {
                 commit: GroupCommit::default(),
                 cache: RecordCache::default(),
                 local_lease: Mutex::new(None),
+                fault: Mutex::new(None),
+                space: DiskSpace::default(),
+                flushes: AtomicU64::new(flushes),
+                watermark,
             }),
             fence: None,
         }
@@ -290,6 +328,36 @@ impl Store {
     /// Whether this store lives in memory only ([`Store::in_memory`]).
     pub fn is_in_memory(&self) -> bool {
         matches!(self.inner.db, Db::Memory(_))
+    }
+
+    /// Remembers damage a read found (a record whose checksum does not match): from then on the
+    /// store refuses writes and says why ([`Store::health`]).
+    fn watch<T>(&self, r: Result<T, StoreError>) -> Result<T, StoreError> {
+        if let Err(e @ (StoreError::Corrupt { .. } | StoreError::CorruptLog(_))) = &r {
+            let mut fault = lock(&self.inner.fault);
+            if fault.is_none() {
+                *fault = Some(e.to_string());
+            }
+        }
+        r
+    }
+
+    /// Refuses writes to a damaged store, and to a sled store whose disk is nearly full (a write
+    /// that ran out of space would leave sled failing every later operation until restarted).
+    fn writable(&self) -> Result<(), StoreError> {
+        if let Some(why) = lock(&self.inner.fault).clone() {
+            return Err(StoreError::Damaged(why));
+        }
+        if matches!(self.inner.db, Db::Sled(_)) {
+            self.inner.space.check(&self.inner.path)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the store can be used: `Err` with the reason when damage was found (writes are
+    /// refused until it is restored) or when the disk is too full to write.
+    pub fn health(&self) -> Result<(), String> {
+        self.writable().map_err(|e| e.to_string())
     }
 
     /// Whether several servers may share this store (PostgreSQL).
@@ -310,12 +378,14 @@ impl Store {
 
     /// The record with this key.
     pub fn get<R: Record>(&self, key: &str) -> Result<Option<R>, StoreError> {
+        self.watch((|| {
         let reg = self.ensure_table(&R::TABLE)?;
         let h = &reg.tables[R::TABLE.name];
         match reg.trees[h.tree].get(key.as_bytes())? {
             Some(bytes) => Ok(Some(self.inner.cache.decode::<R>(key, bytes)?)),
             None => Ok(None),
         }
+        })())
     }
 
     /// The stored JSON of a record, byte for byte, looked up by table name (for tools and tests).
@@ -330,6 +400,7 @@ impl Store {
 
     /// Every record of the table, in key order.
     pub fn scan<R: Record>(&self) -> Result<Vec<R>, StoreError> {
+        self.watch((|| {
         let reg = self.ensure_table(&R::TABLE)?;
         let h = &reg.tables[R::TABLE.name];
         let mut out = Vec::new();
@@ -338,6 +409,7 @@ impl Store {
             Ok(ControlFlow::Continue(()))
         })?;
         Ok(out)
+        })())
     }
 
     /// The records whose index `index` has the value `value` (see [`IndexDef`](crate::IndexDef) for
@@ -380,6 +452,7 @@ impl Store {
         n: usize,
         from_end: bool,
     ) -> Result<Vec<R>, StoreError> {
+        self.watch((|| {
         let reg = self.ensure_table(&R::TABLE)?;
         let h = &reg.tables[R::TABLE.name];
         let Some(pos) = h.def.indexes.iter().position(|i| i.name == index) else {
@@ -405,6 +478,7 @@ impl Store {
             Ok(if out.len() >= n { ControlFlow::Break(()) } else { ControlFlow::Continue(()) })
         })?;
         Ok(out)
+        })())
     }
 
     /// The record stored as `bytes` under `key` if its value at `pointer` is `value`, decoded at most
@@ -441,6 +515,7 @@ impl Store {
 
     /// The last `n` records of a table, in key order.
     pub fn last<R: Record>(&self, n: usize) -> Result<Vec<R>, StoreError> {
+        self.watch((|| {
         let reg = self.ensure_table(&R::TABLE)?;
         let h = &reg.tables[R::TABLE.name];
         let mut out = Vec::new();
@@ -452,6 +527,7 @@ impl Store {
         }
         out.reverse();
         Ok(out)
+        })())
     }
 
     /// How many records a table holds.
@@ -472,6 +548,7 @@ impl Store {
             Store(StoreError),
         }
         let fence = self.fence_token()?;
+        self.writable()?;
         loop {
             let reg = self.inner.registry();
             let result = {
@@ -503,7 +580,7 @@ impl Store {
                     self.ensure_table(&def)?;
                 }
                 Err(TxFailed::Abort(Outcome::User(e))) => return Err(StoreError::Aborted(e)),
-                Err(TxFailed::Abort(Outcome::Store(e))) | Err(TxFailed::Storage(e)) => return Err(e),
+                Err(TxFailed::Abort(Outcome::Store(e))) | Err(TxFailed::Storage(e)) => return self.watch(Err(e)),
             }
         }
     }
@@ -520,10 +597,12 @@ impl Store {
 
     /// A setting (string key, any serde value).
     pub fn setting<T: serde::de::DeserializeOwned>(&self, key: &str) -> Result<Option<T>, StoreError> {
+        self.watch((|| {
         match self.inner.registry().trees[SETTINGS_IX].get(key.as_bytes())? {
             Some(bytes) => Ok(Some(decode(&bytes, "settings", key)?)),
             None => Ok(None),
         }
+        })())
     }
 
     /// Sets a setting. Not durable until `flush`.
@@ -543,7 +622,18 @@ impl Store {
             // In memory there is no disk; on PostgreSQL a commit is durable when it returns.
             return Ok(());
         }
-        self.inner.commit.flush(|| self.inner.db.flush())
+        self.inner.commit.flush(|| {
+            // Each flush counts itself in the log it makes durable, then outside it (see
+            // `Watermark`): a log that later loses this flush is caught on the next open.
+            let n = self.inner.flushes.load(Ordering::SeqCst) + 1;
+            self.inner.db.open_tree(META_TREE)?.insert(META_FLUSHES.as_bytes(), &n.to_be_bytes()[..])?;
+            self.inner.db.flush()?;
+            self.inner.flushes.store(n, Ordering::SeqCst);
+            if let Some(w) = &self.inner.watermark {
+                w.record(n);
+            }
+            Ok(())
+        })
     }
 
     /// How many fsyncs `flush` has run since open (fewer than `flush` calls when writers overlap).
@@ -554,6 +644,7 @@ impl Store {
     /// Up to `limit` events with `seq >= from`, in order. A reader that has seen up to `n` asks for
     /// `n + 1`.
     pub fn events_from(&self, from: u64, limit: usize) -> Result<Vec<Event>, StoreError> {
+        self.watch((|| {
         let mut out = Vec::new();
         if limit == 0 {
             return Ok(out);
@@ -574,6 +665,7 @@ impl Store {
             Ok(if out.len() >= limit { ControlFlow::Break(()) } else { ControlFlow::Continue(()) })
         })?;
         Ok(out)
+        })())
     }
 
     /// The newest event number below which every event that will ever be committed is readable.
@@ -760,6 +852,86 @@ pub(crate) fn migrate(db: &Db, path: &Path, found: u32, schema: &Schema) -> Resu
         db.flush()?;
     }
     Ok(())
+}
+
+/// Meta key: how many flushes the store has made durable (sled).
+const META_FLUSHES: &str = "flushes";
+
+/// The file, beside sled's, that keeps the count of durable flushes outside sled's log.
+const WATERMARK_FILE: &str = "flushed";
+
+/// The count of flushes known durable, kept outside sled's log: 4 magic bytes, the count (u64,
+/// little-endian) and a CRC-32 of both, written in place after every flush. It is written after
+/// sled's fsync and not synced itself, so after a power loss it may be behind, never ahead: a
+/// count in sled's log below it means sled lost durable writes.
+pub(crate) struct Watermark(Mutex<std::fs::File>);
+
+impl Watermark {
+    fn open(dir: &Path) -> std::io::Result<Watermark> {
+        let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(dir.join(WATERMARK_FILE))?;
+        Ok(Watermark(Mutex::new(f)))
+    }
+
+    /// The count recorded, if the file holds a readable one.
+    fn read(&self) -> Option<u64> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; 16];
+        lock(&self.0).read_exact_at(&mut buf, 0).ok()?;
+        let (body, sum) = buf.split_at(12);
+        (&body[..4] == b"SPWF" && crc32fast::hash(body).to_le_bytes() == sum)
+            .then(|| u64::from_le_bytes(body[4..12].try_into().unwrap_or_default()))
+    }
+
+    fn record(&self, n: u64) {
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; 16];
+        buf[..4].copy_from_slice(b"SPWF");
+        buf[4..12].copy_from_slice(&n.to_le_bytes());
+        let sum = crc32fast::hash(&buf[..12]);
+        buf[12..].copy_from_slice(&sum.to_le_bytes());
+        // In place and unsynced (see above); a failure only weakens the check.
+        let _ = lock(&self.0).write_all_at(&buf, 0);
+    }
+}
+
+/// Space a sled store keeps free on its disk: below it writes are refused (sled 0.34 fails for good
+/// once a write runs out of space, until the process restarts).
+pub const DISK_RESERVE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Free space on the disk, looked up at most every 100 ms.
+#[derive(Default)]
+struct DiskSpace(Mutex<Option<(std::time::Instant, u64)>>);
+
+impl DiskSpace {
+    fn check(&self, dir: &Path) -> Result<(), StoreError> {
+        let mut last = lock(&self.0);
+        let free = match *last {
+            Some((at, free)) if at.elapsed() < std::time::Duration::from_millis(100) => free,
+            _ => {
+                let Some(free) = free_bytes(dir) else { return Ok(()) };
+                *last = Some((std::time::Instant::now(), free));
+                free
+            }
+        };
+        if free < DISK_RESERVE_BYTES {
+            return Err(StoreError::DiskFull {
+                path: dir.to_path_buf(),
+                free_mb: free / (1024 * 1024),
+                need_mb: DISK_RESERVE_BYTES / (1024 * 1024),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Bytes an unprivileged writer may still use on the file system holding `dir`.
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a valid NUL-terminated string and `st` a writable statvfs.
+    let rc = unsafe { libc::statvfs(path.as_ptr(), &mut st) };
+    (rc == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
 }
 
 /// Written next to sled's files once a store is initialised: from then on, a database that reads as
