@@ -266,7 +266,9 @@ async fn lead(
                     break TermEnd::Lost(format!("no renewal for {} ms: {e}", renewed.elapsed().as_millis()));
                 }
             }
-            None => replica.inner.metrics.renewal_failures.inc(),
+            None => {
+                replica.inner.metrics.renewal_failures.inc();
+            }
         }
     };
     replica.end_term();

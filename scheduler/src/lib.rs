@@ -12,6 +12,7 @@ pub mod cloud;
 pub mod control;
 pub mod deadline;
 pub mod jobs;
+pub mod leader;
 pub mod model;
 pub mod records;
 

@@ -17,8 +17,9 @@ use scheduler::api::{ApiConfig, ApiState, TokenStore, router};
 use scheduler::clock::{Clock, ScaledClock, SystemClock};
 use scheduler::cloud::azure::{AzureCloud, AzureConfig};
 use scheduler::cloud::{Cloud, TAG_ATTEMPT, TAG_JOB};
-use scheduler::control::{ControlConfig, ControlMetrics, Controller, DriverConfig, run_forever};
+use scheduler::control::{ControlConfig, ControlMetrics, Controller, DriverConfig};
 use scheduler::jobs::JobService;
+use scheduler::leader::{LeaderConfig, Replica, run_elections};
 use serde::Deserialize;
 use simulator::sim_cloud::vms::{AgentLauncher, VmRunner, VmRunnerConfig};
 use simulator::{SimCloud, SimCloudConfig};
@@ -393,10 +394,15 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let data_dir = settings.data_dir.clone();
     check_data_dir(&data_dir)?;
-    let location: StoreLocation = match &settings.store {
+    let mut location: StoreLocation = match &settings.store {
         Some(s) => s.parse().map_err(|e: String| format!("--store: {e}"))?,
         None => StoreLocation::Sled(data_dir.clone()),
     };
+    if let StoreLocation::Postgres(pg) = &mut location
+        && pg.azure_ad()
+    {
+        **pg = (**pg).clone().with_password_provider(azure_ad_password(settings.config_path.as_deref())?);
+    }
     let store = {
         let location = location.clone();
         tokio::task::spawn_blocking(move || Store::open_location(&location))
@@ -404,6 +410,26 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())?
     };
+    if !store.is_shared() {
+        // A damaged store is refused before it serves anything (a PostgreSQL server keeps its own
+        // checksums and WAL; `spillway state check` reads a shared store on demand).
+        let s = store.clone();
+        let report = tokio::task::spawn_blocking(move || s.check_all()).await.map_err(|e| e.to_string())?;
+        match report {
+            Ok(r) if r.is_consistent() => {}
+            Ok(r) => {
+                let shown: Vec<&str> = r.problems.iter().take(5).map(String::as_str).collect();
+                return Err(format!(
+                    "the state store at {location} is damaged ({} problem(s): {}{}); `spillway state check` lists them \
+                     all; restore a backup with `spillway state import` into a new directory (see README)",
+                    r.problem_count,
+                    shown.join("; "),
+                    if r.problem_count > 5 { "; …" } else { "" }
+                ));
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
     if store.is_shared() {
         // The admin token file still lives here; the store does not create it for us.
         std::fs::DirBuilder::new()
@@ -420,12 +446,15 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
     let mut registry = Registry::default();
     let metrics = ControlMetrics::register(&mut registry);
     let agent_metrics = AgentMetrics::register(&mut registry);
+    let replica = Replica::new(Replica::process_id(), &mut registry);
     let control = ControlConfig {
         auto_complete: simulated,
         retain_finished_ms: settings.retain_finished_ms,
         ..ControlConfig::default()
     };
-    let controller = Arc::new(Controller::new(store.clone(), cloud, clock.clone(), catalog.clone(), control, metrics));
+    // The control loop writes through a fenced handle: only while this server holds the leader lease.
+    let controller =
+        Arc::new(Controller::new(store.fenced(replica.fence()), cloud, clock.clone(), catalog.clone(), control, metrics));
     let jobs = JobService::new(store.clone(), catalog.clone(), clock.clone());
     let tokens = TokenStore::open(store.clone()).map_err(|e| e.to_string())?;
     let (token_path, created) = tokens.ensure_admin_file(&data_dir, SystemClock.now_ms()).map_err(|e| e.to_string())?;
@@ -464,7 +493,19 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
     } else {
         DriverConfig::default()
     };
-    let loop_task = tokio::spawn(run_forever(controller.clone(), jobs.wake_handle(), driver, stop_rx.clone()));
+    let leader_config = match std::env::var("SPILLWAY_LEASE_MS").ok().and_then(|v| v.parse::<u64>().ok()) {
+        Some(ms) => LeaderConfig::with_ttl(Duration::from_millis(ms)),
+        None => LeaderConfig::default(),
+    };
+    let loop_task = tokio::spawn(run_elections(
+        store.clone(),
+        replica.clone(),
+        controller.clone(),
+        jobs.wake_handle(),
+        driver,
+        leader_config,
+        stop_rx.clone(),
+    ));
     if simulated {
         tokio::spawn(save_sim_clock(store.clone(), clock.clone(), stop_rx.clone()));
     }
@@ -474,6 +515,7 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
     tokio::spawn(sweep_silent_agents(agents.clone(), stop_rx.clone()));
     let limits = scheduler::api::server::Limits::of(&settings.api);
     let state = ApiState::new(jobs, controller, tokens, registry, settings.api, stop_rx.clone()).with_agents(agents);
+    state.set_replica(replica.clone());
     let app = router(state);
 
     // Written with errors ignored: whoever started us may have closed our stdout after reading
@@ -657,6 +699,33 @@ async fn sweep_silent_agents(agents: AgentService, mut stop: tokio::sync::watch:
             Err(e) => tracing::warn!(error = %e, "silent-agent sweep failed"),
         }
     }
+}
+
+/// The scope of Azure AD access tokens for Azure Database for PostgreSQL.
+const POSTGRES_AAD_SCOPE: &str = "https://ossrdbms-aad.database.windows.net/.default";
+
+/// A password provider for `azure_ad=true` store URLs: an access token from the `[azure]`
+/// credential (managed identity in production), fetched afresh for every new connection.
+fn azure_ad_password(
+    config: Option<&Path>,
+) -> Result<Arc<dyn Fn() -> Result<String, String> + Send + Sync>, String> {
+    let azure = AzureConfig::load(config)
+        .map_err(|e| format!("--store azure_ad=true needs the [azure] credential settings:\n{e}"))?;
+    let credential = scheduler::cloud::azure::credential::build_credential(&azure)
+        .map_err(|e| format!("--store azure_ad=true: cannot build the Azure credential: {e}"))?;
+    Ok(Arc::new(move || {
+        let credential = credential.clone();
+        // Its own thread and runtime: called from the store's connection path, which may be on one
+        // of the server's async threads.
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+            rt.block_on(credential.get_token(&[POSTGRES_AAD_SCOPE], None))
+                .map(|t| t.token.secret().to_string())
+                .map_err(|e| format!("Azure AD token for PostgreSQL: {e}"))
+        })
+        .join()
+        .map_err(|_| "the Azure AD token thread panicked".to_string())?
+    }))
 }
 
 /// Remembers the simulated time every few seconds, so a restart continues from it.

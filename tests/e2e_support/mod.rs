@@ -170,7 +170,8 @@ impl Server {
         }
         let mut child = cmd.spawn().expect("spawn spillway serve");
         let url = wait_for_line(&out, "spillway listening on ", &mut child, "spillway serve");
-        let admin = std::fs::read_to_string(data.join("admin.token")).unwrap().trim().to_string();
+        // A server sharing a PostgreSQL store with another one writes no admin token of its own.
+        let admin = std::fs::read_to_string(data.join("admin.token")).unwrap_or_default().trim().to_string();
         Server { child, url, admin, out }
     }
 

@@ -569,36 +569,88 @@ pub(crate) async fn metrics(
 /// Health of the process and readiness of the scheduler.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Health {
-    /// `ok`, `ready` or `starting`.
+    /// `ok`, `ready`, `starting` or `not_ready`.
     pub status: String,
     /// Reconcile rounds run so far.
     pub reconcile_rounds: u64,
     /// Newest event sequence number.
     pub last_event_seq: u64,
+    /// `leader` (runs the control loop) or `follower` (serves the API only).
+    pub role: String,
+    /// The epoch of the leader lease this server holds, when it leads.
+    pub epoch: Option<u64>,
+    /// This server's id among the servers sharing the store.
+    pub replica: Option<String>,
+    /// Why the server is not ready, when it is not.
+    pub reason: Option<String>,
+}
+
+fn role_of(state: &ApiState) -> (String, Option<u64>, Option<String>) {
+    match state.replica() {
+        Some(r) => (r.role().to_string(), r.epoch(), Some(r.id().to_string())),
+        None => ("leader".to_string(), None, None),
+    }
 }
 
 /// Liveness: the process answers. No token needed.
 #[utoipa::path(get, path = "/healthz", tag = "operations", security(()), responses((status = 200, body = Health)))]
 pub(crate) async fn healthz(State(state): State<ApiState>) -> Json<Health> {
+    let (role, epoch, replica) = role_of(&state);
+    let store = state.jobs().store().clone();
+    let last_event_seq = tokio::task::spawn_blocking(move || store.last_seq()).await.unwrap_or_default();
     Json(Health {
         status: "ok".into(),
         reconcile_rounds: state.controller().metrics().rounds.get(),
-        last_event_seq: state.jobs().store().last_seq(),
+        last_event_seq,
+        role,
+        epoch,
+        replica,
+        reason: None,
     })
 }
 
-/// Readiness: the store is open and the control loop has run a round. No token needed.
+/// Readiness: the store can be read and written, and, on the leader, the control loop's last round
+/// succeeded (a server whose rounds all fail, or whose store is damaged or full, is not ready and
+/// says why). A follower is ready when its store is. No token needed.
 #[utoipa::path(get, path = "/readyz", tag = "operations", security(()),
-    responses((status = 200, body = Health), (status = 503, description = "Still starting", body = Health)))]
+    responses((status = 200, body = Health), (status = 503, description = "Starting, or not able to work; `reason` says why", body = Health)))]
 pub(crate) async fn readyz(State(state): State<ApiState>) -> Response {
-    let rounds = state.controller().metrics().rounds.get();
-    let h = Health {
-        status: if rounds > 0 { "ready" } else { "starting" }.into(),
-        reconcile_rounds: rounds,
-        last_event_seq: state.jobs().store().last_seq(),
+    let (role, epoch, replica) = role_of(&state);
+    let store = state.jobs().store().clone();
+    // A read reaches the database of a shared store; `health` reports damage and a full disk.
+    let probe = tokio::task::spawn_blocking(move || {
+        store.setting::<serde_json::Value>("readyz.probe").map_err(|e| e.to_string())?;
+        store.health()?;
+        Ok::<u64, String>(store.last_seq())
+    })
+    .await
+    .unwrap_or_else(|e| Err(e.to_string()));
+    let rounds = state.controller().health().status();
+    let leading = role == "leader";
+    let (status, reason) = match &probe {
+        Err(e) => ("not_ready", Some(format!("state store: {e}"))),
+        Ok(_) if leading && rounds.failed_in_a_row > 0 => (
+            "not_ready",
+            Some(format!(
+                "the last {} reconcile round(s) failed: {}",
+                rounds.failed_in_a_row,
+                rounds.last_error.clone().unwrap_or_default()
+            )),
+        ),
+        Ok(_) if leading && rounds.succeeded == 0 => ("starting", Some("no reconcile round has succeeded yet".into())),
+        Ok(_) => ("ready", None),
     };
-    let status = if rounds > 0 { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    (status, Json(h)).into_response()
+    let h = Health {
+        status: status.into(),
+        reconcile_rounds: state.controller().metrics().rounds.get(),
+        last_event_seq: probe.unwrap_or_default(),
+        role,
+        epoch,
+        replica,
+        reason,
+    };
+    let code = if status == "ready" { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (code, Json(h)).into_response()
 }
 
 /// This document: the OpenAPI 3.1 description of every route, generated from the handlers.

@@ -130,6 +130,8 @@ struct Inner {
     config: ApiConfig,
     shutdown: watch::Receiver<bool>,
     agents: Option<crate::agents::AgentService>,
+    /// This server's place among the servers sharing the store (role, epoch), once set.
+    replica: std::sync::OnceLock<crate::leader::Replica>,
 }
 
 /// Everything the handlers share. Cheap to clone.
@@ -175,6 +177,7 @@ impl ApiState {
                 config,
                 shutdown,
                 agents: None,
+                replica: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -189,6 +192,17 @@ impl ApiState {
     /// The agent side, when this server runs agents.
     pub fn agents(&self) -> Option<&crate::agents::AgentService> {
         self.inner.agents.as_ref()
+    }
+
+    /// Tells `/healthz` and `/readyz` whether this server leads (see [`crate::leader`]). Without it
+    /// the server reports itself as the only one, leading.
+    pub fn set_replica(&self, replica: crate::leader::Replica) {
+        let _ = self.inner.replica.set(replica);
+    }
+
+    /// This server's replica status, if set.
+    pub fn replica(&self) -> Option<&crate::leader::Replica> {
+        self.inner.replica.get()
     }
 
     /// The job service.

@@ -2,10 +2,54 @@
 //! cancellation), waiting a short batching window first so a burst is solved together, and never
 //! less than the last round took, so a stream of submissions cannot keep the loop busy all the time.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::Controller;
+
+/// How the loop's rounds have gone, for readiness: ready means the last round succeeded (a server
+/// whose every round fails must not take traffic as if it worked).
+#[derive(Debug, Default)]
+pub struct RoundHealth(Mutex<RoundStatus>);
+
+/// A snapshot of [`RoundHealth`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RoundStatus {
+    /// Rounds that succeeded since the loop (or this term of it) started.
+    pub succeeded: u64,
+    /// Rounds that failed since the last one that succeeded.
+    pub failed_in_a_row: u64,
+    /// Why the last failed round failed, while failures go on.
+    pub last_error: Option<String>,
+}
+
+impl RoundHealth {
+    /// Records a round's outcome.
+    pub fn record(&self, outcome: Result<(), String>) {
+        let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match outcome {
+            Ok(()) => {
+                s.succeeded += 1;
+                s.failed_in_a_row = 0;
+                s.last_error = None;
+            }
+            Err(e) => {
+                s.failed_in_a_row += 1;
+                s.last_error = Some(e);
+            }
+        }
+    }
+
+    /// How the rounds have gone.
+    pub fn status(&self) -> RoundStatus {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Starts counting afresh (a new term of leadership).
+    pub fn reset(&self) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = RoundStatus::default();
+    }
+}
 
 /// When rounds run.
 #[derive(Debug, Clone, Copy)]
@@ -37,6 +81,7 @@ pub async fn run_forever(
         let started = std::time::Instant::now();
         let outcome = controller.reconcile().await;
         let took = started.elapsed();
+        controller.health.record(outcome.as_ref().map(|_| ()).map_err(|e| e.to_string()));
         match outcome {
             Ok(r) if !r.is_quiet() => tracing::info!(
                 placements = r.placements,

@@ -22,7 +22,7 @@ mod world;
 pub use breaker::{BreakerConfig, BreakerState, RegionBreakers};
 pub use deadline::{DeadlineChoice, apply_deadline_choice, deadline_managed};
 pub use demand::{DemandPart, MIN_REPLICA_BOOST, RESTART_MARGIN_HOURS, demands};
-pub use driver::{DriverConfig, run_forever};
+pub use driver::{DriverConfig, RoundHealth, RoundStatus, run_forever};
 pub use metrics::{ClassLabel, ControlMetrics, OfferLabel, StateLabel};
 pub use round::RoundReport;
 pub use world::{PoolView, SPOT_HISTORY_TICKS, SpotHistory, WorldView, our_usage};
@@ -143,6 +143,8 @@ pub struct Controller {
     pub(crate) config: ControlConfig,
     pub(crate) metrics: ControlMetrics,
     pub(crate) state: tokio::sync::Mutex<LoopState>,
+    /// How the rounds `run_forever` ran have gone.
+    pub(crate) health: RoundHealth,
 }
 
 impl Controller {
@@ -164,7 +166,22 @@ impl Controller {
             config,
             metrics,
             state: tokio::sync::Mutex::new(LoopState { breakers, ..Default::default() }),
+            health: RoundHealth::default(),
         }
+    }
+
+    /// How the loop's rounds have gone (see [`RoundHealth`]).
+    pub fn health(&self) -> &RoundHealth {
+        &self.health
+    }
+
+    /// Forgets what the loop learned in memory, as a restart does, so the next round reads blocked
+    /// offers from the store and adopts the cloud's fleets before it acts: called when this server
+    /// becomes the leader (another server may have acted since it last led).
+    pub async fn start_term(&self) {
+        let mut st = self.state.lock().await;
+        *st = LoopState { breakers: RegionBreakers::new(self.config.breaker), ..Default::default() };
+        self.health.reset();
     }
 
     /// The metrics this controller updates.
