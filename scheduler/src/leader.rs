@@ -41,7 +41,11 @@ impl Default for LeaderConfig {
     /// A 10 s lease renewed every 2 s, tried for every second: a takeover within about 11 s of a
     /// leader's death, and four renewals may fail in a row before the leader steps down.
     fn default() -> Self {
-        LeaderConfig { ttl: Duration::from_secs(10), renew_every: Duration::from_secs(2), retry_every: Duration::from_secs(1) }
+        LeaderConfig {
+            ttl: Duration::from_secs(10),
+            renew_every: Duration::from_secs(2),
+            retry_every: Duration::from_secs(1),
+        }
     }
 }
 
@@ -91,11 +95,19 @@ impl Replica {
     pub fn new(id: impl Into<String>, registry: &mut Registry) -> Replica {
         let metrics = LeaderMetrics::default();
         let r = registry.sub_registry_with_prefix("spillway");
-        r.register("leader", "1 while this server holds the leader lease and runs the control loop", metrics.leader.clone());
+        r.register(
+            "leader",
+            "1 while this server holds the leader lease and runs the control loop",
+            metrics.leader.clone(),
+        );
         r.register("leader_epoch", "Epoch of the lease this server holds (0: none)", metrics.epoch.clone());
         r.register("leader_terms", "Times this server took the leader lease", metrics.terms.clone());
         r.register("lease_renewals", "Successful renewals of the leader lease", metrics.renewals.clone());
-        r.register("lease_renewal_failures", "Renewals of the leader lease that failed or were refused", metrics.renewal_failures.clone());
+        r.register(
+            "lease_renewal_failures",
+            "Renewals of the leader lease that failed or were refused",
+            metrics.renewal_failures.clone(),
+        );
         Replica {
             inner: Arc::new(ReplicaInner {
                 id: id.into(),

@@ -453,8 +453,14 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
         ..ControlConfig::default()
     };
     // The control loop writes through a fenced handle: only while this server holds the leader lease.
-    let controller =
-        Arc::new(Controller::new(store.fenced(replica.fence()), cloud, clock.clone(), catalog.clone(), control, metrics));
+    let controller = Arc::new(Controller::new(
+        store.fenced(replica.fence()),
+        cloud,
+        clock.clone(),
+        catalog.clone(),
+        control,
+        metrics,
+    ));
     let jobs = JobService::new(store.clone(), catalog.clone(), clock.clone());
     let tokens = TokenStore::open(store.clone()).map_err(|e| e.to_string())?;
     let (token_path, created) = tokens.ensure_admin_file(&data_dir, SystemClock.now_ms()).map_err(|e| e.to_string())?;
@@ -706,9 +712,7 @@ const POSTGRES_AAD_SCOPE: &str = "https://ossrdbms-aad.database.windows.net/.def
 
 /// A password provider for `azure_ad=true` store URLs: an access token from the `[azure]`
 /// credential (managed identity in production), fetched afresh for every new connection.
-fn azure_ad_password(
-    config: Option<&Path>,
-) -> Result<Arc<dyn Fn() -> Result<String, String> + Send + Sync>, String> {
+fn azure_ad_password(config: Option<&Path>) -> Result<Arc<dyn Fn() -> Result<String, String> + Send + Sync>, String> {
     let azure = AzureConfig::load(config)
         .map_err(|e| format!("--store azure_ad=true needs the [azure] credential settings:\n{e}"))?;
     let credential = scheduler::cloud::azure::credential::build_credential(&azure)

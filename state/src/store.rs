@@ -379,12 +379,12 @@ impl Store {
     /// The record with this key.
     pub fn get<R: Record>(&self, key: &str) -> Result<Option<R>, StoreError> {
         self.watch((|| {
-        let reg = self.ensure_table(&R::TABLE)?;
-        let h = &reg.tables[R::TABLE.name];
-        match reg.trees[h.tree].get(key.as_bytes())? {
-            Some(bytes) => Ok(Some(self.inner.cache.decode::<R>(key, bytes)?)),
-            None => Ok(None),
-        }
+            let reg = self.ensure_table(&R::TABLE)?;
+            let h = &reg.tables[R::TABLE.name];
+            match reg.trees[h.tree].get(key.as_bytes())? {
+                Some(bytes) => Ok(Some(self.inner.cache.decode::<R>(key, bytes)?)),
+                None => Ok(None),
+            }
         })())
     }
 
@@ -401,14 +401,14 @@ impl Store {
     /// Every record of the table, in key order.
     pub fn scan<R: Record>(&self) -> Result<Vec<R>, StoreError> {
         self.watch((|| {
-        let reg = self.ensure_table(&R::TABLE)?;
-        let h = &reg.tables[R::TABLE.name];
-        let mut out = Vec::new();
-        reg.trees[h.tree].visit_all(|k, v| {
-            out.push(decode(v, R::TABLE.name, &String::from_utf8_lossy(k))?);
-            Ok(ControlFlow::Continue(()))
-        })?;
-        Ok(out)
+            let reg = self.ensure_table(&R::TABLE)?;
+            let h = &reg.tables[R::TABLE.name];
+            let mut out = Vec::new();
+            reg.trees[h.tree].visit_all(|k, v| {
+                out.push(decode(v, R::TABLE.name, &String::from_utf8_lossy(k))?);
+                Ok(ControlFlow::Continue(()))
+            })?;
+            Ok(out)
         })())
     }
 
@@ -453,31 +453,31 @@ impl Store {
         from_end: bool,
     ) -> Result<Vec<R>, StoreError> {
         self.watch((|| {
-        let reg = self.ensure_table(&R::TABLE)?;
-        let h = &reg.tables[R::TABLE.name];
-        let Some(pos) = h.def.indexes.iter().position(|i| i.name == index) else {
-            return Err(StoreError::UnknownIndex { table: R::TABLE.name.into(), index: index.into() });
-        };
-        // The type's own definition (static) names the same pointer as the registered one.
-        let Some(pointer) = R::TABLE.indexes.iter().find(|i| i.name == index).map(|i| i.pointer) else {
-            return Err(StoreError::UnknownIndex { table: R::TABLE.name.into(), index: index.into() });
-        };
-        let mut out = Vec::new();
-        if n == 0 {
-            return Ok(out);
-        }
-        let table = &reg.trees[h.tree];
-        reg.trees[h.indexes[pos]].visit_index(&index_prefix(value), table, from_end, n, |key, bytes| {
-            let Ok(key) = std::str::from_utf8(key) else { return Ok(ControlFlow::Continue(())) };
-            // A transaction may be committing between the index read and this one; only records that
-            // have the value now are returned.
-            let Some(bytes) = bytes else { return Ok(ControlFlow::Continue(())) };
-            if let Some(r) = self.matching_record::<R>(key, bytes, pointer, value)? {
-                out.push(r);
+            let reg = self.ensure_table(&R::TABLE)?;
+            let h = &reg.tables[R::TABLE.name];
+            let Some(pos) = h.def.indexes.iter().position(|i| i.name == index) else {
+                return Err(StoreError::UnknownIndex { table: R::TABLE.name.into(), index: index.into() });
+            };
+            // The type's own definition (static) names the same pointer as the registered one.
+            let Some(pointer) = R::TABLE.indexes.iter().find(|i| i.name == index).map(|i| i.pointer) else {
+                return Err(StoreError::UnknownIndex { table: R::TABLE.name.into(), index: index.into() });
+            };
+            let mut out = Vec::new();
+            if n == 0 {
+                return Ok(out);
             }
-            Ok(if out.len() >= n { ControlFlow::Break(()) } else { ControlFlow::Continue(()) })
-        })?;
-        Ok(out)
+            let table = &reg.trees[h.tree];
+            reg.trees[h.indexes[pos]].visit_index(&index_prefix(value), table, from_end, n, |key, bytes| {
+                let Ok(key) = std::str::from_utf8(key) else { return Ok(ControlFlow::Continue(())) };
+                // A transaction may be committing between the index read and this one; only records that
+                // have the value now are returned.
+                let Some(bytes) = bytes else { return Ok(ControlFlow::Continue(())) };
+                if let Some(r) = self.matching_record::<R>(key, bytes, pointer, value)? {
+                    out.push(r);
+                }
+                Ok(if out.len() >= n { ControlFlow::Break(()) } else { ControlFlow::Continue(()) })
+            })?;
+            Ok(out)
         })())
     }
 
@@ -516,17 +516,17 @@ impl Store {
     /// The last `n` records of a table, in key order.
     pub fn last<R: Record>(&self, n: usize) -> Result<Vec<R>, StoreError> {
         self.watch((|| {
-        let reg = self.ensure_table(&R::TABLE)?;
-        let h = &reg.tables[R::TABLE.name];
-        let mut out = Vec::new();
-        if n > 0 {
-            reg.trees[h.tree].visit(b"", true, |k, v| {
-                out.push(decode(v, R::TABLE.name, &String::from_utf8_lossy(k))?);
-                Ok(if out.len() >= n { ControlFlow::Break(()) } else { ControlFlow::Continue(()) })
-            })?;
-        }
-        out.reverse();
-        Ok(out)
+            let reg = self.ensure_table(&R::TABLE)?;
+            let h = &reg.tables[R::TABLE.name];
+            let mut out = Vec::new();
+            if n > 0 {
+                reg.trees[h.tree].visit(b"", true, |k, v| {
+                    out.push(decode(v, R::TABLE.name, &String::from_utf8_lossy(k))?);
+                    Ok(if out.len() >= n { ControlFlow::Break(()) } else { ControlFlow::Continue(()) })
+                })?;
+            }
+            out.reverse();
+            Ok(out)
         })())
     }
 
@@ -597,11 +597,9 @@ impl Store {
 
     /// A setting (string key, any serde value).
     pub fn setting<T: serde::de::DeserializeOwned>(&self, key: &str) -> Result<Option<T>, StoreError> {
-        self.watch((|| {
-        match self.inner.registry().trees[SETTINGS_IX].get(key.as_bytes())? {
+        self.watch((|| match self.inner.registry().trees[SETTINGS_IX].get(key.as_bytes())? {
             Some(bytes) => Ok(Some(decode(&bytes, "settings", key)?)),
             None => Ok(None),
-        }
         })())
     }
 
@@ -645,26 +643,26 @@ impl Store {
     /// `n + 1`.
     pub fn events_from(&self, from: u64, limit: usize) -> Result<Vec<Event>, StoreError> {
         self.watch((|| {
-        let mut out = Vec::new();
-        if limit == 0 {
-            return Ok(out);
-        }
-        // On PostgreSQL, events numbered above the readable horizon may still be joined by lower
-        // numbers committing late: they are left for a later read (see `kv::postgres`).
-        let upto = match &self.inner.db {
-            Db::Postgres(_) => Some(self.readable_seq(READ_WAIT)?),
-            _ => None,
-        };
-        if upto.is_some_and(|h| from > h) {
-            return Ok(out);
-        }
-        let end = upto.and_then(|h| h.checked_add(1)).map(u64::to_be_bytes);
-        let reg = self.inner.registry();
-        reg.trees[EVENTS_IX].visit_range(&from.to_be_bytes(), end.as_ref().map(|e| &e[..]), false, |k, v| {
-            out.push(decode(v, "events", &format!("event {k:?}"))?);
-            Ok(if out.len() >= limit { ControlFlow::Break(()) } else { ControlFlow::Continue(()) })
-        })?;
-        Ok(out)
+            let mut out = Vec::new();
+            if limit == 0 {
+                return Ok(out);
+            }
+            // On PostgreSQL, events numbered above the readable horizon may still be joined by lower
+            // numbers committing late: they are left for a later read (see `kv::postgres`).
+            let upto = match &self.inner.db {
+                Db::Postgres(_) => Some(self.readable_seq(READ_WAIT)?),
+                _ => None,
+            };
+            if upto.is_some_and(|h| from > h) {
+                return Ok(out);
+            }
+            let end = upto.and_then(|h| h.checked_add(1)).map(u64::to_be_bytes);
+            let reg = self.inner.registry();
+            reg.trees[EVENTS_IX].visit_range(&from.to_be_bytes(), end.as_ref().map(|e| &e[..]), false, |k, v| {
+                out.push(decode(v, "events", &format!("event {k:?}"))?);
+                Ok(if out.len() >= limit { ControlFlow::Break(()) } else { ControlFlow::Continue(()) })
+            })?;
+            Ok(out)
         })())
     }
 
@@ -868,7 +866,12 @@ pub(crate) struct Watermark(Mutex<std::fs::File>);
 
 impl Watermark {
     fn open(dir: &Path) -> std::io::Result<Watermark> {
-        let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(dir.join(WATERMARK_FILE))?;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(dir.join(WATERMARK_FILE))?;
         Ok(Watermark(Mutex::new(f)))
     }
 
