@@ -8,7 +8,7 @@
 //!   attempt had two fleets (0 duplicates), and none is left once every job ended;
 //! - takeover times (kill → another replica leads) are printed, p50 and max.
 //!
-//! Needs `SPILLWAY_TEST_POSTGRES` (skipped with a note otherwise; `.ci/run` sets it). CI runs it with
+//! Needs `SPILLWAY_TEST_POSTGRES` (skipped with a note otherwise; `.ci/with-postgres` sets it, as `.ci/run` does). CI runs it with
 //! a short lease (`SPILLWAY_LEASE_MS`, default here 1500) and 5 kills; the measured run in
 //! RELIABILITY.md uses the default 10 s lease and more kills:
 //!
@@ -52,7 +52,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
 /// A fresh database on the test server; `None` when none is configured.
 async fn fresh_database() -> Option<String> {
     let Ok(admin) = std::env::var("SPILLWAY_TEST_POSTGRES") else {
-        eprintln!("skipping ha_e2e: SPILLWAY_TEST_POSTGRES is not set (see .ci/run)");
+        eprintln!("skipping ha_e2e: SPILLWAY_TEST_POSTGRES is not set (see .ci/with-postgres)");
         return None;
     };
     let db = format!("spw_ha_{}", std::process::id());

@@ -228,7 +228,7 @@ fn bad_locations_fail_with_one_clear_line() {
     common::admin_sql(&format!("{base}/{old_db}"), "UPDATE spillway_layout SET version = 0");
     let err = Store::open_location(&old.parse().unwrap()).err().unwrap().to_string();
     assert!(err.contains("layout version 0") && !err.contains('\n'), "{err}");
-    // A wrong password (`.ci/run` makes the server ask role spillway_pw for one over TCP).
+    // A wrong password (`.ci/with-postgres` makes the server ask role spillway_pw for one over TCP).
     common::admin_sql(&admin, "DROP ROLE IF EXISTS spillway_pw; CREATE ROLE spillway_pw LOGIN PASSWORD 'right-one'");
     let host = url.split_once('@').unwrap().1;
     let wrong = format!("postgres://spillway_pw:wrong-one@{host}");
@@ -236,6 +236,6 @@ fn bad_locations_fail_with_one_clear_line() {
     if err.contains("password authentication failed") {
         assert!(!err.contains("wrong-one") && !err.contains('\n'), "{err}");
     } else {
-        eprintln!("the test server does not ask spillway_pw for a password (see .ci/run); got: {err}");
+        eprintln!("the test server does not ask spillway_pw for a password (see .ci/with-postgres); got: {err}");
     }
 }
