@@ -469,10 +469,11 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
     let speed = if simulated { settings.speedup } else { 1.0 };
     let heartbeat_secs = settings.agent.heartbeat_interval_secs.unwrap_or(5.0);
     let registration_secs = settings.agent.registration_timeout_secs.unwrap_or(if simulated { 60.0 } else { 900.0 });
+    let heartbeat_timeout_ms = (settings.agent.heartbeat_timeout_secs.unwrap_or(30.0) * 1000.0 * speed).round() as i64;
     let agent_config = AgentConfig {
         heartbeat_interval_ms: (heartbeat_secs * 1000.0).round() as u64,
-        heartbeat_persist_ms: (30_000.0 * speed).round() as i64,
-        heartbeat_timeout_ms: (settings.agent.heartbeat_timeout_secs.unwrap_or(30.0) * 1000.0 * speed).round() as i64,
+        heartbeat_persist_ms: heartbeat_persist_ms(&store, heartbeat_timeout_ms, speed),
+        heartbeat_timeout_ms,
         registration_timeout_ms: (registration_secs * 1000.0 * speed).round() as i64,
         log_bytes_per_rank: settings.agent.log_bytes_per_rank.unwrap_or(AgentConfig::default().log_bytes_per_rank),
         ..AgentConfig::default()
@@ -518,7 +519,7 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
     if settings.demo {
         tokio::spawn(demo(jobs.clone(), stop_rx.clone()));
     }
-    tokio::spawn(sweep_silent_agents(agents.clone(), stop_rx.clone()));
+    tokio::spawn(sweep_silent_agents(agents.clone(), replica.clone(), stop_rx.clone()));
     let limits = scheduler::api::server::Limits::of(&settings.api);
     let state = ApiState::new(jobs, controller, tokens, registry, settings.api, stop_rx.clone()).with_agents(agents);
     state.set_replica(replica.clone());
@@ -689,13 +690,26 @@ pub async fn wait_for_signal() {
     }
 }
 
-/// Every two seconds, declares the VMs whose agents went silent lost (and notes attempts whose
-/// agents never came), for the control loop to move their work.
-async fn sweep_silent_agents(agents: AgentService, mut stop: tokio::sync::watch::Receiver<bool>) {
+/// How often a rank's heartbeat reaches the store: every 30 s on a server's own store (the rest
+/// stays in its memory), but with several servers on one store (agents report to any of them, and
+/// only the leader looks for silent ones) often enough that the leader never takes a rank heard by
+/// another server for silent: three times per `heartbeat_timeout_ms`.
+fn heartbeat_persist_ms(store: &Store, heartbeat_timeout_ms: i64, speed: f64) -> i64 {
+    let own = (30_000.0 * speed).round() as i64;
+    if store.is_shared() { own.min(heartbeat_timeout_ms / 3).max(1) } else { own }
+}
+
+/// Every two seconds, on the leader, declares the VMs whose agents went silent lost (and notes
+/// attempts whose agents never came), for the control loop to move their work. Followers do not:
+/// one server deciding is enough, and a follower may have been away while the agents reported.
+async fn sweep_silent_agents(agents: AgentService, replica: Replica, mut stop: tokio::sync::watch::Receiver<bool>) {
     loop {
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_secs(2)) => {}
             _ = stop.changed() => return,
+        }
+        if !replica.is_leader() {
+            continue;
         }
         let a = agents.clone();
         match tokio::task::spawn_blocking(move || a.sweep_silent()).await {

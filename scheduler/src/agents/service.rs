@@ -1192,8 +1192,11 @@ impl AgentService {
                     continue;
                 }
                 registered += 1;
-                let seen = lock(&self.inner.live).get(&key).map(|l| l.seen_ms);
-                let last = seen.unwrap_or(node.last_heartbeat_ms.max(self.inner.started_ms));
+                // The latest of what this server heard and what the store says: with several servers
+                // on one store an agent may report to another one, and this server's memory of it
+                // is then older than the store.
+                let seen = lock(&self.inner.live).get(&key).map_or(0, |l| l.seen_ms);
+                let last = seen.max(node.last_heartbeat_ms).max(self.inner.started_ms);
                 if now - last > cfg.heartbeat_timeout_ms {
                     silent.push((rank, node.vm_name.clone(), now - last));
                 }
