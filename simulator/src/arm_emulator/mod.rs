@@ -134,7 +134,10 @@ impl EmulatorConfig {
             subscription: "00000000-0000-0000-0000-000000000000".into(),
             resource_group: "spillway".into(),
             fleet_api_versions: fleet_body::FLEET_API_VERSIONS.map(String::from).to_vec(),
-            usage_api_versions: ["2024-11-01", "2024-07-01", "2024-03-01", "2023-09-01", "2023-03-01"]
+            // 2026-04-01 is what azure-mgmt-compute 39 sends by default; its `Usage` and
+            // `ListUsagesResult` (generated from Microsoft's definition) have the same fields as
+            // 2024-07-01's, so the one response serves both.
+            usage_api_versions: ["2026-04-01", "2024-11-01", "2024-07-01", "2024-03-01", "2023-09-01", "2023-03-01"]
                 .map(String::from)
                 .to_vec(),
             sku_api_versions: vec!["2021-07-01".into()],

@@ -153,13 +153,18 @@ def run(env):
     case("usages", usages)
 
     def usages_current_version():
-        # azure-mgmt-compute 39 defaults usages to 2026-04-01, whose definition the project does not
-        # hold: the emulator answers as ARM does for a version it does not serve.
+        # azure-mgmt-compute 39 defaults usages to 2026-04-01: served, with the same rows as
+        # 2024-07-01. A version ARM does not serve is refused as ARM refuses it, listing those it does.
+        rows = {u.name.value: u for u in compute.usage.list("eastus")}
+        c, lp = rows["cores"], rows["lowPriorityCores"]
+        observed = f"cores {c.current_value}/{c.limit} lowPriorityCores {lp.current_value}/{lp.limit}"
         try:
-            list(compute.usage.list("eastus"))
-            return "served", [False]
+            list(compute.usage.list("eastus", api_version="2027-01-01"))
+            return observed + "; 2027-01-01 served", [False]
         except HttpResponseError as e:
-            return code_of(e), [e.status_code == 400, "2024-07-01" in e.error.message]
+            code = code_of(e)
+            refused = [e.status_code == 400, code == "NoRegisteredProviderFound", "2026-04-01" in e.error.message]
+        return f"{observed}; 2027-01-01 {code}", [c.unit == "Count", *refused]
 
     case("usages-2026-04-01", usages_current_version)
 
