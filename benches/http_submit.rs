@@ -4,7 +4,11 @@
 //!
 //!     cargo bench -p spillway --bench http_submit
 //!
-//! Environment: `SPILLWAY_BENCH_CLIENTS` (default 64), `SPILLWAY_BENCH_SECONDS` (default 10).
+//! Environment: `SPILLWAY_BENCH_CLIENTS` (default 64), `SPILLWAY_BENCH_SECONDS` (default 10),
+//! `SPILLWAY_BENCH_STORE` (a `--store` URL such as `postgres://…`; default the sled store in a fresh
+//! data directory). The PostgreSQL database must be empty: the bench writes into it.
+//!
+//!     .ci/with-postgres sh -c 'SPILLWAY_BENCH_STORE=$SPILLWAY_TEST_POSTGRES cargo bench -p spillway --bench http_submit'
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -29,9 +33,14 @@ fn main() {
     let seconds = env_or("SPILLWAY_BENCH_SECONDS", 10);
     let dir = std::env::temp_dir().join(format!("spillway-bench-http-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_spillway"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--rate-limit", "0", "--data-dir"])
-        .arg(&dir)
+    let store = std::env::var("SPILLWAY_BENCH_STORE").ok();
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_spillway"));
+    serve.args(["serve", "--listen", "127.0.0.1:0", "--rate-limit", "0", "--data-dir"]).arg(&dir);
+    if let Some(url) = &store {
+        serve.args(["--store", url]);
+    }
+    eprintln!("store: {}", if store.is_some() { "PostgreSQL (SPILLWAY_BENCH_STORE)" } else { "sled" });
+    let mut child = serve
         .env("SPILLWAY_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

@@ -276,6 +276,17 @@ async fn replicas_survive_leader_kills_and_a_frozen_leader_writes_nothing() {
         (leader, epoch) = (next, next_epoch);
     }
 
+    {
+        let mut t = takeovers.clone();
+        t.sort_by(f64::total_cmp);
+        eprintln!(
+            "ha_e2e: takeovers after {kills} kills (lease {lease_ms} ms): {:?} s, p50 {:.2} s, max {:.2} s",
+            t.iter().map(|x| (x * 100.0).round() / 100.0).collect::<Vec<_>>(),
+            percentile(&t, 0.5),
+            t.last().unwrap()
+        );
+    }
+
     // Freeze the leader past its lease; a follower takes over; freeze that one too, so nothing but
     // the first can write; resume the first, which still believes it leads: it must write nothing.
     stop_clients.store(true, Ordering::Relaxed);
@@ -341,8 +352,11 @@ async fn replicas_survive_leader_kills_and_a_frozen_leader_writes_nothing() {
     signal(replicas.servers[second].child.id(), libc::SIGCONT);
     quiet.store(false, Ordering::SeqCst);
 
-    // Every job ends, then no fleet is left.
-    let deadline = Instant::now() + Duration::from_secs(180);
+    // Every job ends, then no fleet is left. A longer lease means longer kill phases, so more jobs
+    // were submitted: the wait grows with them.
+    let wait = Duration::from_secs(180) + Duration::from_millis(500) * acked.lock().await.len() as u32;
+    let deadline = Instant::now() + wait;
+    let mut next_note = Instant::now() + Duration::from_secs(30);
     let jobs = loop {
         let u = replicas.urls.lock().await[third].clone();
         let jobs = list_jobs(&u, &admin).await.expect("a replica answers");
@@ -350,9 +364,13 @@ async fn replicas_survive_leader_kills_and_a_frozen_leader_writes_nothing() {
         if open.is_empty() {
             break jobs;
         }
+        if Instant::now() > next_note {
+            eprintln!("ha_e2e: {} of {} jobs still open", open.len(), jobs.len());
+            next_note += Duration::from_secs(30);
+        }
         assert!(
             Instant::now() < deadline,
-            "{} jobs still open after 180 s: {:#?}",
+            "{} jobs still open after {wait:?}: {:#?}",
             open.len(),
             &open[..open.len().min(3)]
         );
