@@ -327,14 +327,23 @@ fn json_lines_workloads_keep_their_specs_and_reject_bad_lines_by_number() {
 }
 
 #[tokio::test]
-async fn the_html_report_is_self_contained_with_four_charts_per_policy() {
+async fn the_html_report_is_self_contained_with_the_policies_compared_and_two_charts_per_policy() {
     let r = run_scenario(&tiny(5), &no_timing()).await.expect("runs");
     let html = r.to_html();
     assert!(html.starts_with("<!doctype html>"));
-    assert_eq!(html.matches("<svg").count(), 4 * r.runs.len());
-    for title in ["Cost so far", "Jobs waiting", "GPUs in use by region", "Failovers"] {
+    assert_eq!(html.matches("<svg").count(), 2 + 2 * r.runs.len());
+    // Issue #24: one chart with every policy on the same axes, axis titles with units, a paragraph
+    // saying what the report shows, and outage red used for outages only.
+    for title in ["Cost so far, all policies", "Jobs waiting, all policies", "What this shows"] {
+        assert_eq!(html.matches(title).count(), 1, "{title}");
+    }
+    for title in ["GPUs in use by region", "Failovers into each region"] {
         assert_eq!(html.matches(title).count(), r.runs.len(), "{title}");
     }
+    for axis in [">USD<", ">jobs waiting<", ">GPUs in use<", ">hours since the start of the run<"] {
+        assert!(html.contains(axis), "axis title {axis} missing");
+    }
+    assert!(!html.contains("<polygon fill=\"#d62728\"") && !html.contains("stroke=\"#d62728\""), "red is for outages");
     assert!(!html.contains("<script") && !html.contains("src="), "nothing to fetch");
     assert!(html.contains("<table>") && html.contains("greedy-failover"));
 }

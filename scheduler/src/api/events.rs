@@ -202,6 +202,28 @@ struct Cursor {
     _permit: OwnedSemaphorePermit,
 }
 
+impl Drop for Cursor {
+    /// When the last stream goes, hands the memory the streams used back to the system: glibc keeps
+    /// freed blocks in its per-thread arenas, so without this a burst of a thousand subscribers
+    /// leaves the process tens of megabytes larger for good (RELIABILITY.md, "Event streams").
+    fn drop(&mut self) {
+        if self.hub.open_streams() == 1 && tokio::runtime::Handle::try_current().is_ok() {
+            tokio::task::spawn_blocking(release_free_memory);
+        }
+    }
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn release_free_memory() {
+    // SAFETY: malloc_trim only walks the allocator's own free lists; it is safe to call at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn release_free_memory() {}
+
 impl Cursor {
     fn frame(&self, e: &Event) -> SseEvent {
         let seq = if self.sub.tenant.is_some() { self.hub.cursors.encode(e.seq) } else { e.seq };

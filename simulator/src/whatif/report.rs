@@ -305,23 +305,34 @@ impl Report {
         out
     }
 
-    /// The self-contained HTML report: per policy, cost over time, queue length, GPUs in use by
-    /// region, and a timeline of failovers and outages; then the summary table.
+    /// The self-contained HTML report: what it shows, the summary table, the policies compared on
+    /// the same axes (cost so far, jobs waiting), then per policy the GPUs in use by region and a
+    /// timeline of failovers and outages.
     pub fn to_html(&self) -> String {
         let mut h = String::new();
         let _ = write!(
             h,
             "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>spillway what-if: {name}</title>\n<style>\
-             body{{font-family:system-ui,sans-serif;margin:2em;color:#222}}h2{{margin-top:2em;border-bottom:1px solid #ccc}}\
+             body{{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1200px}}h2{{margin-top:2em;border-bottom:1px solid #ccc}}\
              table{{border-collapse:collapse;font-size:13px}}td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}\
              th:first-child,td:first-child{{text-align:left}}.charts{{display:flex;flex-wrap:wrap;gap:12px}}\
-             svg{{background:#fafafa;border:1px solid #ddd}}</style></head><body>\n\
+             svg{{background:#fafafa;border:1px solid #ddd}}p.note{{max-width:60em;line-height:1.4}}</style></head><body>\n\
              <h1>What-if: {name}</h1><p>{desc}</p><p>Seed {seed}, horizon {hz} h, regions: {regions}.</p>\n",
             name = esc(&self.scenario),
             desc = esc(self.description.trim()),
             seed = self.seed,
             hz = self.horizon_hours,
             regions = esc(&self.regions.join(", ")),
+        );
+        h.push_str(
+            "<p class=\"note\"><b>What this shows.</b> The same jobs, arriving at the same times, run once per \
+             policy against the same simulated cloud: the same quotas, capacity, spot evictions, prices and \
+             outages. The table sums each run up; the first two charts put the policies on the same axes: the \
+             money spent so far, and the jobs waiting for GPUs (submitted, not yet running). A policy whose cost \
+             line is higher but whose queue is shorter bought waiting time with money (more regular VMs, more \
+             regions); one that asks the cloud for capacity it does not get shows it in the table's failed \
+             provisioning column. Below, per policy: where its GPUs ran, stacked by region, and a timeline per \
+             region of outages (red bands) and of failovers into that region (ticks).</p>\n",
         );
         h.push_str("<h2>Summary</h2>\n");
         h.push_str(&self.html_table());
@@ -337,28 +348,50 @@ impl Report {
                 })
             })
             .fold(0.0, f64::max);
+        h.push_str("<h2>All policies</h2><div class=\"charts\">");
+        let costs: Vec<(&str, &[f64], &str)> = self
+            .runs
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.summary.name.as_str(), &r.series.cost_usd[..], SERIES_COLORS[i % SERIES_COLORS.len()]))
+            .collect();
+        let queues: Vec<Vec<f64>> =
+            self.runs.iter().map(|r| r.series.queue.iter().map(|&x| x as f64).collect()).collect();
+        let waiting: Vec<(&str, &[f64], &str)> = self
+            .runs
+            .iter()
+            .zip(&queues)
+            .enumerate()
+            .map(|(i, (r, q))| (r.summary.name.as_str(), &q[..], SERIES_COLORS[i % SERIES_COLORS.len()]))
+            .collect();
+        let hours: Vec<&[f64]> = self.runs.iter().map(|r| &r.series.hours[..]).collect();
+        h.push_str(&line_chart(
+            "Cost so far, all policies",
+            "USD",
+            &hours,
+            &costs,
+            self.horizon_hours,
+            max_cost,
+            false,
+        ));
+        h.push_str(&line_chart(
+            "Jobs waiting, all policies",
+            "jobs waiting",
+            &hours,
+            &waiting,
+            self.horizon_hours,
+            max_queue,
+            true,
+        ));
+        h.push_str("</div>\n");
         for run in &self.runs {
             let s = &run.series;
             let _ = writeln!(h, "<h2>{}</h2><div class=\"charts\">", esc(&run.summary.name));
-            h.push_str(&line_chart(
-                "Cost so far (USD)",
-                &s.hours,
-                &[("cost", &s.cost_usd, COLORS[0])],
-                self.horizon_hours,
-                max_cost,
-            ));
-            let q: Vec<f64> = s.queue.iter().map(|&x| x as f64).collect();
-            h.push_str(&line_chart(
-                "Jobs waiting",
-                &s.hours,
-                &[("queue", &q, COLORS[1])],
-                self.horizon_hours,
-                max_queue,
-            ));
             h.push_str(&stacked_chart(
                 "GPUs in use by region",
                 &s.hours,
                 &s.gpus_by_region,
+                &self.regions,
                 self.horizon_hours,
                 max_gpus,
             ));
@@ -419,141 +452,258 @@ impl Report {
     }
 }
 
-const COLORS: [&str; 8] = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
-const W: f64 = 460.0;
-const H: f64 = 220.0;
-const PAD_L: f64 = 56.0;
-const PAD_R: f64 = 12.0;
-const PAD_T: f64 = 24.0;
-const PAD_B: f64 = 30.0;
+/// Colours of policies and regions; red is kept for outages alone.
+const SERIES_COLORS: [&str; 7] = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
+/// Outages, and nothing else.
+const OUTAGE_RED: &str = "#d62728";
+const W: f64 = 560.0;
+const H: f64 = 260.0;
+const PAD_T: f64 = 28.0;
+const PAD_B: f64 = 46.0;
+/// Room right of the plot for a legend (charts without one keep a margin for the last x label).
+const LEGEND_W: f64 = 150.0;
+const PAD_R: f64 = 24.0;
 
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
-fn x_of(hours: f64, horizon: f64) -> f64 {
-    PAD_L + (W - PAD_L - PAD_R) * (hours / horizon.max(1e-9)).clamp(0.0, 1.0)
-}
-
-fn y_of(v: f64, max: f64) -> f64 {
-    let max = if max > 0.0 { max } else { 1.0 };
-    H - PAD_B - (H - PAD_T - PAD_B) * (v / max).clamp(0.0, 1.0)
-}
-
-/// Axes, title and tick labels of a chart (the y axis from 0 to `max`).
-fn frame(title: &str, horizon: f64, max: f64) -> String {
-    let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" font-size=\"11\">\
-         <text x=\"{PAD_L}\" y=\"15\" font-weight=\"bold\">{}</text>\
-         <line x1=\"{PAD_L}\" y1=\"{y0}\" x2=\"{x1}\" y2=\"{y0}\" stroke=\"#888\"/>\
-         <line x1=\"{PAD_L}\" y1=\"{PAD_T}\" x2=\"{PAD_L}\" y2=\"{y0}\" stroke=\"#888\"/>",
-        esc(title),
-        y0 = H - PAD_B,
-        x1 = W - PAD_R,
-    );
-    for k in 0..=4 {
-        let v = max * k as f64 / 4.0;
-        let y = y_of(v, max);
-        let _ = write!(
-            s,
-            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text><line x1=\"{PAD_L}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"#eee\"/>",
-            PAD_L - 4.0,
-            y + 4.0,
-            short(v),
-            W - PAD_R
-        );
+/// Round tick values from 0 to at least `max`: steps of 1, 2, 2.5 or 5 × 10^k, whole numbers only
+/// when `whole` (jobs, GPUs).
+fn nice_ticks(max: f64, whole: bool) -> Vec<f64> {
+    let max = if max > 0.0 && max.is_finite() { max } else { 1.0 };
+    let raw = max / 4.0;
+    let mag = 10f64.powf(raw.log10().floor());
+    let mut step = [1.0, 2.0, 2.5, 5.0, 10.0].iter().map(|m| m * mag).find(|s| *s >= raw).unwrap_or(10.0 * mag);
+    if whole {
+        step = step.max(1.0).ceil();
     }
-    for k in 0..=4 {
-        let t = horizon * k as f64 / 4.0;
-        let _ = write!(
-            s,
-            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{} h</text>",
-            x_of(t, horizon),
-            H - PAD_B + 14.0,
-            short(t)
-        );
-    }
-    s
+    let n = (max / step - 1e-9).ceil().max(1.0) as usize;
+    (0..=n).map(|k| step * k as f64).collect()
 }
 
-fn short(v: f64) -> String {
-    if v >= 10_000.0 {
-        format!("{:.0}k", v / 1000.0)
-    } else if v >= 100.0 || v == v.round() {
-        format!("{v:.0}")
+/// Hour ticks at a step people count in (hours, quarter days, days, weeks).
+fn hour_ticks(horizon: f64) -> Vec<f64> {
+    let step = [1.0, 2.0, 3.0, 6.0, 12.0, 24.0, 48.0, 72.0, 168.0, 336.0, 720.0, 1440.0]
+        .into_iter()
+        .find(|s| horizon / s <= 8.0)
+        .unwrap_or((horizon / 8.0).ceil());
+    let n = (horizon / step + 1e-9).floor() as usize;
+    (0..=n).map(|k| step * k as f64).collect()
+}
+
+fn tick_label(v: f64, step: f64) -> String {
+    if step >= 1.0 || v == 0.0 {
+        if v >= 10_000.0 && (v / 1000.0).fract() == 0.0 { format!("{}k", v / 1000.0) } else { format!("{v:.0}") }
     } else {
-        format!("{v:.1}")
+        // As many decimals as the step needs, so that every label of an axis has the same
+        // number of them: 0.25 steps label 0.50, not 0.5.
+        let decimals = (1..=6).find(|&d| {
+            let scaled = step * 10f64.powi(d);
+            (scaled - scaled.round()).abs() < 1e-6 * scaled
+        });
+        let decimals = decimals.unwrap_or(6) as usize;
+        format!("{v:.decimals$}")
     }
 }
 
-fn polyline(hours: &[f64], values: &[f64], horizon: f64, max: f64, color: &str) -> String {
+/// A chart's plot area and scales.
+struct Axes {
+    pad_l: f64,
+    right: f64,
+    horizon: f64,
+    y_ticks: Vec<f64>,
+}
+
+impl Axes {
+    fn new(pad_l: f64, legend: bool, horizon: f64, max: f64, whole: bool) -> Axes {
+        let right = W - if legend { LEGEND_W } else { PAD_R };
+        Axes { pad_l, right, horizon: horizon.max(1e-9), y_ticks: nice_ticks(max, whole) }
+    }
+
+    fn y_max(&self) -> f64 {
+        self.y_ticks.last().copied().unwrap_or(1.0)
+    }
+
+    fn x(&self, hours: f64) -> f64 {
+        self.pad_l + (self.right - self.pad_l) * (hours / self.horizon).clamp(0.0, 1.0)
+    }
+
+    fn y(&self, v: f64) -> f64 {
+        H - PAD_B - (H - PAD_T - PAD_B) * (v / self.y_max()).clamp(0.0, 1.0)
+    }
+
+    /// The `<svg>` start, the title, the axes with round ticks, and both axis titles.
+    fn frame(&self, title: &str, y_title: &str) -> String {
+        let y0 = H - PAD_B;
+        let mut s = format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" font-size=\"11\">\
+             <text x=\"{:.1}\" y=\"17\" font-weight=\"bold\">{}</text>\
+             <line x1=\"{:.1}\" y1=\"{y0}\" x2=\"{:.1}\" y2=\"{y0}\" stroke=\"#888\"/>\
+             <line x1=\"{:.1}\" y1=\"{PAD_T}\" x2=\"{:.1}\" y2=\"{y0}\" stroke=\"#888\"/>",
+            self.pad_l,
+            esc(title),
+            self.pad_l,
+            self.right,
+            self.pad_l,
+            self.pad_l,
+        );
+        let step = self.y_ticks.get(1).copied().unwrap_or(1.0);
+        for &v in &self.y_ticks {
+            let y = self.y(v);
+            let _ = write!(
+                s,
+                "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text><line x1=\"{:.1}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"#eee\"/>",
+                self.pad_l - 4.0,
+                y + 4.0,
+                tick_label(v, step),
+                self.pad_l,
+                self.right
+            );
+        }
+        s.push_str(&self.hour_axis());
+        let mid = (PAD_T + y0) / 2.0;
+        let _ = write!(
+            s,
+            "<text x=\"14\" y=\"{mid:.1}\" text-anchor=\"middle\" transform=\"rotate(-90 14 {mid:.1})\">{}</text>",
+            esc(y_title)
+        );
+        s
+    }
+
+    /// Hour ticks and the x axis title (the last label right-aligned, so it is never cut).
+    fn hour_axis(&self) -> String {
+        let mut s = String::new();
+        let ticks = hour_ticks(self.horizon);
+        for (i, &t) in ticks.iter().enumerate() {
+            let anchor = if i + 1 == ticks.len() && self.x(t) > self.right - 12.0 { "end" } else { "middle" };
+            let _ = write!(
+                s,
+                "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"{anchor}\">{}</text><line x1=\"{:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"#888\"/>",
+                self.x(t),
+                H - PAD_B + 15.0,
+                tick_label(t, 1.0),
+                self.x(t),
+                H - PAD_B,
+                self.x(t),
+                H - PAD_B + 4.0
+            );
+        }
+        let _ = write!(
+            s,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">hours since the start of the run</text>",
+            (self.pad_l + self.right) / 2.0,
+            H - 8.0
+        );
+        s
+    }
+
+    /// A legend right of the plot, off the data.
+    fn legend(&self, items: &[(&str, &str)]) -> String {
+        let mut s = String::new();
+        for (i, (label, color)) in items.iter().enumerate() {
+            let y = PAD_T + 4.0 + 16.0 * i as f64;
+            let _ = write!(
+                s,
+                "<rect x=\"{:.1}\" y=\"{y:.1}\" width=\"10\" height=\"10\" fill=\"{color}\"/><text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+                self.right + 12.0,
+                self.right + 26.0,
+                y + 9.0,
+                esc(label)
+            );
+        }
+        s
+    }
+}
+
+fn polyline(axes: &Axes, hours: &[f64], values: &[f64], color: &str) -> String {
     let pts: Vec<String> =
-        hours.iter().zip(values).map(|(&t, &v)| format!("{:.1},{:.1}", x_of(t, horizon), y_of(v, max))).collect();
+        hours.iter().zip(values).map(|(&t, &v)| format!("{:.1},{:.1}", axes.x(t), axes.y(v))).collect();
     format!("<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"1.5\" points=\"{}\"/>", pts.join(" "))
 }
 
-fn line_chart(title: &str, hours: &[f64], lines: &[(&str, &[f64], &str)], horizon: f64, max: f64) -> String {
-    let mut s = frame(title, horizon, max);
-    for (_, v, c) in lines {
-        s.push_str(&polyline(hours, v, horizon, max, c));
+/// One line per series on the same axes, with a legend.
+#[allow(clippy::too_many_arguments)]
+fn line_chart(
+    title: &str,
+    y_title: &str,
+    hours: &[&[f64]],
+    lines: &[(&str, &[f64], &str)],
+    horizon: f64,
+    max: f64,
+    whole: bool,
+) -> String {
+    let axes = Axes::new(64.0, true, horizon, max, whole);
+    let mut s = axes.frame(title, y_title);
+    for ((_, v, c), t) in lines.iter().zip(hours) {
+        s.push_str(&polyline(&axes, t, v, c));
     }
+    let items: Vec<(&str, &str)> = lines.iter().map(|(n, _, c)| (*n, *c)).collect();
+    s.push_str(&axes.legend(&items));
     s.push_str("</svg>\n");
     s
 }
 
-fn stacked_chart(title: &str, hours: &[f64], by_region: &BTreeMap<String, Vec<f64>>, horizon: f64, max: f64) -> String {
-    let mut s = frame(title, horizon, max);
+fn stacked_chart(
+    title: &str,
+    hours: &[f64],
+    by_region: &BTreeMap<String, Vec<f64>>,
+    regions: &[String],
+    horizon: f64,
+    max: f64,
+) -> String {
+    let axes = Axes::new(64.0, true, horizon, max, true);
+    let mut s = axes.frame(title, "GPUs in use");
     let mut base = vec![0.0; hours.len()];
-    for (i, (region, vals)) in by_region.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
+    let mut items = Vec::new();
+    for (region, vals) in by_region {
+        // A region keeps its colour in every chart: its place among the scenario's regions.
+        let i = regions.iter().position(|r| r == region).unwrap_or(regions.len());
+        let color = SERIES_COLORS[i % SERIES_COLORS.len()];
         let top: Vec<f64> = base.iter().zip(vals).map(|(b, v)| b + v).collect();
         let mut pts: Vec<String> =
-            hours.iter().zip(&top).map(|(&t, &v)| format!("{:.1},{:.1}", x_of(t, horizon), y_of(v, max))).collect();
-        pts.extend(
-            hours.iter().zip(&base).rev().map(|(&t, &v)| format!("{:.1},{:.1}", x_of(t, horizon), y_of(v, max))),
-        );
+            hours.iter().zip(&top).map(|(&t, &v)| format!("{:.1},{:.1}", axes.x(t), axes.y(v))).collect();
+        pts.extend(hours.iter().zip(&base).rev().map(|(&t, &v)| format!("{:.1},{:.1}", axes.x(t), axes.y(v))));
         let _ =
             write!(s, "<polygon fill=\"{color}\" fill-opacity=\"0.7\" stroke=\"none\" points=\"{}\"/>", pts.join(" "));
-        let _ = write!(
-            s,
-            "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"9\" height=\"9\" fill=\"{color}\"/><text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
-            W - PAD_R - 100.0,
-            PAD_T + 2.0 + 12.0 * i as f64,
-            W - PAD_R - 88.0,
-            PAD_T + 10.0 + 12.0 * i as f64,
-            esc(region)
-        );
+        items.push((region.as_str(), color));
         base = top;
     }
+    s.push_str(&axes.legend(&items));
     s.push_str("</svg>\n");
     s
 }
 
-/// One row per region: outage windows as red bars, failovers into the region as ticks.
+/// One row per region: outage windows as red bands, failovers into the region as ticks. The left
+/// margin fits the longest region name.
 fn timeline(failovers: &[Failover], outages: &[OutageWindow], regions: &[String], horizon: f64) -> String {
+    let longest = regions.iter().map(|r| r.chars().count()).max().unwrap_or(0) as f64;
+    let axes = Axes::new((longest * 6.5 + 12.0).max(64.0), true, horizon, 1.0, true);
     let rows = regions.len().max(1) as f64;
     let row_h = (H - PAD_T - PAD_B) / rows;
     let mut s = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" font-size=\"11\">\
-         <text x=\"{PAD_L}\" y=\"15\" font-weight=\"bold\">Failovers (ticks, into the region) and outages (red)</text>"
+         <text x=\"{:.1}\" y=\"17\" font-weight=\"bold\">Failovers into each region, and outages</text>",
+        axes.pad_l
     );
     for (i, r) in regions.iter().enumerate() {
         let y = PAD_T + row_h * i as f64;
         let _ = write!(
             s,
-            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text><line x1=\"{PAD_L}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"#ddd\"/>",
-            PAD_L - 4.0,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text><line x1=\"{:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"#ddd\"/>",
+            axes.pad_l - 4.0,
             y + row_h / 2.0 + 4.0,
             esc(r),
+            axes.pad_l,
             y + row_h,
-            W - PAD_R,
+            axes.right,
             y + row_h
         );
         for o in outages.iter().filter(|o| o.label.split(' ').next() == Some(r.as_str())) {
-            let (x0, x1) = (x_of(o.from_hours, horizon), x_of(o.until_hours, horizon));
+            let (x0, x1) = (axes.x(o.from_hours), axes.x(o.until_hours));
             let _ = write!(
                 s,
-                "<rect x=\"{x0:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"#d62728\" fill-opacity=\"0.35\"><title>{}</title></rect>",
+                "<rect x=\"{x0:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{OUTAGE_RED}\" fill-opacity=\"0.35\"><title>{}</title></rect>",
                 y + 2.0,
                 (x1 - x0).max(1.0),
                 row_h - 4.0,
@@ -563,27 +713,43 @@ fn timeline(failovers: &[Failover], outages: &[OutageWindow], regions: &[String]
         // Many failovers at once would be thousands of elements: one tick per pixel column.
         let mut seen = std::collections::BTreeSet::new();
         for f in failovers.iter().filter(|f| &f.to == r) {
-            let x = x_of(f.at_hours, horizon).round() as i64;
+            let x = axes.x(f.at_hours).round() as i64;
             if seen.insert(x) {
                 let _ = write!(
                     s,
-                    "<line x1=\"{x}\" y1=\"{:.1}\" x2=\"{x}\" y2=\"{:.1}\" stroke=\"#1f77b4\"/>",
+                    "<line x1=\"{x}\" y1=\"{:.1}\" x2=\"{x}\" y2=\"{:.1}\" stroke=\"#333\"/>",
                     y + 4.0,
                     y + row_h - 4.0
                 );
             }
         }
     }
-    for k in 0..=4 {
-        let t = horizon * k as f64 / 4.0;
-        let _ = write!(
-            s,
-            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{} h</text>",
-            x_of(t, horizon),
-            H - PAD_B + 14.0,
-            short(t)
-        );
-    }
-    let _ = writeln!(s, "<text x=\"{PAD_L}\" y=\"{:.1}\">{} failovers</text></svg>", H - 3.0, failovers.len());
+    s.push_str(&axes.hour_axis());
+    s.push_str(&axes.legend(&[("failover into it", "#333"), ("outage", OUTAGE_RED)]));
+    let _ = writeln!(
+        s,
+        "<text x=\"{:.1}\" y=\"{:.1}\">{} failovers in all</text></svg>",
+        axes.right + 12.0,
+        PAD_T + 50.0,
+        failovers.len()
+    );
     s
+}
+
+#[cfg(test)]
+mod chart_tests {
+    use super::*;
+
+    #[test]
+    fn ticks_are_round_and_cover_the_data() {
+        assert_eq!(nice_ticks(11_216.0, false), vec![0.0, 5000.0, 10_000.0, 15_000.0]);
+        assert_eq!(nice_ticks(6.2, true), vec![0.0, 2.0, 4.0, 6.0, 8.0]);
+        assert_eq!(nice_ticks(3.0, true), vec![0.0, 1.0, 2.0, 3.0]);
+        assert_eq!(nice_ticks(0.0, true), vec![0.0, 1.0]);
+        assert_eq!(hour_ticks(168.0), vec![0.0, 24.0, 48.0, 72.0, 96.0, 120.0, 144.0, 168.0]);
+        assert_eq!(tick_label(10_000.0, 5000.0), "10k");
+        assert_eq!(tick_label(0.5, 0.25), "0.50");
+        assert_eq!(tick_label(0.4, 0.2), "0.4");
+        assert_eq!(tick_label(0.05, 0.025), "0.050");
+    }
 }
