@@ -27,7 +27,7 @@ use serde::Serialize;
 use state::{Store, StoreError, Tx, TxAbort};
 use std::sync::atomic::AtomicU64;
 
-use super::credential::AgentKeys;
+use super::credential::{AgentKeys, AttemptRef};
 use super::decide::{self, ExitVerdict};
 use super::protocol::{
     Action, ExitReason, GpuInfo, GpuSample, Heartbeat, LogAck, LogBatch, LogLine, LogStream, Phase, RankVars,
@@ -412,6 +412,13 @@ impl AgentService {
         let Some(named) = self.inner.keys.verify(credential) else {
             return Err(AgentError::Unauthorized("unknown agent credential".into()));
         };
+        self.authorize_named(&named, job_id, attempt)
+    }
+
+    /// [`authorize`](Self::authorize) for a credential already verified (by its MAC alone, which
+    /// needs no path: the HTTP layer does that first, so that a request without a valid
+    /// credential learns nothing about the path it named).
+    pub fn authorize_named(&self, named: &AttemptRef, job_id: &str, attempt: u32) -> Result<Attempt, AgentError> {
         let not_found = || AgentError::NotFound(format!("no attempt {attempt} of job {job_id} for this credential"));
         if named.job_id != job_id || named.attempt != attempt {
             return Err(not_found());

@@ -11,9 +11,9 @@
 //! POST /v1/agent/jobs/{job}/attempts/{attempt}/ranks/{rank}/reports  → setup/run started, exits, notices
 //! ```
 //!
-//! A wrong or unknown credential is 401; another attempt's credential is 404 (as for an attempt
-//! that does not exist); an ended attempt's is 401. Refusals are logged with the attempt named in
-//! the path, never with the credential.
+//! A missing, wrong or unknown credential is 401, checked before the path is even parsed; another
+//! attempt's credential is 404 (as for an attempt that does not exist); an ended attempt's is 401.
+//! Refusals are logged with the path or the attempt it names, never with the credential.
 
 use std::time::Duration;
 
@@ -33,21 +33,16 @@ use utoipa_axum::routes;
 use super::ApiState;
 use super::error::{ApiError, ErrorBody, blocking};
 use crate::agents::protocol::{Action, Heartbeat, LogAck, LogBatch, Registered, Registration, Report, WorkStatus};
-use crate::agents::{AgentError, AgentService};
+use crate::agents::{AgentError, AgentService, AttemptRef};
 use crate::model::{Attempt, FieldErrors};
 
 /// Largest agent request body: a log batch of a few thousand long lines.
 pub const MAX_AGENT_BODY: usize = 1024 * 1024;
 
-/// The credential an agent presented (set by [`authenticate`]; never logged).
-#[derive(Clone)]
-pub(crate) struct AgentCredential(String);
-
-impl std::fmt::Debug for AgentCredential {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("AgentCredential(<redacted>)")
-    }
-}
+/// The attempt named by the credential an agent presented, once its MAC checked out (set by
+/// [`authenticate`]). The credential itself is not kept, so it cannot reach a log line.
+#[derive(Debug, Clone)]
+pub(crate) struct AgentCredential(AttemptRef);
 
 impl From<AgentError> for ApiError {
     fn from(e: AgentError) -> Self {
@@ -61,24 +56,33 @@ impl From<AgentError> for ApiError {
     }
 }
 
-/// Takes the bearer credential off the request. Checking it needs the path (it names one attempt),
-/// so the handlers do that; here only its presence is required.
-pub(crate) async fn authenticate(mut req: Request, next: Next) -> Response {
+/// Verifies the bearer credential before anything else looks at the request. Its MAC needs no
+/// path, so a request without a valid credential is 401 whatever its path, query or body: a probe
+/// learns nothing about which paths parse or which attempts exist. The handlers then check that
+/// the credential's attempt is the one in the path and still active.
+pub(crate) async fn authenticate(State(state): State<ApiState>, mut req: Request, next: Next) -> Response {
     let presented = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, t)| t.trim().to_string())
+        .map(|(_, t)| t.trim())
         .filter(|t| !t.is_empty());
-    let Some(presented) = presented else {
-        let mut resp = ApiError::unauthorized("missing agent credential: send `Authorization: Bearer <credential>`")
-            .into_response();
+    // A server without agents has no key; no credential is valid there.
+    let named = presented.and_then(|c| state.agents().and_then(|svc| svc.keys().verify(c)));
+    let Some(named) = named else {
+        let message = if presented.is_none() {
+            "missing agent credential: send `Authorization: Bearer <credential>`"
+        } else {
+            tracing::warn!(path = %req.uri().path(), status = 401, reason = "unknown agent credential", "agent call refused");
+            "unknown agent credential"
+        };
+        let mut resp = ApiError::unauthorized(message).into_response();
         resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         return resp;
     };
-    req.extensions_mut().insert(AgentCredential(presented));
+    req.extensions_mut().insert(AgentCredential(named));
     next.run(req).await
 }
 
@@ -89,8 +93,8 @@ fn service(state: &ApiState) -> Result<AgentService, ApiError> {
 /// Checks the credential against the attempt in the path, off the async threads.
 async fn attempt(state: &ApiState, cred: &AgentCredential, job: &str, attempt: u32) -> Result<Attempt, ApiError> {
     let svc = service(state)?;
-    let (c, j) = (cred.0.clone(), job.to_string());
-    let out = blocking(move || svc.authorize(&c, &j, attempt).map_err(ApiError::from)).await;
+    let (named, j) = (cred.0.clone(), job.to_string());
+    let out = blocking(move || svc.authorize_named(&named, &j, attempt).map_err(ApiError::from)).await;
     if let Err(e) = &out
         && (e.status == StatusCode::UNAUTHORIZED || e.status == StatusCode::NOT_FOUND)
     {
@@ -133,7 +137,7 @@ fn path3(p: Result<Path<(String, u32, u32)>, PathRejection>) -> Result<(String, 
     request_body = Registration,
     responses(
         (status = 200, body = Registered),
-        (status = 401, description = "No, a wrong, or an ended attempt's credential", body = ErrorBody),
+        (status = 401, description = "A missing, wrong or ended attempt's credential", body = ErrorBody),
         (status = 404, description = "Not this credential's attempt", body = ErrorBody),
         (status = 409, description = "Every rank is held by a live VM", body = ErrorBody),
         (status = 422, body = ErrorBody), (status = 503, body = ErrorBody),
@@ -176,8 +180,8 @@ pub(crate) async fn work(
     q: Result<Query<WorkQuery>, QueryRejection>,
 ) -> Result<Json<WorkStatus>, ApiError> {
     let (job, n, rank) = path3(p)?;
-    let q = q.map(|Query(v)| v).map_err(|e| ApiError::bad_field("query", e.body_text()))?;
     let a = attempt(&state, &cred, &job, n).await?;
+    let q = q.map(|Query(v)| v).map_err(|e| ApiError::bad_field("query", e.body_text()))?;
     let svc = service(&state)?;
     let wait = Duration::from_millis(q.wait_ms.unwrap_or(0));
     Ok(Json(svc.work(&a, rank, wait).await?))

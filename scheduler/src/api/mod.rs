@@ -387,7 +387,8 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 /// The whole API as an axum router.
 pub fn router(state: ApiState) -> axum::Router {
     let protected = protected_routes().route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
-    let agent = agent_routes::routes().route_layer(middleware::from_fn(agent_routes::authenticate));
+    let agent =
+        agent_routes::routes().route_layer(middleware::from_fn_with_state(state.clone(), agent_routes::authenticate));
     let (router, _) = protected.merge(public_routes()).merge(agent).split_for_parts();
     let http = state.inner.http.clone();
     router
