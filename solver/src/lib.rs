@@ -33,6 +33,7 @@
 //! assert!(plan.optimal);
 //! ```
 
+pub mod advise;
 mod check;
 mod explain;
 pub mod generate;
