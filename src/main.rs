@@ -69,6 +69,9 @@ enum Command {
         #[command(flatten)]
         server: cli::client::ServerArgs,
     },
+    /// Which quota to ask Azure for, where, and what it buys, ready to file: from a plan problem,
+    /// a what-if scenario, or the running server.
+    Advise(cli::advise::AdviseArgs),
     /// Run a simulator experiment file (its `[experiment] kind`: spot-deadline, what-if); with no
     /// file, the bundled `default` what-if scenario.
     Simulate {
@@ -145,6 +148,7 @@ fn main() -> ExitCode {
             cli::plan::run(&problem, output, method, time_limit_ms)
         }
         Command::Plan { problem: None, output, server, .. } => cli::capacity::run_remote_plan(&server, output),
+        Command::Advise(a) => cli::advise::run(&catalog, a),
         Command::State { action } => cli::state::run(action),
         Command::Serve(a) => cli::serve::run(&catalog, a),
         Command::Submit(a) => cli::submit::run(a),

@@ -186,7 +186,9 @@ impl Advice {
     pub fn requests(&self) -> Vec<PoolIncrease> {
         let mut out: Vec<PoolIncrease> = Vec::new();
         for inc in self.recommendations.iter().flat_map(|r| &r.increases) {
-            match out.iter_mut().find(|o| o.region == inc.region && normalize_pool(&o.pool) == normalize_pool(&inc.pool))
+            match out
+                .iter_mut()
+                .find(|o| o.region == inc.region && normalize_pool(&o.pool) == normalize_pool(&inc.pool))
             {
                 Some(o) => {
                     o.increase_vcpus += inc.increase_vcpus;
@@ -348,9 +350,15 @@ impl<'a> Advisor<'a> {
             let applied: Vec<&Levels> = chosen.iter().map(|c| &c.0).collect();
             let free = self.free_with(&applied);
             let options = self.options_for(&plan, &free);
+            // Screen every option with its pools wide open (one solve each), then minimise only the
+            // most promising: the best and enough others to name alternatives.
+            let mut screened: Vec<(Vec<usize>, Plan)> =
+                options.into_iter().filter_map(|o| self.screen(&o, &free, &plan).map(|p| (o, p))).collect();
+            screened.sort_by(|a, b| b.1.placed_weight.total_cmp(&a.1.placed_weight).then(a.0.cmp(&b.0)));
+            screened.truncate(self.options.max_alternatives + 2);
             let mut evals: Vec<Eval> = Vec::new();
-            for option in options {
-                if let Some(e) = self.evaluate(&option, &free, &plan) {
+            for (option, relaxed) in screened {
+                if let Some(e) = self.minimize(&option, &free, &plan, relaxed) {
                     evals.push(e);
                 }
             }
@@ -364,6 +372,7 @@ impl<'a> Advisor<'a> {
                     .then(a.plan.expected_cost.total_cmp(&b.plan.expected_cost))
                     .then(a.levels.cmp(&b.levels))
             });
+            evals.dedup_by(|a, b| a.levels == b.levels);
             let best = evals.remove(0);
             let alternatives: Vec<Eval> =
                 evals.into_iter().filter(|e| e.gain >= best.gain * 0.5 - WEIGHT_EPS && e.gain > WEIGHT_EPS).collect();
@@ -427,9 +436,8 @@ impl<'a> Advisor<'a> {
         out.into_iter().collect()
     }
 
-    /// What raising `option` buys from `plan`, at its smallest grant-sized increase.
-    fn evaluate(&mut self, option: &[usize], free: &[u64], plan: &Plan) -> Option<Eval> {
-        // Opened up to what every waiting job could draw from each pool: more could not place more.
+    /// How far each pool could usefully grow: what every waiting job could draw from it at most.
+    fn caps(&self, plan: &Plan) -> Vec<u64> {
         let mut cap = vec![0u64; self.base_free.len()];
         for (j, remaining) in self.waiting(plan) {
             let mut best: BTreeMap<usize, u64> = BTreeMap::new();
@@ -445,19 +453,30 @@ impl<'a> Advisor<'a> {
                 cap[q] += v;
             }
         }
+        cap
+    }
+
+    /// The plan with `option`'s pools opened up as far as waiting work could use them, if that
+    /// places more than `plan`.
+    fn screen(&mut self, option: &[usize], free: &[u64], plan: &Plan) -> Option<Plan> {
+        let cap = self.caps(plan);
         if option.iter().any(|&q| cap[q] == 0) {
             return None;
         }
-        let weight = plan.placed_weight;
         let mut open = free.to_vec();
         for &q in option {
             open[q] = open[q].saturating_add(cap[q]);
         }
         let relaxed = self.solve_with(&open);
+        (relaxed.placed_weight >= plan.placed_weight + WEIGHT_EPS).then_some(relaxed)
+    }
+
+    /// The smallest grant-sized increase of `option`'s pools that buys what `relaxed` (the screen's
+    /// plan) placed beyond `plan`.
+    fn minimize(&mut self, option: &[usize], free: &[u64], plan: &Plan, relaxed: Plan) -> Option<Eval> {
+        let cap = self.caps(plan);
+        let weight = plan.placed_weight;
         let target = relaxed.placed_weight;
-        if target < weight + WEIGHT_EPS {
-            return None;
-        }
         let used = self.usage(&relaxed);
         // Grant steps per pool: what the relaxed plan used beyond the free vCPUs, else the cap.
         let steps_of = |q: usize, v: u64, step: &[u64]| v.div_ceil(step[q]);
@@ -652,17 +671,6 @@ impl<'a> Advisor<'a> {
                 .map(|m| format!("{} from {} to {} (+{:.2} USD)", m.job, m.from, m.to, m.cost_change_usd))
                 .collect();
             b.notes.push(format!("moves work to a pricier region to make room: {}", list.join(", ")));
-        }
-        let before_rate = {
-            let s = self.summary(before);
-            s.cost_per_gpu_hour
-        };
-        if let (Some(now), Some(new)) = (before_rate, b.cost_per_gpu_hour)
-            && new > now * 1.05
-        {
-            b.notes.push(format!(
-                "the work it places costs {new:.2} USD per GPU-hour, more than the {now:.2} of the work placed without it"
-            ));
         }
         b
     }

@@ -1,5 +1,6 @@
 //! One module per command; each returns the process exit code.
 
+pub mod advise;
 pub mod agent;
 pub mod cancel;
 pub mod capacity;

@@ -1,11 +1,12 @@
 //! A small JSON-schema validator for the Azure REST API definitions in `shared/azure`, shared by
 //! `scheduler/tests/fleet_schema.rs` and `simulator/tests/azure_cloud.rs` (included with `#[path]`).
 //!
-//! It knows what the Compute Fleet spec uses: types, `required`, `enum` (open when
+//! It knows what the Compute Fleet and Quota specs use: types, `required`, `enum` (open when
 //! `x-ms-enum.modelAsString` is true), `$ref` across files (the spec's
 //! `../../../../../common-types/...` resolve to `shared/azure/common-types/...`), `allOf`,
-//! `additionalProperties`, `minimum`/`maximum`, int32, and `readOnly` (refused in requests,
-//! accepted in responses).
+//! `discriminator` (the definition whose `x-ms-discriminator-value` the object names, e.g. the
+//! Quota API's `LimitJsonObject` → `LimitObject`), `additionalProperties`, `minimum`/`maximum`,
+//! int32, and `readOnly` (refused in requests, accepted in responses).
 
 #![allow(dead_code)]
 
@@ -74,6 +75,18 @@ impl Schemas {
         if let Some(r) = schema.get("$ref").and_then(Value::as_str) {
             let (target, doc) = self.deref(base, r);
             self.validate_part(&doc, &target, value, at, errors, whole);
+            return;
+        }
+        // A polymorphic base validates as the derived definition the object names (that one's
+        // `allOf` comes back here as a part, which must not dispatch again).
+        if whole
+            && let Some(field) = schema.get("discriminator").and_then(Value::as_str)
+            && let Some(kind) = value.get(field).and_then(Value::as_str)
+        {
+            match self.derived(base, kind) {
+                Some(derived) => self.validate_part(base, &derived, value, at, errors, true),
+                None => errors.push(format!("{at}.{field}: no definition has discriminator value {kind:?}")),
+            }
             return;
         }
         for part in schema.get("allOf").and_then(Value::as_array).into_iter().flatten() {
@@ -153,6 +166,16 @@ impl Schemas {
         }
     }
 
+    /// The definition of document `base` whose `x-ms-discriminator-value` is `kind`.
+    fn derived(&mut self, base: &Path, kind: &str) -> Option<Value> {
+        let doc = self.doc(base);
+        doc.get("definitions")?
+            .as_object()?
+            .values()
+            .find(|d| d.get("x-ms-discriminator-value").and_then(Value::as_str) == Some(kind))
+            .cloned()
+    }
+
     /// True when `schema` or one of its `allOf` parts declares property `name`, or the schema
     /// declares no properties at all (an open object).
     fn declares(&mut self, base: &Path, schema: &Value, name: &str) -> bool {
@@ -200,4 +223,33 @@ pub fn definition_errors(
     let mut errors = Vec::new();
     schemas.validate(&doc, &schema, body, definition, &mut errors);
     errors
+}
+
+/// Problems of `body` against the definition at `pointer` (e.g. `#/definitions/CurrentQuotaLimitBase`)
+/// of the spec file `spec`; `response` accepts read-only properties.
+pub fn errors_against(spec: &Path, pointer: &str, body: &Value, response: bool) -> Vec<String> {
+    let mut schemas = Schemas::new();
+    schemas.response = response;
+    let (def, doc) = schemas.deref(spec, pointer);
+    let mut errors = Vec::new();
+    let name = pointer.rsplit('/').next().unwrap_or(pointer);
+    schemas.validate(&doc, &def, body, name, &mut errors);
+    errors
+}
+
+/// The official Quota API definition, read at run time from the shared reference folder
+/// (`shared/azure/quota-2025-09-01/openapi.json` beside the checkout or one of its parents, so a
+/// worktree finds it too); `None`, after saying so, when it is absent.
+pub fn quota_spec() -> Option<PathBuf> {
+    let rel = Path::new("shared/azure/quota-2025-09-01/openapi.json");
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let found = here.ancestors().map(|dir| dir.join(rel)).find(|p| p.is_file());
+    if found.is_none() {
+        eprintln!(
+            "skipping: {} is absent above {} (the official Microsoft.Quota definition lives in shared/)",
+            rel.display(),
+            here.display()
+        );
+    }
+    found
 }

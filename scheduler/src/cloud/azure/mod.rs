@@ -16,6 +16,7 @@ pub mod config;
 pub mod credential;
 pub mod fleet_body;
 pub mod models;
+pub mod quota;
 pub mod retry;
 
 use std::collections::HashMap;

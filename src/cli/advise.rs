@@ -1,0 +1,231 @@
+//! `spillway advise`: which quota to ask Azure for, where, and what it buys, ready to file.
+//!
+//! Sources: a plan problem (`--problem FILE`: its waiting jobs), a what-if scenario (`--scenario
+//! FILE`: the advice that would have helped that week, confirmed by simulating the week again), or
+//! the running server (neither: `GET /v1/advice`, the control loop's pending work, the quota it read
+//! and the blocks it learnt).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Args;
+use scheduler::advice::{AdviceReport, Filing, KnownPools, MANAGEMENT_ENDPOINT, SUBSCRIPTION_PLACEHOLDER};
+use scheduler::model::FieldErrors;
+
+use super::client::ClientArgs;
+use super::table;
+use crate::Output;
+
+/// Arguments of `spillway advise`.
+#[derive(Args, Debug)]
+pub struct AdviseArgs {
+    /// A plan problem (JSON, the `spillway plan` format): advice for the jobs it cannot place.
+    #[arg(long, conflicts_with = "scenario")]
+    pub problem: Option<PathBuf>,
+    /// A what-if scenario (TOML): the advice that would have helped that week, confirmed by
+    /// simulating the week again with it.
+    #[arg(long)]
+    pub scenario: Option<PathBuf>,
+    /// At most this many recommendations.
+    #[arg(long, default_value_t = 5)]
+    pub max: usize,
+    /// The subscription the requests are filed under [default: a `{subscriptionId}` placeholder].
+    #[arg(long, env = "SPILLWAY_AZURE_SUBSCRIPTION_ID")]
+    pub subscription: Option<String>,
+    /// The management endpoint the requests go to.
+    #[arg(long, default_value = MANAGEMENT_ENDPOINT)]
+    pub endpoint: String,
+    /// With --scenario: write a copy of the scenario with the advised limits (re-run it with
+    /// `spillway simulate` to see the difference).
+    #[arg(long, requires = "scenario")]
+    pub write_scenario: Option<PathBuf>,
+    /// Server, token and output format (the server is the source when neither --problem nor
+    /// --scenario is given).
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Runs `spillway advise`: exit 0 with the advice (also when there is none), 1 when the input is
+/// refused (unknown region or pool, invalid scenario), 2 when a problem file is malformed.
+pub fn run(catalog: &scheduler::Catalog, args: AdviseArgs) -> ExitCode {
+    if let Some(path) = &args.problem {
+        return run_problem(catalog, path, &args);
+    }
+    eprintln!("error: give --problem FILE (the scenario and server sources are not built yet)");
+    ExitCode::from(2)
+}
+
+fn subscription(args: &AdviseArgs) -> String {
+    args.subscription.clone().filter(|s| !s.trim().is_empty()).unwrap_or_else(|| SUBSCRIPTION_PLACEHOLDER.to_string())
+}
+
+/// Reads, checks and advises on a plan problem.
+fn run_problem(catalog: &scheduler::Catalog, path: &Path, args: &AdviseArgs) -> ExitCode {
+    let shown = path.display().to_string();
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: cannot read {shown}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut problem = match solver::Problem::from_json_str(&text) {
+        Ok(p) => p,
+        Err(e) => {
+            for issue in &e.issues {
+                eprintln!("error: {shown}: {issue}");
+            }
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(errors) = canonical_pools(catalog, &mut problem) {
+        eprintln!("error: {shown}: refused:\n{errors}");
+        return ExitCode::from(1);
+    }
+    let options = solver::advise::AdviseOptions { max_recommendations: args.max, ..Default::default() };
+    let advice = solver::advise::advise(&problem, &[], &options);
+    let report = AdviceReport::new(&format!("problem {shown}"), advice, &args.endpoint, &subscription(args));
+    match args.client.output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default()),
+        Output::Table => print!("{}", render(&report)),
+    }
+    ExitCode::SUCCESS
+}
+
+/// Checks every quota row names a region and a pool Azure knows, and rewrites pool names in the
+/// Quota API's spelling (the requests must use it).
+fn canonical_pools(catalog: &scheduler::Catalog, problem: &mut solver::Problem) -> Result<(), FieldErrors> {
+    let known = KnownPools::from_catalog(catalog);
+    let mut errs = FieldErrors::default();
+    for (i, q) in problem.quotas.iter_mut().enumerate() {
+        known.check(&mut errs, &format!("quotas[{i}]"), &q.region, &q.pool);
+        if let Some(p) = known.pool(&q.pool) {
+            q.pool = p.name().to_string();
+        }
+    }
+    errs.into_result(())
+}
+
+fn signed(x: f64) -> String {
+    if x >= 0.0 { format!("+{x:.2}") } else { format!("{x:.2}") }
+}
+
+/// The advice as tables: the ranked increases, before and after, and the requests to file.
+pub fn render(r: &AdviceReport) -> String {
+    let mut out = format!("quota advice ({}): {}\n", r.source, r.summary);
+    if r.recommendations.is_empty() {
+        out.push_str(&format!(
+            "\n{} jobs wait ({:.1} GPU-hours); no quota pool stands between them and a placement\n",
+            r.before.waiting_jobs, r.before.waiting_gpu_hours
+        ));
+        return out;
+    }
+    let mut rows = Vec::new();
+    for rec in &r.recommendations {
+        for (i, inc) in rec.increases.iter().enumerate() {
+            let buys = if i == 0 {
+                format!(
+                    "{} GPUs, {:.1} GPU-h, weight {:.0}, {} jobs",
+                    rec.buys.gpus,
+                    rec.buys.gpu_hours,
+                    rec.buys.placed_weight,
+                    rec.buys.jobs.len()
+                )
+            } else {
+                "(together with the row above)".to_string()
+            };
+            let cost = if i == 0 {
+                let rate = rec.buys.cost_per_gpu_hour.map(|c| format!(" ({c:.2}/GPU-h)")).unwrap_or_default();
+                format!("{}{rate}", signed(rec.buys.cost_change_usd))
+            } else {
+                String::new()
+            };
+            rows.push(vec![
+                if i == 0 { rec.rank.to_string() } else { String::new() },
+                inc.region.clone(),
+                inc.pool.clone(),
+                inc.current_limit.to_string(),
+                format!("+{}", inc.increase_vcpus),
+                inc.new_limit.to_string(),
+                buys,
+                cost,
+            ]);
+        }
+    }
+    out.push('\n');
+    out.push_str(&table::render(
+        &["RANK", "REGION", "POOL", "LIMIT", "INCREASE", "NEW LIMIT", "BUYS", "COST USD"],
+        &rows,
+    ));
+    for rec in &r.recommendations {
+        let mut lines = Vec::new();
+        if !rec.buys.jobs.is_empty() {
+            lines.push(format!("jobs: {}", list_some(&rec.buys.jobs, 8)));
+        }
+        for n in &rec.buys.notes {
+            lines.push(format!("note: {n}"));
+        }
+        for a in &rec.alternatives {
+            let what: Vec<String> =
+                a.increases.iter().map(|i| format!("+{} vCPUs of {}", i.increase_vcpus, i.pool)).collect();
+            lines.push(format!(
+                "or {} in {} (weight {:.0}, {:.1} GPU-h, {} USD)",
+                what.join(" and "),
+                a.region,
+                a.placed_weight,
+                a.gpu_hours,
+                signed(a.cost_change_usd)
+            ));
+        }
+        if !lines.is_empty() {
+            out.push_str(&format!("\n{}. {}\n", rec.rank, lines.join(&format!("\n{}", " ".repeat(3)))));
+        }
+    }
+    let row = |name: &str, s: &solver::advise::PlanSummary| {
+        vec![
+            name.to_string(),
+            format!("{:.0}", s.placed_weight),
+            s.placed_gpus.to_string(),
+            format!("{:.1}", s.placed_gpu_hours),
+            s.waiting_jobs.to_string(),
+            format!("{:.1}", s.waiting_gpu_hours),
+            format!("{:.2}", s.expected_cost),
+            s.cost_per_gpu_hour.map(|c| format!("{c:.3}")).unwrap_or_else(|| "-".into()),
+        ]
+    };
+    out.push_str("\nconfirmed by solving again with every increase applied:\n");
+    out.push_str(&table::render(
+        &["PLAN", "WEIGHT", "GPUS", "GPU-H", "JOBS WAITING", "GPU-H WAITING", "EXPECTED USD", "USD/GPU-H"],
+        &[row("before", &r.before), row("after", &r.after)],
+    ));
+    out.push_str(&render_filings(&r.requests));
+    out
+}
+
+/// The requests to file, each as the Quota API call and as an `az` command.
+pub fn render_filings(filings: &[Filing]) -> String {
+    let mut out = String::new();
+    if filings.is_empty() {
+        return out;
+    }
+    out.push_str("\nready to file (Microsoft.Quota 2025-09-01; or the az command below each):\n");
+    for f in filings {
+        out.push_str(&format!(
+            "\n  {} {} {} -> {} vCPUs (+{})\n  {} {}\n  {}\n  {}\n",
+            f.region,
+            f.resource_name,
+            f.current_limit,
+            f.new_limit,
+            f.increase_vcpus,
+            f.method,
+            f.url,
+            serde_json::to_string(&f.body).unwrap_or_default(),
+            f.az
+        ));
+    }
+    out
+}
+
+fn list_some(items: &[String], n: usize) -> String {
+    if items.len() <= n { items.join(", ") } else { format!("{} and {} more", items[..n].join(", "), items.len() - n) }
+}
