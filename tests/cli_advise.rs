@@ -99,3 +99,91 @@ fn a_malformed_problem_exits_2_naming_the_field() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("jobs[2].gpus: expected a positive integer"));
     let _ = std::fs::remove_file(path);
 }
+
+/// Half a day of A100 work in two regions whose regular A100 family quota is tight.
+const TIGHT_WEEK: &str = r#"
+[experiment]
+kind = "what-if"
+
+[scenario]
+name = "tight"
+start = "2026-01-05T00:00:00Z"
+horizon_hours = 12
+interval_seconds = 300
+seed = 5
+policies = ["spillway"]
+
+[cloud]
+regions = ["eastus", "westus3"]
+sizes = ["Standard_NC24ads_A100_v4", "Standard_NC96ads_A100_v4"]
+provisioning_seconds = 120
+default_capacity_vms = 8
+default_spot_eviction_rate_per_hour = 0.05
+
+[cloud.default_quota]
+cores = 400
+low_priority_cores = 96
+family = 96
+
+[[cloud.quota]]
+region = "westus3"
+families = { standardNCADSA100v4Family = 48 }
+
+[workload]
+source = "synthetic"
+jobs_per_hour = 4.0
+
+[workload.mapping]
+gpu_models = ["A100"]
+max_gpus = 4
+max_duration_hours = 6
+spot = "allowed"
+spot_max_hours = 1
+"#;
+
+#[test]
+fn a_scenario_gets_confirmed_advice_ready_to_file_and_an_advised_copy_that_simulates() {
+    let dir = std::env::temp_dir().join(format!("spillway-advise-scenario-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("tight.toml");
+    std::fs::write(&input, TIGHT_WEEK).unwrap();
+    let written = dir.join("out/tight-advised.toml");
+    std::fs::create_dir_all(written.parent().unwrap()).unwrap();
+    let out = spillway(&[
+        "advise",
+        "--scenario",
+        input.to_str().unwrap(),
+        "--write-scenario",
+        written.to_str().unwrap(),
+        "--output",
+        "json",
+        "--max",
+        "3",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let recs = r["recommendations"].as_array().unwrap();
+    assert!(!recs.is_empty() && recs.len() <= 3, "{r:#}");
+    assert_eq!(r["requests"].as_array().unwrap().len(), recs.len(), "one request per increase");
+    for (rec, req) in recs.iter().zip(r["requests"].as_array().unwrap()) {
+        let pool = rec["increase"]["pool"].as_str().unwrap();
+        assert!(req["url"].as_str().unwrap().contains(&format!("/locations/{}/", rec["region"].as_str().unwrap())));
+        assert!(req["url"].as_str().unwrap().contains(&format!("/quotas/{pool}?")), "{req:#}");
+        assert_eq!(req["body"]["properties"]["limit"]["value"], rec["increase"]["new_limit"]);
+    }
+    assert!(r["after"]["waiting_gpu_hours"].as_f64() < r["before"]["waiting_gpu_hours"].as_f64(), "{r:#}");
+
+    // The written copy runs with `spillway simulate` and gives the confirming run's week.
+    let sim = spillway(&["simulate", written.to_str().unwrap(), "--output", "json"]);
+    assert!(sim.status.success(), "{}", String::from_utf8_lossy(&sim.stderr));
+    let report: Value = serde_json::from_slice(&sim.stdout).unwrap();
+    let summary = &report["policies"][0];
+    assert_eq!(summary["name"], "spillway");
+    assert_eq!(summary["jobs_completed"], r["after"]["jobs_completed"], "{summary:#}");
+    assert_eq!(summary["jobs_pending_at_end"], r["after"]["jobs_pending_at_end"]);
+
+    let table = spillway(&["advise", "--scenario", input.to_str().unwrap(), "--max", "3"]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.contains("PENDING AT END") && text.contains("az quota update"), "{text}");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use clap::Args;
 use scheduler::advice::{AdviceReport, Filing, KnownPools, MANAGEMENT_ENDPOINT, SUBSCRIPTION_PLACEHOLDER};
 use scheduler::model::FieldErrors;
+use simulator::whatif::advise::{WeekAdvice, WeekAdviceOptions, advise_week, write_advised_scenario};
 
 use super::client::ClientArgs;
 use super::table;
@@ -51,8 +52,193 @@ pub fn run(catalog: &scheduler::Catalog, args: AdviseArgs) -> ExitCode {
     if let Some(path) = &args.problem {
         return run_problem(catalog, path, &args);
     }
-    eprintln!("error: give --problem FILE (the scenario and server sources are not built yet)");
+    if let Some(path) = &args.scenario {
+        return run_scenario(path, &args);
+    }
+    eprintln!("error: give --problem FILE or --scenario FILE (the server source, --url, is not built yet)");
     ExitCode::from(2)
+}
+
+/// The week's advice, ready to file.
+#[derive(serde::Serialize)]
+struct ScenarioReport<'a> {
+    source: String,
+    #[serde(flatten)]
+    advice: &'a WeekAdvice,
+    requests: Vec<Filing>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    written_scenario: Option<String>,
+}
+
+/// Simulates a what-if week, advises, confirms, and optionally writes the advised scenario.
+fn run_scenario(path: &Path, args: &AdviseArgs) -> ExitCode {
+    let shown = path.display().to_string();
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: cannot read {shown}: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if !simulator::whatif::is_what_if(&text) {
+        eprintln!("error: {shown}: --scenario takes a what-if scenario ([experiment] kind = \"what-if\")");
+        return ExitCode::from(1);
+    }
+    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let scenario = match simulator::whatif::Scenario::parse(&text, &dir, &shown) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    eprintln!("simulating {} to find the quota that binds, then again to confirm the advice…", scenario.name);
+    let options = WeekAdviceOptions { max_recommendations: args.max, ..WeekAdviceOptions::default() };
+    let advice = match advise_week(&scenario, &options) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let sub = subscription(args);
+    let requests: Vec<Filing> = advice
+        .recommendations
+        .iter()
+        .map(|r| {
+            let inc = &r.increase;
+            scheduler::advice::filing(
+                &args.endpoint,
+                &sub,
+                &inc.region,
+                &scheduler::model::QuotaPool::parse(&inc.pool),
+                inc.current_limit,
+                inc.new_limit,
+            )
+        })
+        .collect();
+    let mut written = None;
+    if let Some(out) = &args.write_scenario {
+        if let Err(e) = write_advised_scenario(path, &text, &scenario, &advice.increases(), out) {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+        written = Some(out.display().to_string());
+    }
+    let report =
+        ScenarioReport { source: format!("scenario {shown}"), advice: &advice, requests, written_scenario: written };
+    match args.client.output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default()),
+        Output::Table => print!("{}", render_week(&report)),
+    }
+    ExitCode::SUCCESS
+}
+
+fn render_week(r: &ScenarioReport) -> String {
+    let a = r.advice;
+    let mut out = format!("quota advice ({}): {}\n", r.source, a.summary);
+    if !a.recommendations.is_empty() {
+        let rows: Vec<Vec<String>> = a
+            .recommendations
+            .iter()
+            .map(|rec| {
+                let b = &rec.buys;
+                vec![
+                    rec.rank.to_string(),
+                    rec.region.clone(),
+                    rec.increase.pool.clone(),
+                    rec.increase.current_limit.to_string(),
+                    format!("+{}", rec.increase.increase_vcpus),
+                    rec.increase.new_limit.to_string(),
+                    format!("{:.1}", b.waiting_gpu_hours_saved),
+                    format!("{:.1}", b.waiting_weight_gpu_hours_saved),
+                    b.jobs_sooner.to_string(),
+                    signed(b.cost_change_usd),
+                ]
+            })
+            .collect();
+        out.push('\n');
+        out.push_str(&table::render(
+            &[
+                "RANK",
+                "REGION",
+                "POOL",
+                "LIMIT",
+                "INCREASE",
+                "NEW LIMIT",
+                "GPU-H LESS WAITING",
+                "WEIGHTED",
+                "JOBS SOONER",
+                "COST USD",
+            ],
+            &rows,
+        ));
+        for rec in &a.recommendations {
+            let mut lines = Vec::new();
+            if !rec.buys.jobs.is_empty() {
+                lines.push(format!("starts sooner: {}", list_some(&rec.buys.jobs, 8)));
+            }
+            if rec.buys.more_jobs_completed != 0 {
+                lines.push(format!("{:+} jobs completed by the end of the week", rec.buys.more_jobs_completed));
+            }
+            for n in &rec.buys.notes {
+                lines.push(format!("note: {n}"));
+            }
+            for alt in &rec.alternatives {
+                lines.push(format!(
+                    "or +{} vCPUs of {} in {} ({:.1} GPU-h less waiting, {:.1} weighted, {} USD)",
+                    alt.increase_vcpus,
+                    alt.pool,
+                    alt.region,
+                    alt.waiting_gpu_hours_saved,
+                    alt.waiting_weight_gpu_hours_saved,
+                    signed(alt.cost_change_usd)
+                ));
+            }
+            if !lines.is_empty() {
+                out.push_str(&format!("\n{}. {}\n", rec.rank, lines.join(&format!("\n{}", " ".repeat(3)))));
+            }
+        }
+    }
+    let row = |name: &str, w: &simulator::whatif::advise::WeekOutcome| {
+        vec![
+            name.to_string(),
+            w.jobs_submitted.to_string(),
+            w.jobs_completed.to_string(),
+            w.jobs_pending_at_end.to_string(),
+            format!("{:.2}", w.wait_p50_hours),
+            format!("{:.2}", w.wait_p95_hours),
+            format!("{:.2}", w.wait_p99_hours),
+            format!("{:.1}", w.waiting_gpu_hours),
+            format!("{:.2}", w.total_cost_usd),
+            w.cost_per_gpu_hour.map(|c| format!("{c:.3}")).unwrap_or_else(|| "-".into()),
+        ]
+    };
+    out.push_str(&format!(
+        "\nthe week (spillway policy) as it was and simulated again with every increase ({} simulations, {} \
+         snapshots of waiting work):\n",
+        a.simulations, a.samples
+    ));
+    out.push_str(&table::render(
+        &[
+            "WEEK",
+            "JOBS",
+            "COMPLETED",
+            "PENDING AT END",
+            "WAIT P50 H",
+            "P95 H",
+            "P99 H",
+            "GPU-H WAITING",
+            "USD",
+            "USD/GPU-H",
+        ],
+        &[row("before", &a.before), row("after", &a.after)],
+    ));
+    if let Some(w) = &r.written_scenario {
+        out.push_str(&format!("\nwrote {w}: `spillway simulate {w}` runs the week with the advised quota\n"));
+    }
+    out.push_str(&render_filings(&r.requests));
+    out
 }
 
 fn subscription(args: &AdviseArgs) -> String {

@@ -301,6 +301,12 @@ pub fn run_scenario_blocking(s: &Scenario, opts: &RunOptions) -> Result<Report, 
     rt.block_on(run_scenario(s, opts))
 }
 
+/// Sees the simulated cloud after every round of a run: what the quota advisor samples.
+pub trait RoundObserver {
+    /// Called after the round at `t_ms` (virtual Unix ms) with the cloud as the round left it.
+    fn after_round(&mut self, t_ms: i64, cloud: &SimCloud);
+}
+
 /// Runs one policy.
 pub(crate) async fn run_policy(
     s: &Scenario,
@@ -308,6 +314,18 @@ pub(crate) async fn run_policy(
     jobs: &[TraceJob],
     changes: &[(i64, CloudChange)],
     opts: &RunOptions,
+) -> Result<PolicyRun, WhatIfError> {
+    run_policy_observed(s, policy, jobs, changes, opts, None).await
+}
+
+/// Runs one policy, showing the cloud to `observer` after every round.
+pub(crate) async fn run_policy_observed(
+    s: &Scenario,
+    policy: Policy,
+    jobs: &[TraceJob],
+    changes: &[(i64, CloudChange)],
+    opts: &RunOptions,
+    mut observer: Option<&mut dyn RoundObserver>,
 ) -> Result<PolicyRun, WhatIfError> {
     let started = Instant::now();
     let catalog = s.catalog();
@@ -369,6 +387,9 @@ pub(crate) async fn run_policy(
         cost += last.cost_rate * dt_h;
         gpu_hours += last.gpu_rate * dt_h;
         last = driver.round_dyn().await?;
+        if let Some(o) = observer.as_mut() {
+            o.after_round(t, &cloud);
+        }
         last_t = t;
         if t >= next_sample {
             series.hours.push((t - s.start_ms) as f64 / 3_600_000.0);

@@ -11,10 +11,12 @@
 //! - [`engine`]: discrete events in virtual time, reconcile rounds every `interval_seconds`.
 //! - [`baselines`]: `greedy-failover` and `single-region`, per-job brokers on the same `SimCloud`.
 //! - [`report`]: the table, the JSON and the self-contained HTML report.
+//! - [`advise`]: the quota increases that would have helped a week, confirmed by simulating it again.
 //!
 //! Determinism: the same scenario and seed give byte-identical JSON, apart from `wall_ms`
 //! ([`RunOptions::timing`] = false writes 0 there).
 
+pub mod advise;
 pub mod baselines;
 pub mod engine;
 pub mod fit;

@@ -1,0 +1,1001 @@
+//! Quota advice for a what-if week: the quota increases that would have helped that week, found
+//! from the week's own waiting work and confirmed by simulating the week again with them.
+//!
+//! 1. **Observe**: the week runs once under the `spillway` policy (the production control loop on
+//!    the simulated cloud). Every `sample_every_ms` of virtual time the cloud's offers and quota are
+//!    sampled, and the peak usage of every pool is tracked.
+//! 2. **Snapshots**: at each sample with work waiting, the waiting jobs (by the run's own
+//!    outcomes), the offers and the free quota make a plan problem — the control loop's view at that
+//!    moment — and [`solver::advise`] says which pools bind it and by how much. Per pool, those
+//!    increases give candidate levels (their median, 75th and 90th percentiles, rounded to grant
+//!    steps); pools are ranked by the priority weight their increases would have placed.
+//! 3. **Search by simulation**: the week runs again with every candidate at its 90th-percentile
+//!    level: what that saves in priority-weighted waiting GPU-hours is the benefit to keep. Then,
+//!    largest first, each pool is tried at 0 and at its lower levels: the smallest level that keeps
+//!    `1 - tolerance` of the benefit stays (0 drops it).
+//! 4. **Confirmation**: the week runs again with the chosen increases. An increase the confirming
+//!    run does not use (the pool's peak usage never passes the old limit) is dropped. Each remaining
+//!    one is then removed in turn (one more run each): what the week loses without it is what it
+//!    buys, and the ranking; one that buys nothing is dropped too.
+//! 5. **Alternatives**: the pool the snapshots most often named as an alternative to a
+//!    recommendation is simulated in its place.
+//!
+//! Simulations that do not depend on each other run on `threads` threads.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::path::Path;
+use std::task::{Context, Poll, Waker};
+
+use scheduler::Catalog;
+use scheduler::cloud::Cloud;
+use scheduler::model::{Job, Offer, Quota, QuotaPool, normalize_family};
+use serde::{Deserialize, Serialize};
+use solver::advise::{AdviseOptions, PoolIncrease, advise};
+
+use super::WhatIfError;
+use super::engine::{RoundObserver, RunOptions, cloud_timeline, run_policy_observed};
+use super::report::{PolicyRun, percentile};
+use super::scenario::{EventAction, Policy, Scenario};
+use super::workload::{TraceJob, load_workload};
+use crate::sim_cloud::{RegionQuota, SimCloud};
+
+/// How to advise on a week.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WeekAdviceOptions {
+    /// At most this many recommendations.
+    pub max_recommendations: usize,
+    /// Virtual time between snapshots of the cloud.
+    pub sample_every_ms: i64,
+    /// At most this many snapshots are analysed (evenly thinned).
+    pub max_samples: usize,
+    /// A smaller increase is kept when it keeps at least `1 - tolerance` of the benefit.
+    pub tolerance: f64,
+    /// Simulations run at once.
+    pub threads: usize,
+}
+
+impl Default for WeekAdviceOptions {
+    fn default() -> Self {
+        WeekAdviceOptions {
+            max_recommendations: 5,
+            sample_every_ms: 3_600_000,
+            max_samples: 168,
+            tolerance: 0.05,
+            threads: 2,
+        }
+    }
+}
+
+/// The advice for a week, with the week before and after.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WeekAdvice {
+    /// The scenario's name.
+    pub scenario: String,
+    /// One line for people.
+    pub summary: String,
+    /// Ranked by what the week loses without them, best first.
+    pub recommendations: Vec<WeekRecommendation>,
+    /// The week as the scenario has it (the `spillway` policy).
+    pub before: WeekOutcome,
+    /// The week with every recommended increase: the confirming run.
+    pub after: WeekOutcome,
+    /// Snapshots of waiting work analysed.
+    pub samples: usize,
+    /// Simulated weeks, the first and the confirming one included.
+    pub simulations: u32,
+}
+
+/// How a week went for the `spillway` policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WeekOutcome {
+    /// Jobs submitted.
+    pub jobs_submitted: u64,
+    /// Jobs completed by the horizon.
+    pub jobs_completed: u64,
+    /// Jobs waiting or running at the horizon.
+    pub jobs_pending_at_end: u64,
+    /// Wait from submission to first running, hours (a job that never ran waits until the horizon).
+    pub wait_p50_hours: f64,
+    /// 95th percentile of the wait.
+    pub wait_p95_hours: f64,
+    /// 99th percentile of the wait.
+    pub wait_p99_hours: f64,
+    /// Σ GPUs × wait: GPU-hours of demand left waiting.
+    pub waiting_gpu_hours: f64,
+    /// Σ priority × GPUs × wait: the priority weight left waiting, in GPU-hours.
+    pub waiting_weight_gpu_hours: f64,
+    /// USD billed.
+    pub total_cost_usd: f64,
+    /// GPU-hours billed.
+    pub gpu_hours: f64,
+    /// USD per GPU-hour billed.
+    pub cost_per_gpu_hour: Option<f64>,
+}
+
+/// One pool to raise, and what the week would have gained.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WeekRecommendation {
+    /// 1 = best.
+    pub rank: u32,
+    /// Region.
+    pub region: String,
+    /// The pool, its limit and the increase (`free_vcpus`: what was left at the week's peak).
+    pub increase: PoolIncrease,
+    /// What the week loses without it, the others kept.
+    pub buys: WeekBenefit,
+    /// Other increases simulated in its place.
+    pub alternatives: Vec<WeekAlternative>,
+}
+
+/// What an increase buys over a week.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct WeekBenefit {
+    /// GPU-hours of demand that no longer wait.
+    pub waiting_gpu_hours_saved: f64,
+    /// Priority weight that no longer waits: Σ priority × GPUs × hours saved.
+    pub waiting_weight_gpu_hours_saved: f64,
+    /// Jobs that start sooner with it.
+    pub jobs_sooner: u64,
+    /// A few of them, most hours saved first.
+    pub jobs: Vec<String>,
+    /// Jobs completed by the horizon that would not have been.
+    pub more_jobs_completed: i64,
+    /// Change of the week's bill (USD): mostly the work it lets run.
+    pub cost_change_usd: f64,
+    /// USD per GPU-hour of the week without it.
+    pub cost_per_gpu_hour_without: Option<f64>,
+    /// USD per GPU-hour of the week with it.
+    pub cost_per_gpu_hour_with: Option<f64>,
+    /// Caveats, e.g. that it moves work to a pricier region.
+    pub notes: Vec<String>,
+}
+
+/// Another increase, simulated in place of a recommendation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WeekAlternative {
+    /// Region.
+    pub region: String,
+    /// Pool.
+    pub pool: String,
+    /// vCPUs added.
+    pub increase_vcpus: u64,
+    /// Priority-weighted waiting GPU-hours it saves in place of the recommendation.
+    pub waiting_weight_gpu_hours_saved: f64,
+    /// Waiting GPU-hours it saves in place of the recommendation.
+    pub waiting_gpu_hours_saved: f64,
+    /// Change of the week's bill against the week without the recommendation (USD).
+    pub cost_change_usd: f64,
+}
+
+impl WeekAdvice {
+    /// True when no quota increase would have placed more work.
+    pub fn is_empty(&self) -> bool {
+        self.recommendations.is_empty()
+    }
+
+    /// The increases as `(region, pool, vCPUs added)`, in rank order.
+    pub fn increases(&self) -> Vec<(String, QuotaPool, u64)> {
+        self.recommendations
+            .iter()
+            .map(|r| (r.region.clone(), QuotaPool::parse(&r.increase.pool), r.increase.increase_vcpus))
+            .collect()
+    }
+}
+
+/// An increase: region, pool, vCPUs added.
+pub type Increase = (String, QuotaPool, u64);
+
+/// The scenario with `increases` added to its quota limits (the `[cloud]` limits and every `quota`
+/// event on the same pool), running only the `spillway` policy.
+pub fn with_increases(s: &Scenario, increases: &[Increase]) -> Scenario {
+    let mut out = s.clone();
+    out.policies = vec![Policy::Spillway];
+    for (region, pool, inc) in increases {
+        let limit = s.cloud.quota_limit(region, pool) + inc;
+        let row = match out.cloud.quota.iter().position(|q| &q.region == region) {
+            Some(i) => &mut out.cloud.quota[i],
+            None => {
+                out.cloud.quota.push(RegionQuota {
+                    region: region.clone(),
+                    cores: None,
+                    low_priority_cores: None,
+                    family: None,
+                    families: BTreeMap::new(),
+                });
+                out.cloud.quota.last_mut().expect("just pushed")
+            }
+        };
+        match pool {
+            QuotaPool::Cores => row.cores = Some(limit),
+            QuotaPool::LowPriorityCores => row.low_priority_cores = Some(limit),
+            QuotaPool::Family(f) => {
+                let key = normalize_family(f);
+                row.families.retain(|k, _| normalize_family(k) != key);
+                row.families.insert(f.clone(), limit);
+            }
+        }
+        for e in &mut out.events {
+            if let EventAction::Quota { region: r, pool: p, vcpus } = &mut e.action
+                && r == region
+                && p.key() == pool.key()
+            {
+                *vcpus += inc;
+            }
+        }
+    }
+    out
+}
+
+/// The week simulated with some increases, as a confirming run sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Confirmation {
+    /// How the week goes (the `spillway` policy).
+    pub outcome: WeekOutcome,
+    /// Peak vCPUs in use per (region, pool key: lower-cased, no spaces).
+    pub peak_usage: BTreeMap<(String, String), u64>,
+}
+
+/// Simulates the week with `increases` (the `spillway` policy only) and reports how it goes and
+/// how far each pool's usage went.
+pub fn confirm(s: &Scenario, increases: &[Increase]) -> Result<Confirmation, WhatIfError> {
+    let jobs = load_workload(s)?;
+    let priority: BTreeMap<String, u32> = jobs.iter().map(|j| (j.id.clone(), j.spec.priority)).collect();
+    let sim = simulate(s, &jobs, increases, 0)?;
+    let outcome = measure(&sim.run, &priority, s.start_ms + s.horizon_ms).outcome;
+    Ok(Confirmation { outcome, peak_usage: sim.peak })
+}
+
+/// Polls a future that needs no waiting (the simulated cloud's answers are immediate).
+fn ready<F: Future>(f: F) -> Option<F::Output> {
+    let mut f = std::pin::pin!(f);
+    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(v) => Some(v),
+        Poll::Pending => None,
+    }
+}
+
+/// The cloud at one moment.
+#[derive(Debug, Clone)]
+struct Snapshot {
+    t_ms: i64,
+    offers: Vec<Offer>,
+    quotas: Vec<Quota>,
+}
+
+/// Samples the cloud every `every_ms` and tracks each pool's peak usage.
+struct Sampler {
+    every_ms: i64,
+    next_ms: i64,
+    regions: Vec<String>,
+    samples: Vec<Snapshot>,
+    /// Peak usage per (region, normalised pool).
+    peak: BTreeMap<(String, String), u64>,
+}
+
+impl RoundObserver for Sampler {
+    fn after_round(&mut self, t_ms: i64, cloud: &SimCloud) {
+        let mut quotas = Vec::new();
+        for r in &self.regions {
+            if let Some(Ok(q)) = ready(cloud.quota(r)) {
+                for p in &q {
+                    let e = self.peak.entry((r.clone(), p.pool.key())).or_default();
+                    *e = (*e).max(p.usage);
+                }
+                quotas.extend(q);
+            }
+        }
+        if self.every_ms > 0 && t_ms >= self.next_ms {
+            let offers = ready(cloud.offers()).and_then(Result::ok).unwrap_or_default();
+            self.samples.push(Snapshot { t_ms, offers, quotas });
+            self.next_ms = t_ms + self.every_ms;
+        }
+    }
+}
+
+/// One simulated week.
+struct Sim {
+    run: PolicyRun,
+    samples: Vec<Snapshot>,
+    peak: BTreeMap<(String, String), u64>,
+}
+
+/// Runs the `spillway` policy on `s` with `increases`, sampling every `sample_ms` (0: never).
+fn simulate(s: &Scenario, jobs: &[TraceJob], increases: &[Increase], sample_ms: i64) -> Result<Sim, WhatIfError> {
+    let s = with_increases(s, increases);
+    let (changes, _) = cloud_timeline(&s)?;
+    let mut sampler = Sampler {
+        every_ms: sample_ms,
+        next_ms: s.start_ms,
+        regions: s.cloud.regions.clone(),
+        samples: Vec::new(),
+        peak: BTreeMap::new(),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| WhatIfError::Control(format!("cannot start a runtime: {e}")))?;
+    let run = rt.block_on(run_policy_observed(
+        &s,
+        Policy::Spillway,
+        jobs,
+        &changes,
+        &RunOptions { timing: false },
+        Some(&mut sampler),
+    ))?;
+    Ok(Sim { run, samples: sampler.samples, peak: sampler.peak })
+}
+
+/// Simulates every variant, `threads` at a time, in order.
+fn simulate_all(
+    s: &Scenario,
+    jobs: &[TraceJob],
+    variants: &[Vec<Increase>],
+    threads: usize,
+) -> Vec<Result<Sim, WhatIfError>> {
+    let threads = threads.max(1);
+    let mut out: Vec<Option<Result<Sim, WhatIfError>>> = (0..variants.len()).map(|_| None).collect();
+    for chunk_start in (0..variants.len()).step_by(threads) {
+        let end = (chunk_start + threads).min(variants.len());
+        let results: Vec<Result<Sim, WhatIfError>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (chunk_start..end)
+                .map(|i| {
+                    let v = &variants[i];
+                    scope.spawn(move || simulate(s, jobs, v, 0))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(WhatIfError::Control("a simulation panicked".into()))))
+                .collect()
+        });
+        for (k, r) in results.into_iter().enumerate() {
+            out[chunk_start + k] = Some(r);
+        }
+    }
+    out.into_iter().map(|r| r.expect("every variant ran")).collect()
+}
+
+/// Per-job waits (hours), and the week's figures.
+struct Measured {
+    outcome: WeekOutcome,
+    /// Wait per job id, hours.
+    waits: BTreeMap<String, f64>,
+}
+
+fn measure(run: &PolicyRun, priority: &BTreeMap<String, u32>, end_ms: i64) -> Measured {
+    let mut waits = BTreeMap::new();
+    let (mut g, mut w) = (0.0, 0.0);
+    for j in &run.jobs {
+        let wait = (j.first_running_ms.unwrap_or(end_ms).min(end_ms) - j.submitted_ms).max(0) as f64 / 3_600_000.0;
+        g += wait * f64::from(j.gpus);
+        w += wait * f64::from(j.gpus) * f64::from(priority.get(&j.id).copied().unwrap_or(1));
+        waits.insert(j.id.clone(), wait);
+    }
+    let mut sorted: Vec<f64> = waits.values().copied().collect();
+    sorted.sort_by(f64::total_cmp);
+    let s = &run.summary;
+    Measured {
+        outcome: WeekOutcome {
+            jobs_submitted: s.jobs_submitted,
+            jobs_completed: s.jobs_completed,
+            jobs_pending_at_end: s.jobs_pending_at_end,
+            wait_p50_hours: r4(percentile(&sorted, 50.0)),
+            wait_p95_hours: r4(percentile(&sorted, 95.0)),
+            wait_p99_hours: r4(percentile(&sorted, 99.0)),
+            waiting_gpu_hours: r4(g),
+            waiting_weight_gpu_hours: r4(w),
+            total_cost_usd: r4(s.total_cost_usd),
+            gpu_hours: r4(s.gpu_hours),
+            cost_per_gpu_hour: (s.gpu_hours > 0.0).then(|| r4(s.total_cost_usd / s.gpu_hours)),
+        },
+        waits,
+    }
+}
+
+fn r4(x: f64) -> f64 {
+    (x * 10_000.0).round() / 10_000.0
+}
+
+/// What one snapshot's advice says about each pool.
+#[derive(Default)]
+struct PoolEvidence {
+    /// vCPUs of increase per snapshot that asked for one.
+    levels: Vec<u64>,
+    /// Priority weight those increases would have placed, summed over snapshots.
+    weight: f64,
+    step: u64,
+    /// Pools named as alternatives, with the vCPUs each would have needed.
+    alternatives: BTreeMap<(String, String), Vec<u64>>,
+}
+
+/// The solver offers of a snapshot, as the control loop builds them (priced, whole GPUs).
+fn solver_offers(catalog: &Catalog, offers: &[Offer]) -> Vec<solver::Offer> {
+    offers
+        .iter()
+        .filter_map(|o| {
+            let size = catalog.size(&o.size)?;
+            let price = o.price_per_hour?;
+            (size.gpus > 0).then(|| solver::Offer {
+                region: o.region.clone(),
+                size: size.name.clone(),
+                priority: match o.priority {
+                    scheduler::model::Priority::Regular => solver::Priority::Regular,
+                    scheduler::model::Priority::Spot => solver::Priority::Spot,
+                },
+                gpu_model: size.gpu_model.clone(),
+                gpus_per_vm: size.gpus,
+                vcpus_per_vm: size.vcpus,
+                family: size.family.clone(),
+                price_per_hour: price,
+                capacity_vms: o.capacity_vms,
+                eviction_rate_per_hour: o.eviction_rate_per_hour,
+            })
+        })
+        .collect()
+}
+
+/// Analyses the snapshots of the first run: per pool, the increases its waiting work asked for.
+fn evidence(
+    s: &Scenario,
+    catalog: &Catalog,
+    jobs: &[TraceJob],
+    run: &PolicyRun,
+    samples: &[Snapshot],
+    max_samples: usize,
+) -> (BTreeMap<(String, String), PoolEvidence>, usize) {
+    let first_running: BTreeMap<&str, Option<i64>> =
+        run.jobs.iter().map(|j| (j.id.as_str(), j.first_running_ms)).collect();
+    let waiting_at = |t: i64| -> Vec<&TraceJob> {
+        jobs.iter()
+            .filter(|j| s.start_ms + j.at_ms <= t)
+            .filter(|j| first_running.get(j.id.as_str()).copied().flatten().is_none_or(|f| f > t))
+            .collect()
+    };
+    let busy: Vec<&Snapshot> = samples.iter().filter(|x| !waiting_at(x.t_ms).is_empty()).collect();
+    let stride = busy.len().div_ceil(max_samples.max(1)).max(1);
+    let mut out: BTreeMap<(String, String), PoolEvidence> = BTreeMap::new();
+    let mut analysed = 0;
+    for snap in busy.iter().step_by(stride) {
+        let mut demands = Vec::new();
+        for j in waiting_at(snap.t_ms) {
+            let job = Job::new(j.id.clone(), j.spec.clone(), s.start_ms + j.at_ms);
+            demands.extend(scheduler::control::demands(&job, catalog, 0));
+        }
+        let problem = solver::Problem {
+            offers: solver_offers(catalog, &snap.offers),
+            quotas: snap
+                .quotas
+                .iter()
+                .map(|q| solver::QuotaLimit {
+                    region: q.region.clone(),
+                    pool: q.pool.name().to_string(),
+                    vcpus: q.free(),
+                })
+                .collect(),
+            jobs: demands,
+            egress: Vec::new(),
+        };
+        let in_use: Vec<solver::QuotaLimit> = snap
+            .quotas
+            .iter()
+            .map(|q| solver::QuotaLimit { region: q.region.clone(), pool: q.pool.name().to_string(), vcpus: q.usage })
+            .collect();
+        let advice = advise(
+            &problem,
+            &in_use,
+            &AdviseOptions { max_recommendations: 3, max_alternatives: 1, ..Default::default() },
+        );
+        analysed += 1;
+        for rec in &advice.recommendations {
+            let share = rec.buys.placed_weight / rec.increases.len().max(1) as f64;
+            for inc in &rec.increases {
+                let e = out.entry((inc.region.clone(), normalize_family(&inc.pool))).or_default();
+                e.levels.push(inc.increase_vcpus);
+                e.weight += share;
+                e.step = inc.step_vcpus;
+                for alt in &rec.alternatives {
+                    for a in &alt.increases {
+                        e.alternatives.entry((a.region.clone(), a.pool.clone())).or_default().push(a.increase_vcpus);
+                    }
+                }
+            }
+        }
+    }
+    (out, analysed)
+}
+
+/// Peak usage per (region, normalised pool) of the first and the confirming run.
+#[derive(Clone, Copy)]
+struct Peaks<'a> {
+    before: &'a BTreeMap<(String, String), u64>,
+    after: &'a BTreeMap<(String, String), u64>,
+}
+
+/// A pool under consideration: its candidate levels and the level chosen so far.
+struct Cand {
+    region: String,
+    pool: QuotaPool,
+    levels: Vec<u64>,
+    level: u64,
+    step: u64,
+}
+
+/// The level at percentile `p` of `levels`, rounded up to whole steps.
+fn level(levels: &[u64], p: f64, step: u64) -> u64 {
+    let mut v: Vec<f64> = levels.iter().map(|&l| l as f64).collect();
+    v.sort_by(f64::total_cmp);
+    let x = percentile(&v, p) as u64;
+    x.div_ceil(step.max(1)) * step.max(1)
+}
+
+/// Advises on a week: see the module documentation.
+pub fn advise_week(s: &Scenario, options: &WeekAdviceOptions) -> Result<WeekAdvice, WhatIfError> {
+    let jobs = load_workload(s)?;
+    let catalog = s.catalog();
+    let priority: BTreeMap<String, u32> = jobs.iter().map(|j| (j.id.clone(), j.spec.priority)).collect();
+    let end_ms = s.start_ms + s.horizon_ms;
+    let mut simulations = 0u32;
+
+    let first = simulate(s, &jobs, &[], options.sample_every_ms)?;
+    simulations += 1;
+    let base = measure(&first.run, &priority, end_ms);
+    let (evidence, samples) = evidence(s, &catalog, &jobs, &first.run, &first.samples, options.max_samples);
+
+    // Candidates: the pools whose increases would have placed the most, in Azure's spelling.
+    let mut pools: Vec<(&(String, String), &PoolEvidence)> = evidence.iter().collect();
+    pools.sort_by(|a, b| b.1.weight.total_cmp(&a.1.weight).then(a.0.cmp(b.0)));
+    let total: f64 = pools.iter().map(|p| p.1.weight).sum();
+    pools.retain(|p| p.1.weight >= total * 0.01);
+    pools.truncate(options.max_recommendations + 2);
+    let pool_of = |key: &(String, String)| -> QuotaPool {
+        let quotas = first.samples.iter().flat_map(|x| &x.quotas);
+        quotas
+            .filter(|q| q.region == key.0 && q.pool.key() == key.1)
+            .map(|q| q.pool.clone())
+            .next()
+            .unwrap_or_else(|| QuotaPool::parse(&key.1))
+    };
+    let mut cands: Vec<Cand> = pools
+        .iter()
+        .map(|(k, e)| {
+            let mut levels: Vec<u64> = [50.0, 75.0, 90.0].iter().map(|&p| level(&e.levels, p, e.step)).collect();
+            levels.dedup();
+            Cand { region: k.0.clone(), pool: pool_of(k), level: *levels.last().unwrap_or(&0), levels, step: e.step }
+        })
+        .filter(|c| c.level > 0)
+        .collect();
+    let incs = |cands: &[Cand]| -> Vec<Increase> {
+        cands.iter().filter(|c| c.level > 0).map(|c| (c.region.clone(), c.pool.clone(), c.level)).collect()
+    };
+    let benefit = |m: &Measured| base.outcome.waiting_weight_gpu_hours - m.outcome.waiting_weight_gpu_hours;
+
+    let empty = |simulations: u32| WeekAdvice {
+        scenario: s.name.clone(),
+        summary: scheduler::advice::NOTHING_TO_ADVISE.to_string(),
+        recommendations: Vec::new(),
+        before: base.outcome.clone(),
+        after: base.outcome.clone(),
+        samples,
+        simulations,
+    };
+    if cands.is_empty() {
+        return Ok(empty(simulations));
+    }
+    // The benefit to keep: every candidate at its highest level.
+    let full = simulate(s, &jobs, &incs(&cands), 0)?;
+    simulations += 1;
+    let goal = benefit(&measure(&full.run, &priority, end_ms));
+    if goal <= 0.0 {
+        return Ok(empty(simulations));
+    }
+    // Smallest level per pool that keeps the benefit, largest asks first; the trials of one pool
+    // run at once.
+    let mut order: Vec<usize> = (0..cands.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(cands[i].level));
+    for i in order {
+        let mut tries: Vec<u64> = vec![0];
+        tries.extend(cands[i].levels.iter().copied().filter(|&l| l < cands[i].level));
+        let variants: Vec<Vec<Increase>> = tries
+            .iter()
+            .map(|&l| {
+                let mut v = incs(&cands);
+                v.retain(|x| !(x.0 == cands[i].region && x.1 == cands[i].pool));
+                if l > 0 {
+                    v.push((cands[i].region.clone(), cands[i].pool.clone(), l));
+                }
+                v
+            })
+            .collect();
+        let results = simulate_all(s, &jobs, &variants, options.threads);
+        simulations += variants.len() as u32;
+        for (l, r) in tries.iter().zip(results) {
+            let m = measure(&r?.run, &priority, end_ms);
+            if benefit(&m) >= goal * (1.0 - options.tolerance) {
+                cands[i].level = *l;
+                break;
+            }
+        }
+    }
+    cands.retain(|c| c.level > 0);
+
+    // Confirmation: drop what the confirming run does not use, then what buys nothing, until stable.
+    let mut confirm;
+    let mut ablations: Vec<Measured>;
+    loop {
+        confirm = simulate(s, &jobs, &incs(&cands), 0)?;
+        simulations += 1;
+        let before = cands.len();
+        cands.retain(|c| {
+            let limit = s.cloud.quota_limit(&c.region, &c.pool);
+            confirm.peak.get(&(c.region.clone(), c.pool.key())).copied().unwrap_or(0) > limit
+        });
+        if cands.len() != before {
+            continue;
+        }
+        let all = measure(&confirm.run, &priority, end_ms);
+        let variants: Vec<Vec<Increase>> = (0..cands.len())
+            .map(|i| {
+                let mut v = incs(&cands);
+                v.remove(i);
+                v
+            })
+            .collect();
+        ablations = Vec::new();
+        for r in simulate_all(s, &jobs, &variants, options.threads) {
+            ablations.push(measure(&r?.run, &priority, end_ms));
+        }
+        simulations += variants.len() as u32;
+        let gains: Vec<f64> = ablations
+            .iter()
+            .map(|m| m.outcome.waiting_weight_gpu_hours - all.outcome.waiting_weight_gpu_hours)
+            .collect();
+        // Keep those that buy something, at most `max_recommendations` of them (the best).
+        let mut keep: Vec<usize> = (0..cands.len()).filter(|&i| gains[i] > 0.0).collect();
+        keep.sort_by(|&a, &b| gains[b].total_cmp(&gains[a]).then(a.cmp(&b)));
+        keep.truncate(options.max_recommendations);
+        if keep.len() == cands.len() {
+            let mut sorted: Vec<(Cand, Measured, f64)> = Vec::new();
+            let mut drained: Vec<Option<(Cand, Measured)>> =
+                cands.drain(..).zip(ablations.drain(..)).map(Some).collect();
+            for &i in &keep {
+                let (c, m) = drained[i].take().expect("each once");
+                sorted.push((c, m, gains[i]));
+            }
+            let peaks = Peaks { before: &first.peak, after: &confirm.peak };
+            return finish(
+                s,
+                &catalog,
+                &jobs,
+                &priority,
+                options,
+                (base, all),
+                sorted,
+                &evidence,
+                peaks,
+                samples,
+                simulations,
+            );
+        }
+        let mut kept = Vec::new();
+        for (i, c) in cands.into_iter().enumerate() {
+            if keep.contains(&i) {
+                kept.push(c);
+            }
+        }
+        cands = kept;
+        if cands.is_empty() {
+            return Ok(empty(simulations));
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        s: &Scenario,
+        catalog: &Catalog,
+        jobs: &[TraceJob],
+        priority: &BTreeMap<String, u32>,
+        options: &WeekAdviceOptions,
+        (base, all): (Measured, Measured),
+        ranked: Vec<(Cand, Measured, f64)>,
+        evidence: &BTreeMap<(String, String), PoolEvidence>,
+        peaks: Peaks,
+        samples: usize,
+        mut simulations: u32,
+    ) -> Result<WeekAdvice, WhatIfError> {
+        let end_ms = s.start_ms + s.horizon_ms;
+        let chosen: Vec<Increase> =
+            ranked.iter().map(|(c, _, _)| (c.region.clone(), c.pool.clone(), c.level)).collect();
+        let keys: BTreeSet<(String, String)> = chosen.iter().map(|c| (c.0.clone(), c.1.key())).collect();
+        // One alternative per recommendation: the pool the snapshots named most often in its
+        // place, simulated instead of it.
+        let mut alt_variants: Vec<(usize, Increase, Vec<Increase>)> = Vec::new();
+        for (i, (c, _, _)) in ranked.iter().enumerate() {
+            let Some(e) = evidence.get(&(c.region.clone(), c.pool.key())) else { continue };
+            let best = e
+                .alternatives
+                .iter()
+                .filter(|(k, _)| !keys.contains(&(k.0.clone(), normalize_family(&k.1))))
+                .max_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.0.cmp(a.0)));
+            if let Some(((region, pool), levels)) = best {
+                let alt: Increase = (region.clone(), QuotaPool::parse(pool), level(levels, 90.0, 1).max(1));
+                let mut v = chosen.clone();
+                v.remove(i);
+                v.push(alt.clone());
+                alt_variants.push((i, alt, v));
+            }
+        }
+        let variants: Vec<Vec<Increase>> = alt_variants.iter().map(|a| a.2.clone()).collect();
+        let alt_runs = simulate_all(s, jobs, &variants, options.threads);
+        simulations += variants.len() as u32;
+        let mut alternatives: BTreeMap<usize, Vec<WeekAlternative>> = BTreeMap::new();
+        for ((i, alt, _), r) in alt_variants.into_iter().zip(alt_runs) {
+            let m = measure(&r?.run, priority, end_ms);
+            let without = &ranked[i].1;
+            let saved = without.outcome.waiting_weight_gpu_hours - m.outcome.waiting_weight_gpu_hours;
+            if saved > 0.0 {
+                alternatives.entry(i).or_default().push(WeekAlternative {
+                    region: alt.0.clone(),
+                    pool: alt.1.name().to_string(),
+                    increase_vcpus: alt.2,
+                    waiting_weight_gpu_hours_saved: r4(saved),
+                    waiting_gpu_hours_saved: r4(without.outcome.waiting_gpu_hours - m.outcome.waiting_gpu_hours),
+                    cost_change_usd: r4(m.outcome.total_cost_usd - without.outcome.total_cost_usd),
+                });
+            }
+        }
+        let mut recs = Vec::new();
+        for (i, (c, without, gain)) in ranked.iter().enumerate() {
+            let limit = s.cloud.quota_limit(&c.region, &c.pool);
+            let key = (c.region.clone(), c.pool.key());
+            let peak_before = peaks.before.get(&key).copied().unwrap_or(0);
+            let peak_after = peaks.after.get(&key).copied().unwrap_or(0);
+            let mut sooner: Vec<(f64, &String)> = all
+                .waits
+                .iter()
+                .filter_map(|(id, w)| {
+                    let before = without.waits.get(id).copied().unwrap_or(*w);
+                    (before > w + 1.0 / 60.0).then_some((before - w, id))
+                })
+                .collect();
+            sooner.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
+            let mut notes = Vec::new();
+            if let Some(n) = pricier_note(s, catalog, &c.region, &c.pool) {
+                notes.push(n);
+            }
+            recs.push(WeekRecommendation {
+                rank: (i + 1) as u32,
+                region: c.region.clone(),
+                increase: PoolIncrease {
+                    region: c.region.clone(),
+                    pool: c.pool.name().to_string(),
+                    current_limit: limit,
+                    free_vcpus: limit.saturating_sub(peak_before),
+                    increase_vcpus: c.level,
+                    new_limit: limit + c.level,
+                    step_vcpus: c.step,
+                    used_vcpus: peak_after.saturating_sub(limit).min(c.level),
+                },
+                buys: WeekBenefit {
+                    waiting_gpu_hours_saved: r4(without.outcome.waiting_gpu_hours - all.outcome.waiting_gpu_hours),
+                    waiting_weight_gpu_hours_saved: r4(*gain),
+                    jobs_sooner: sooner.len() as u64,
+                    jobs: sooner.iter().take(8).map(|x| x.1.clone()).collect(),
+                    more_jobs_completed: all.outcome.jobs_completed as i64 - without.outcome.jobs_completed as i64,
+                    cost_change_usd: r4(all.outcome.total_cost_usd - without.outcome.total_cost_usd),
+                    cost_per_gpu_hour_without: without.outcome.cost_per_gpu_hour,
+                    cost_per_gpu_hour_with: all.outcome.cost_per_gpu_hour,
+                    notes,
+                },
+                alternatives: alternatives.remove(&i).unwrap_or_default(),
+            });
+        }
+        let saved = base.outcome.waiting_gpu_hours - all.outcome.waiting_gpu_hours;
+        let n = recs.len();
+        Ok(WeekAdvice {
+            scenario: s.name.clone(),
+            summary: format!(
+                "{n} quota increase{} would have saved {saved:.1} GPU-hours of waiting ({:.1} priority-weighted) in {}",
+                if n == 1 { "" } else { "s" },
+                base.outcome.waiting_weight_gpu_hours - all.outcome.waiting_weight_gpu_hours,
+                s.name
+            ),
+            recommendations: recs,
+            before: base.outcome,
+            after: all.outcome,
+            samples,
+            simulations,
+        })
+    }
+}
+
+/// "moves work to a pricier region" when the pool's region lists its sizes above the cheapest
+/// region of the scenario that sells them.
+fn pricier_note(s: &Scenario, catalog: &Catalog, region: &str, pool: &QuotaPool) -> Option<String> {
+    let sizes: Vec<&scheduler::model::VmSize> = catalog
+        .sizes()
+        .iter()
+        .filter(|z| z.gpus > 0 && s.cloud.offers_size(&z.name))
+        .filter(|z| match pool {
+            QuotaPool::Family(f) => normalize_family(&z.family) == normalize_family(f),
+            _ => true,
+        })
+        .collect();
+    let spot = matches!(pool, QuotaPool::LowPriorityCores);
+    let per_gpu = |r: &str| -> Option<f64> {
+        sizes
+            .iter()
+            .filter_map(|z| {
+                let row = catalog.price(&z.name, r)?;
+                let p = if spot { row.spot } else { row.regular }?;
+                Some(p / f64::from(z.gpus))
+            })
+            .fold(None, |m: Option<f64>, p| Some(m.map_or(p, |m| m.min(p))))
+    };
+    let here = per_gpu(region)?;
+    let (cheapest, at) = s
+        .cloud
+        .regions
+        .iter()
+        .filter_map(|r| per_gpu(r).map(|p| (r.clone(), p)))
+        .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)))?;
+    (here > at * 1.005).then(|| {
+        format!(
+            "moves work to a pricier region: {region} lists these GPUs at {here:.2} USD per GPU-hour, {cheapest} at \
+             {at:.2}"
+        )
+    })
+}
+
+/// Writes a copy of the scenario file `original` with the increases applied to its `[cloud]` quota
+/// (and to `quota` events on the same pools), renamed `<name>-advised`, keeping its comments.
+/// Relative paths in it are rewritten so that they still point at the same files from `out`.
+pub fn write_advised_scenario(
+    original: &Path,
+    text: &str,
+    s: &Scenario,
+    increases: &[Increase],
+    out: &Path,
+) -> Result<(), String> {
+    let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e| format!("{}: {e}", original.display()))?;
+    let lines: Vec<String> = increases
+        .iter()
+        .map(|(r, p, inc)| {
+            let limit = s.cloud.quota_limit(r, p);
+            format!("#   {r} {}: {limit} -> {} vCPUs (+{inc})", p.name(), limit + inc)
+        })
+        .collect();
+    let cloud = doc
+        .get_mut("cloud")
+        .and_then(|c| c.as_table_mut())
+        .ok_or_else(|| format!("{}: no [cloud] table", original.display()))?;
+    if !cloud.contains_key("quota") {
+        cloud.insert("quota", toml_edit::Item::ArrayOfTables(toml_edit::ArrayOfTables::new()));
+    }
+    let quota = cloud
+        .get_mut("quota")
+        .and_then(|q| q.as_array_of_tables_mut())
+        .ok_or_else(|| format!("{}: cloud.quota is not an array of tables", original.display()))?;
+    for (region, pool, inc) in increases {
+        let limit = (s.cloud.quota_limit(region, pool) + inc) as i64;
+        let pos = quota.iter().position(|t| t.get("region").and_then(|v| v.as_str()) == Some(region.as_str()));
+        let t = match pos {
+            Some(i) => quota.get_mut(i).expect("found"),
+            None => {
+                let mut t = toml_edit::Table::new();
+                t.insert("region", toml_edit::value(region.as_str()));
+                quota.push(t);
+                quota.get_mut(quota.len() - 1).expect("pushed")
+            }
+        };
+        match pool {
+            QuotaPool::Cores => {
+                t.insert("cores", toml_edit::value(limit));
+            }
+            QuotaPool::LowPriorityCores => {
+                t.remove("lowPriorityCores");
+                t.insert("low_priority_cores", toml_edit::value(limit));
+            }
+            QuotaPool::Family(f) => {
+                if !t.contains_key("families") {
+                    t.insert("families", toml_edit::value(toml_edit::InlineTable::new()));
+                }
+                let fams = t.get_mut("families").expect("inserted");
+                let key = normalize_family(f);
+                if let Some(inline) = fams.as_inline_table_mut() {
+                    let old: Vec<String> =
+                        inline.iter().map(|(k, _)| k.to_string()).filter(|k| normalize_family(k) == key).collect();
+                    for k in old {
+                        inline.remove(&k);
+                    }
+                    inline.insert(f, limit.into());
+                } else if let Some(table) = fams.as_table_mut() {
+                    let old: Vec<String> =
+                        table.iter().map(|(k, _)| k.to_string()).filter(|k| normalize_family(k) == key).collect();
+                    for k in old {
+                        table.remove(&k);
+                    }
+                    table.insert(f, toml_edit::value(limit));
+                }
+            }
+        }
+    }
+    if let Some(events) = doc.get_mut("events").and_then(|e| e.as_array_of_tables_mut()) {
+        for e in events.iter_mut() {
+            let is_quota = e.get("kind").and_then(|k| k.as_str()) == Some("quota");
+            let region = e.get("region").and_then(|r| r.as_str()).map(str::to_string);
+            let pool = e.get("pool").and_then(|p| p.as_str()).map(QuotaPool::parse);
+            let vcpus = e.get("vcpus").and_then(|v| v.as_integer());
+            if let (true, Some(region), Some(pool), Some(vcpus)) = (is_quota, region, pool, vcpus)
+                && let Some((_, _, inc)) = increases.iter().find(|(r, p, _)| *r == region && p.key() == pool.key())
+            {
+                e.insert("vcpus", toml_edit::value(vcpus + *inc as i64));
+            }
+        }
+    }
+    if let Some(sc) = doc.get_mut("scenario").and_then(|t| t.as_table_mut()) {
+        let name = format!("{}-advised", s.name);
+        sc.insert("name", toml_edit::value(name));
+    }
+    rebase_paths(&mut doc, original, out);
+    let header = format!(
+        "# {} with the quota `spillway advise` recommends (written by spillway advise --write-scenario):\n{}\n\n",
+        original.display(),
+        lines.join("\n")
+    );
+    std::fs::write(out, format!("{header}{doc}")).map_err(|e| format!("cannot write {}: {e}", out.display()))
+}
+
+/// Rewrites the relative file paths of a scenario (workload path and fit file, traces) so they
+/// resolve from `out`'s directory to the same files as from `original`'s.
+fn rebase_paths(doc: &mut toml_edit::DocumentMut, original: &Path, out: &Path) {
+    let from = original.parent().map(Path::to_path_buf).unwrap_or_default();
+    let to = out.parent().map(Path::to_path_buf).unwrap_or_default();
+    let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let (from, to) = (abs(&from), abs(&to));
+    if from == to {
+        return;
+    }
+    let rebase = |value: &str| -> Option<String> {
+        let p = Path::new(value);
+        if p.is_absolute() {
+            return None;
+        }
+        let target = from.join(p);
+        Some(relative(&to, &target).display().to_string())
+    };
+    if let Some(w) = doc.get_mut("workload").and_then(|w| w.as_table_mut()) {
+        for key in ["path", "fit"] {
+            let v = w.get(key).and_then(|v| v.as_str()).map(str::to_string);
+            if let Some(v) = v
+                && !(key == "fit" && v == "philly")
+                && let Some(new) = rebase(&v)
+            {
+                w.insert(key, toml_edit::value(new));
+            }
+        }
+    }
+    if let Some(traces) = doc.get_mut("traces").and_then(|t| t.as_array_of_tables_mut()) {
+        for t in traces.iter_mut() {
+            let v = t.get("path").and_then(|v| v.as_str()).map(str::to_string);
+            if let Some(new) = v.and_then(|v| rebase(&v)) {
+                t.insert("path", toml_edit::value(new));
+            }
+        }
+    }
+}
+
+/// `target` relative to directory `base` (both absolute), with `..` where needed.
+fn relative(base: &Path, target: &Path) -> std::path::PathBuf {
+    let b: Vec<_> = base.components().collect();
+    let t: Vec<_> = target.components().collect();
+    let common = b.iter().zip(&t).take_while(|(x, y)| x == y).count();
+    let mut out = std::path::PathBuf::new();
+    for _ in common..b.len() {
+        out.push("..");
+    }
+    for c in &t[common..] {
+        out.push(c.as_os_str());
+    }
+    out
+}
