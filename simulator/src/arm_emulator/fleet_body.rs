@@ -3,8 +3,8 @@
 //! fields that cannot change once the fleet exists, and PATCH's merge.
 //!
 //! The known property names are those of the official definitions (`azurefleet.json`
-//! 2024-11-01 and 2026-08-01); `simulator/tests/arm_emulator.rs` checks them against the copies in
-//! `simulator/tests/data/azure/`. Compute's own schemas (the VM profile, `vmAttributes`) are kept
+//! 2024-11-01 and 2026-08-01); `simulator/tests/arm_emulator.rs` checks them against those
+//! definitions, read at test time from `shared/azure/` beside the checkout. Compute's own schemas (the VM profile, `vmAttributes`) are kept
 //! opaque: the fleet service hands them to Compute.
 
 use serde_json::{Map, Value};
