@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use e2e_support::{Server, client, temp_dir};
+use e2e_support::{Server, client, job_detail, temp_dir, wait_state};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -24,23 +24,6 @@ async fn submit(s: &Server, spec: &Value) -> String {
     let body: Value = resp.json().await.unwrap();
     assert_eq!(status, StatusCode::CREATED, "{body:#}");
     body["id"].as_str().unwrap().to_string()
-}
-
-async fn detail(s: &Server, id: &str) -> Value {
-    client().get(format!("{}/v1/jobs/{id}", s.url)).bearer_auth(&s.admin).send().await.unwrap().json().await.unwrap()
-}
-
-/// Waits until the job is in one of `states`; fails with the job and the server's log otherwise.
-async fn wait_state(s: &Server, id: &str, states: &[&str], secs: u64) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        let d = detail(s, id).await;
-        if states.contains(&d["job"]["state"].as_str().unwrap_or("")) {
-            return d;
-        }
-        assert!(Instant::now() < deadline, "job {id} not in {states:?} after {secs} s: {d:#}\n{}", s.logs());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 fn cli(s: &Server, dir: &Path, args: &[&str]) -> Output {
@@ -346,7 +329,7 @@ async fn an_eviction_mid_run_delivers_sigterm_first_and_the_work_resumes_elsewhe
         assert!(Instant::now() < deadline, "the work did not start: {}", s.logs());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let d = detail(&s, &id).await;
+    let d = job_detail(&s, &id).await;
     assert_eq!(d["attempts"][0]["priority"], "spot", "{d:#}");
     let first_region = d["attempts"][0]["region"].as_str().unwrap().to_string();
     let evict =
@@ -415,7 +398,7 @@ async fn gpu_telemetry_reaches_metrics_and_the_job_detail_and_idle_gpus_stop_the
         assert!(Instant::now() < deadline, "no GPU series for {id}:\n{metrics}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let d = detail(&s, &id).await;
+    let d = job_detail(&s, &id).await;
     let node = &d["nodes"][0];
     assert_eq!(node["gpus"][0]["name"], "Tesla T4", "{node:#}");
     assert_eq!(node["gpu_utilization"][0]["utilization_percent"], 3.0, "{node:#}");

@@ -101,45 +101,7 @@ fn a_malformed_problem_exits_2_naming_the_field() {
 }
 
 /// Half a day of A100 work in two regions whose regular A100 family quota is tight.
-const TIGHT_WEEK: &str = r#"
-[experiment]
-kind = "what-if"
-
-[scenario]
-name = "tight"
-start = "2026-01-05T00:00:00Z"
-horizon_hours = 12
-interval_seconds = 300
-seed = 5
-policies = ["spillway"]
-
-[cloud]
-regions = ["eastus", "westus3"]
-sizes = ["Standard_NC24ads_A100_v4", "Standard_NC96ads_A100_v4"]
-provisioning_seconds = 120
-default_capacity_vms = 8
-default_spot_eviction_rate_per_hour = 0.05
-
-[cloud.default_quota]
-cores = 400
-low_priority_cores = 96
-family = 96
-
-[[cloud.quota]]
-region = "westus3"
-families = { standardNCADSA100v4Family = 48 }
-
-[workload]
-source = "synthetic"
-jobs_per_hour = 4.0
-
-[workload.mapping]
-gpu_models = ["A100"]
-max_gpus = 4
-max_duration_hours = 6
-spot = "allowed"
-spot_max_hours = 1
-"#;
+const TIGHT_WEEK: &str = include_str!("../simulator/tests/data/tight-quota.toml");
 
 #[test]
 fn a_scenario_gets_confirmed_advice_ready_to_file_and_an_advised_copy_that_simulates() {

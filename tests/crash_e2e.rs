@@ -15,7 +15,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use e2e_support::{Emulator, FAST_SCENARIO, Rng, Server, client, complete_running, list_jobs, quick_job, temp_dir};
+use e2e_support::{
+    Emulator, FAST_SCENARIO, Rng, Server, client, complete_running, is_final, list_jobs, quick_job, temp_dir,
+};
 use serde_json::Value;
 use tokio::sync::{Mutex, RwLock};
 
@@ -131,15 +133,7 @@ async fn sigkill_storm_loses_no_job_and_leaks_no_fleet() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     };
     // ...and then no fleet remains in the cloud.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let left = emu.fleets().await;
-        if left.is_empty() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "fleets left after every job ended: {left:#?}");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    emu.wait_no_fleets(60, "fleets left after every job ended").await;
     stop_all.store(true, Ordering::Relaxed);
     sampler.await.unwrap();
 
@@ -197,8 +191,4 @@ async fn sigkill_storm_loses_no_job_and_leaks_no_fleet() {
     assert!(!seen.is_empty(), "the sampler saw no fleet: the test did not exercise the cloud");
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn is_final(j: &Value) -> bool {
-    matches!(j["state"].as_str(), Some("succeeded" | "failed" | "cancelled"))
 }

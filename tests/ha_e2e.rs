@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use e2e_support::{Emulator, Rng, Server, client, complete_running, list_jobs, quick_job, temp_dir};
+use e2e_support::{Emulator, Rng, Server, client, complete_running, is_final, list_jobs, quick_job, temp_dir};
 use serde_json::Value;
 use tokio::sync::Mutex;
 
@@ -376,15 +376,7 @@ async fn replicas_survive_leader_kills_and_a_frozen_leader_writes_nothing() {
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     };
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let left = emu.fleets().await;
-        if left.is_empty() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "orphan fleets left after every job ended: {left:#?}");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    emu.wait_no_fleets(120, "orphan fleets left after every job ended").await;
     stop_all.store(true, Ordering::Relaxed);
     sampler.await.unwrap();
 
@@ -437,8 +429,4 @@ async fn replicas_survive_leader_kills_and_a_frozen_leader_writes_nothing() {
     assert!(!seen.is_empty(), "no fleet was ever seen: the test did not exercise the cloud");
     drop(replicas);
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn is_final(j: &Value) -> bool {
-    matches!(j["state"].as_str(), Some("succeeded" | "failed" | "cancelled"))
 }

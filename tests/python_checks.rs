@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use e2e_support::{Server, client, temp_dir};
+use e2e_support::{Server, client, quick_job, temp_dir, wait_state};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
@@ -37,31 +37,6 @@ fn run(py: &str, args: &[&Path]) {
     println!("{}", text.trim());
 }
 
-async fn wait_succeeded(s: &Server, id: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let v: Value = client()
-            .get(format!("{}/v1/jobs/{id}", s.url))
-            .bearer_auth(&s.admin)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if v["job"]["state"] == "succeeded" {
-            return;
-        }
-        assert!(Instant::now() < deadline, "job {id} never succeeded: {v}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn quick(name: &str, tenant: &str) -> Value {
-    json!({"name": name, "tenant": tenant, "kind": "batch", "gpus": 1, "sizes": ["Standard_NC4as_T4_v3"],
-           "spot": "never", "duration_hours": 0.05})
-}
-
 #[tokio::test]
 async fn prometheus_own_parsers_read_both_formats() {
     let py = match python("prometheus_client") {
@@ -70,9 +45,9 @@ async fn prometheus_own_parsers_read_both_formats() {
     };
     let dir = temp_dir("py-metrics");
     let s = Server::start(&dir, &dir.join("data"), 1, &["--speedup", "3600"], &[]);
-    let r = client().post(format!("{}/v1/jobs", s.url)).bearer_auth(&s.admin).json(&quick("m", "ml")).send().await;
+    let r = client().post(format!("{}/v1/jobs", s.url)).bearer_auth(&s.admin).json(&quick_job("m", "ml")).send().await;
     let job: Value = r.unwrap().json().await.unwrap();
-    wait_succeeded(&s, job["id"].as_str().unwrap()).await;
+    wait_state(&s, job["id"].as_str().unwrap(), &["succeeded"], 60).await;
     let mut files = Vec::new();
     for (accept, name) in [(None, "text.txt"), (Some("application/openmetrics-text; version=1.0.0"), "om.txt")] {
         let mut req = client().get(format!("{}/metrics", s.url)).bearer_auth(&s.admin);
@@ -156,17 +131,17 @@ async fn live_responses_match_the_openapi_schemas() {
     r.call(Method::POST, "/v1/tokens", "/v1/tokens", &alpha, Some(json!({"role": "admin"}))).await; // 403
     r.call(Method::POST, "/v1/tokens", "/v1/tokens", &admin, Some(json!({"role": "boss"}))).await; // 422
     // Jobs: submit (201), invalid (422), malformed (400 is sent raw below), list, detail, cancel, complete.
-    let quick_job = r.call(Method::POST, "/v1/jobs", "/v1/jobs", &alpha, Some(quick("q", "alpha"))).await;
-    let mut long = quick("long", "alpha");
+    let short_job = r.call(Method::POST, "/v1/jobs", "/v1/jobs", &alpha, Some(quick_job("q", "alpha"))).await;
+    let mut long = quick_job("long", "alpha");
     long["duration_hours"] = json!(500.0);
     let long_job = r.call(Method::POST, "/v1/jobs", "/v1/jobs", &alpha, Some(long)).await;
     let service = json!({"name": "svc", "tenant": "beta", "kind": "inference", "gpus": 8, "gpu_models": ["A100-80GB"],
         "min_gpus_per_vm": 8, "replicas": {"min": 2, "desired": 4}, "duration_hours": 500.0});
     r.call(Method::POST, "/v1/jobs", "/v1/jobs", &admin, Some(service)).await;
     r.call(Method::POST, "/v1/jobs", "/v1/jobs", &admin, Some(json!({"name": "x", "gpus": -4}))).await; // 422
-    let q = quick_job["id"].as_str().unwrap().to_string();
+    let q = short_job["id"].as_str().unwrap().to_string();
     let l = long_job["id"].as_str().unwrap().to_string();
-    wait_succeeded(&s, &q).await;
+    wait_state(&s, &q, &["succeeded"], 60).await;
     // The long job runs, then is completed; a third is cancelled while it waits or runs.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -188,7 +163,7 @@ async fn live_responses_match_the_openapi_schemas() {
     r.call(Method::GET, "/v1/plan", "/v1/plan", &alpha, None).await;
     r.call(Method::POST, "/v1/jobs/{id}/complete", &format!("/v1/jobs/{l}/complete"), &alpha, None).await;
     r.call(Method::POST, "/v1/jobs/{id}/complete", &format!("/v1/jobs/{l}/complete"), &alpha, None).await; // 409
-    let mut third = quick("third", "alpha");
+    let mut third = quick_job("third", "alpha");
     third["duration_hours"] = json!(500.0);
     let third = r.call(Method::POST, "/v1/jobs", "/v1/jobs", &alpha, Some(third)).await;
     let t = third["id"].as_str().unwrap().to_string();

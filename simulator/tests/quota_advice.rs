@@ -12,48 +12,8 @@ fn scenarios() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scenarios")
 }
 
-/// Half a day of A100 training in two regions where regular family quota is tight (4 GPUs each)
-/// and most jobs are too long for spot: quota binds.
-const TIGHT: &str = r#"
-# a comment that --write-scenario keeps
-[experiment]
-kind = "what-if"
-
-[scenario]
-name = "tight"
-start = "2026-01-05T00:00:00Z"
-horizon_hours = 12
-interval_seconds = 300
-seed = 5
-policies = ["spillway", "greedy-failover"]
-
-[cloud]
-regions = ["eastus", "westus3"]
-sizes = ["Standard_NC24ads_A100_v4", "Standard_NC96ads_A100_v4"]
-provisioning_seconds = 120
-default_capacity_vms = 8
-default_spot_eviction_rate_per_hour = 0.05
-
-[cloud.default_quota]
-cores = 400
-low_priority_cores = 96
-family = 96
-
-[[cloud.quota]]
-region = "westus3"
-families = { standardNCADSA100v4Family = 48 }
-
-[workload]
-source = "synthetic"
-jobs_per_hour = 4.0
-
-[workload.mapping]
-gpu_models = ["A100"]
-max_gpus = 4
-max_duration_hours = 6
-spot = "allowed"
-spot_max_hours = 1
-"#;
+/// Half a day of A100 training where quota binds (shared with the CLI's test).
+const TIGHT: &str = include_str!("data/tight-quota.toml");
 
 fn tight(text: &str) -> Scenario {
     Scenario::parse(text, &scenarios(), "tight").expect("valid scenario")

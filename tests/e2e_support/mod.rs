@@ -97,6 +97,19 @@ impl Emulator {
             .unwrap()
     }
 
+    /// Waits until the resource group holds no fleet; fails naming `what` and the fleets left.
+    pub async fn wait_no_fleets(&self, secs: u64, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let left = self.fleets().await;
+            if left.is_empty() {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{what}: {left:#?}");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
     /// Every fleet of the resource group, through ARM's own list call (following `nextLink`).
     pub async fn fleets(&self) -> Vec<Value> {
         let mut url = Some(format!(
@@ -216,6 +229,29 @@ pub async fn list_jobs(url: &str, admin: &str) -> Option<Vec<Value>> {
     }
     let v: Value = resp.json().await.ok()?;
     v["jobs"].as_array().cloned()
+}
+
+/// Whether a job (as the API lists it) has ended: nothing will change it any more.
+pub fn is_final(j: &Value) -> bool {
+    matches!(j["state"].as_str(), Some("succeeded" | "failed" | "cancelled"))
+}
+
+/// A job's detail (`GET /v1/jobs/{id}`), admin view.
+pub async fn job_detail(s: &Server, id: &str) -> Value {
+    client().get(format!("{}/v1/jobs/{id}", s.url)).bearer_auth(&s.admin).send().await.unwrap().json().await.unwrap()
+}
+
+/// Waits until the job is in one of `states`; fails with the job and the server's log otherwise.
+pub async fn wait_state(s: &Server, id: &str, states: &[&str], secs: u64) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let d = job_detail(s, id).await;
+        if states.contains(&d["job"]["state"].as_str().unwrap_or("")) {
+            return d;
+        }
+        assert!(Instant::now() < deadline, "job {id} not in {states:?} after {secs} s: {d:#}\n{}", s.logs());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Completes every running job once (the Azure cloud has no notion of "the work is done": a

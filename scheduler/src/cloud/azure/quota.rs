@@ -31,11 +31,6 @@ pub fn quota_path(subscription: &str, region: &str, resource_name: &str) -> Stri
     format!("/{}/providers/Microsoft.Quota/quotas/{resource_name}", compute_scope(subscription, region))
 }
 
-/// Path of a quota request's status.
-pub fn request_path(subscription: &str, region: &str, id: &str) -> String {
-    format!("/{}/providers/Microsoft.Quota/quotaRequests/{id}", compute_scope(subscription, region))
-}
-
 /// The Quota API's resource name of a pool: what the usages API calls it.
 pub fn resource_name(pool: &QuotaPool) -> &str {
     pool.name()
