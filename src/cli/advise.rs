@@ -1,9 +1,8 @@
 //! `spillway advise`: which quota to ask Azure for, where, and what it buys, ready to file.
 //!
-//! Sources: a plan problem (`--problem FILE`: its waiting jobs), a what-if scenario (`--scenario
-//! FILE`: the advice that would have helped that week, confirmed by simulating the week again), or
-//! the running server (neither: `GET /v1/advice`, the control loop's pending work, the quota it read
-//! and the blocks it learnt).
+//! Sources: a plan problem (`--problem FILE`: its waiting jobs) or a what-if scenario (`--scenario
+//! FILE`: the advice that would have helped that week, confirmed by simulating the week again). The
+//! running server as a third source (`GET /v1/advice`) is not built yet: the command says so.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -13,7 +12,6 @@ use scheduler::advice::{AdviceReport, Filing, KnownPools, MANAGEMENT_ENDPOINT, S
 use scheduler::model::FieldErrors;
 use simulator::whatif::advise::{WeekAdvice, WeekAdviceOptions, advise_week, write_advised_scenario};
 
-use super::client::ClientArgs;
 use super::table;
 use crate::Output;
 
@@ -40,10 +38,9 @@ pub struct AdviseArgs {
     /// `spillway simulate` to see the difference).
     #[arg(long, requires = "scenario")]
     pub write_scenario: Option<PathBuf>,
-    /// Server, token and output format (the server is the source when neither --problem nor
-    /// --scenario is given).
-    #[command(flatten)]
-    pub client: ClientArgs,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t)]
+    pub output: Output,
 }
 
 /// Runs `spillway advise`: exit 0 with the advice (also when there is none), 1 when the input is
@@ -55,7 +52,7 @@ pub fn run(catalog: &scheduler::Catalog, args: AdviseArgs) -> ExitCode {
     if let Some(path) = &args.scenario {
         return run_scenario(path, &args);
     }
-    eprintln!("error: give --problem FILE or --scenario FILE (the server source, --url, is not built yet)");
+    eprintln!("error: give --problem FILE or --scenario FILE (the running server as a source is not built yet)");
     ExitCode::from(2)
 }
 
@@ -127,7 +124,7 @@ fn run_scenario(path: &Path, args: &AdviseArgs) -> ExitCode {
     }
     let report =
         ScenarioReport { source: format!("scenario {shown}"), advice: &advice, requests, written_scenario: written };
-    match args.client.output {
+    match args.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default()),
         Output::Table => print!("{}", render_week(&report)),
     }
@@ -271,7 +268,7 @@ fn run_problem(catalog: &scheduler::Catalog, path: &Path, args: &AdviseArgs) -> 
     let options = solver::advise::AdviseOptions { max_recommendations: args.max, ..Default::default() };
     let advice = solver::advise::advise(&problem, &[], &options);
     let report = AdviceReport::new(&format!("problem {shown}"), advice, &args.endpoint, &subscription(args));
-    match args.client.output {
+    match args.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default()),
         Output::Table => print!("{}", render(&report)),
     }
