@@ -21,13 +21,7 @@ mod schema;
 use schema::Schemas;
 
 fn shared() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/azure");
-    if dir.join("azurefleet-2024-11-01/azurefleet.json").is_file() {
-        Some(dir)
-    } else {
-        eprintln!("skipping: {} is absent (the official Azure definitions live in shared/)", dir.display());
-        None
-    }
+    schema::azure_definitions("azurefleet-2024-11-01/azurefleet.json")
 }
 
 fn fleet_errors(shared: &Path, body: &Value) -> Vec<String> {

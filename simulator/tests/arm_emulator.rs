@@ -418,13 +418,7 @@ const API_2026: &str = "api-version=2026-08-01";
 /// Microsoft's official definitions, read from `shared/azure` beside the checkout (never copied
 /// into the repository); `None`, with the reason printed, where they are absent.
 fn data_dir() -> Option<std::path::PathBuf> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/azure");
-    if dir.join("azurefleet-2026-08-01/azurefleet.json").is_file() {
-        Some(dir)
-    } else {
-        eprintln!("skipping the check against the official definitions: {} is absent", dir.display());
-        None
-    }
+    schema::azure_definitions("azurefleet-2026-08-01/azurefleet.json")
 }
 
 impl Env {

@@ -119,14 +119,12 @@ async fn create_poll_succeed_get_list_delete() {
 
     // What the emulator returns is a valid Fleet resource per the official definition of the
     // api-version asked for (read from shared/azure beside the checkout; skipped where absent).
-    let specs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/azure");
     let resource = serde_json::to_value(cloud.get_fleet_resource(&req.name).await.unwrap()).unwrap();
     assert_eq!(resource["properties"]["provisioningState"], "Succeeded");
-    if specs.join("azurefleet-2026-08-01/azurefleet.json").is_file() {
-        let errors = schema::definition_errors(&specs, &cloud.config().api_versions.fleet, "Fleet", &resource, true);
+    let version = &cloud.config().api_versions.fleet;
+    if let Some(specs) = schema::azure_definitions(&format!("azurefleet-{version}/azurefleet.json")) {
+        let errors = schema::definition_errors(&specs, version, "Fleet", &resource, true);
         assert!(errors.is_empty(), "{errors:#?}\n{resource:#}");
-    } else {
-        eprintln!("skipping the check against the official definitions: {} is absent", specs.display());
     }
 
     let sets = cloud.fleet_scale_sets(&req.name).await.unwrap();

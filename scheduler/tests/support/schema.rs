@@ -237,19 +237,23 @@ pub fn errors_against(spec: &Path, pointer: &str, body: &Value, response: bool) 
     errors
 }
 
-/// The official Quota API definition, read at run time from the shared reference folder
-/// (`shared/azure/quota-2025-09-01/openapi.json` beside the checkout or one of its parents, so a
-/// worktree finds it too); `None`, after saying so, when it is absent.
-pub fn quota_spec() -> Option<PathBuf> {
-    let rel = Path::new("shared/azure/quota-2025-09-01/openapi.json");
+/// Microsoft's official API definitions, read at run time from the shared reference folder
+/// (`shared/azure` beside the checkout or one of its parents, so a worktree finds it too; never
+/// copied into the repository): the folder when it holds `file`, else `None` after saying so.
+pub fn azure_definitions(file: &str) -> Option<PathBuf> {
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let found = here.ancestors().map(|dir| dir.join(rel)).find(|p| p.is_file());
+    let found = here.ancestors().map(|dir| dir.join("shared/azure")).find(|d| d.join(file).is_file());
     if found.is_none() {
         eprintln!(
-            "skipping: {} is absent above {} (the official Microsoft.Quota definition lives in shared/)",
-            rel.display(),
+            "skipping: shared/azure/{file} is absent above {} (the official definitions live in shared/)",
             here.display()
         );
     }
     found
+}
+
+/// The official Quota API definition (`shared/azure/quota-2025-09-01/openapi.json`), or `None`.
+pub fn quota_spec() -> Option<PathBuf> {
+    let file = "quota-2025-09-01/openapi.json";
+    azure_definitions(file).map(|dir| dir.join(file))
 }
