@@ -111,6 +111,8 @@ enum Command {
     Capacity(cli::capacity::CapacityArgs),
     /// Create, list and revoke API tokens (admin).
     Token(cli::token::TokenArgs),
+    /// Print the link that opens the web dashboard signed in (the token in the URL fragment).
+    DashboardUrl(cli::dashboard_url::DashboardUrlArgs),
     /// Serve a simulated cloud with Azure Resource Manager's API on loopback (for testing Azure clients).
     EmulateArm(cli::emulate_arm::EmulateArmArgs),
     /// A job's output: every rank of every attempt, or with --follow its new lines until it ends.
@@ -158,6 +160,7 @@ fn main() -> ExitCode {
         Command::Complete(a) => cli::cancel::complete(a),
         Command::Capacity(a) => cli::capacity::run(a),
         Command::Token(a) => cli::token::run(a),
+        Command::DashboardUrl(a) => cli::dashboard_url::run(a),
         Command::EmulateArm(a) => cli::emulate_arm::run(&catalog, a),
         Command::Logs(a) => cli::logs::run(a),
         Command::Agent(a) => cli::agent::run(a),

@@ -92,6 +92,11 @@ impl Client {
         &self.base
     }
 
+    /// The bearer token.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
     fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
         self.http.request(method, format!("{}{path}", self.base)).bearer_auth(&self.token)
     }

@@ -6,6 +6,7 @@ pub mod cancel;
 pub mod capacity;
 pub mod catalog;
 pub mod client;
+pub mod dashboard_url;
 pub mod emulate_arm;
 pub mod jobs;
 pub mod logs;

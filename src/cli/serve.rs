@@ -520,6 +520,7 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
         tokio::spawn(demo(jobs.clone(), stop_rx.clone()));
     }
     tokio::spawn(sweep_silent_agents(agents.clone(), replica.clone(), stop_rx.clone()));
+    tokio::spawn(scheduler::api::spend::record_spend(store.clone(), clock.clone(), stop_rx.clone()));
     let limits = scheduler::api::server::Limits::of(&settings.api);
     let state = ApiState::new(jobs, controller, tokens, registry, settings.api, stop_rx.clone()).with_agents(agents);
     state.set_replica(replica.clone());
@@ -544,6 +545,10 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
         let _ = writeln!(out, "spillway listening on {scheme}://{addr}");
         if token_path.exists() {
             let _ = writeln!(out, "admin token: {}{}", token_path.display(), if created { " (created)" } else { "" });
+            if let Ok(token) = std::fs::read_to_string(&token_path) {
+                let link = scheduler::api::dashboard::sign_in_url(&format!("{scheme}://{addr}"), token.trim());
+                let _ = writeln!(out, "dashboard: {link}");
+            }
         } else {
             let _ = writeln!(
                 out,

@@ -17,11 +17,12 @@ use super::auth::{ApiToken, Caller, Role, TokenError};
 use super::error::{ApiError, ErrorBody, blocking};
 use super::views::{
     AttemptView, BlockedOfferView, CapacityView, DemandPartView, JobDetailView, JobEventView, JobListView, JobView,
-    PlacementView, PlanView, PoolView, PriorityView, RegionHealthView, UnplacedView, money,
+    ListedJobView, PlacementSummaryView, PlacementView, PlanView, PoolView, PriorityView, RegionHealthView,
+    UnplacedView, money,
 };
 use crate::clock::{Clock, SystemClock};
 use crate::model::strict_json::{self, JsonError};
-use crate::model::{FieldErrors, Job, JobState};
+use crate::model::{Attempt, FieldErrors, Job, JobState};
 
 /// Longest accepted `Idempotency-Key`.
 const MAX_IDEMPOTENCY_KEY: usize = 200;
@@ -210,10 +211,23 @@ pub(crate) async fn list_jobs(
         (None, asked) => asked,
     };
     let jobs = state.jobs().clone();
-    let (page, total) =
-        blocking(move || jobs.newest(job_state, tenant.as_deref(), limit).map_err(ApiError::from)).await?;
-    let jobs = page.iter().map(JobView::from).collect();
-    Ok(Json(JobListView { jobs, total, truncated: total > limit, clock: state.clock_view() }))
+    let (page, total) = blocking(move || {
+        let (page, total) = jobs.newest(job_state, tenant.as_deref(), limit).map_err(ApiError::from)?;
+        // One direct read per job: the newest attempt's key follows from the job's attempt count.
+        let mut items = Vec::with_capacity(page.len());
+        for job in &page {
+            let placement = if job.attempts == 0 {
+                None
+            } else {
+                let key = crate::records::attempt_key(&job.id, job.attempts);
+                jobs.store().get::<Attempt>(&key)?.as_ref().map(PlacementSummaryView::from)
+            };
+            items.push(ListedJobView { job: JobView::from(job), placement });
+        }
+        Ok::<_, ApiError>((items, total))
+    })
+    .await?;
+    Ok(Json(JobListView { jobs: page, total, truncated: total > limit, clock: state.clock_view() }))
 }
 
 /// One job with its placement, attempts, events, cost so far and, while pending, why.

@@ -10,11 +10,14 @@
 //! GET    /v1/capacity             quota pools, blocked offers, unhealthy regions
 //! GET    /v1/plan                 what the solver would do now
 //! GET    /v1/events[?from=&job=&kinds=]   server-sent events, resumable (Last-Event-ID)
+//! GET    /v1/spend[?hours=&tenant=]       spend per tenant and region, budgets, spend over time
+//! GET    /v1/whoami               the calling token's id, role and tenant
 //! POST   /v1/tokens, GET /v1/tokens, DELETE /v1/tokens/{id}   (admin)
 //! GET    /metrics                 Prometheus (text 0.0.4, or OpenMetrics when asked for)
 //! GET    /openapi.json            this list, generated from the handlers
 //! GET    /healthz, /readyz        no token needed
 //! *      /v1/agent/...            the node agents' routes, with attempt credentials ([`agent_routes`])
+//! GET    /                        the web dashboard ([`dashboard`]), no token needed for its files
 //! ```
 //!
 //! Every other route needs `Authorization: Bearer <token>` ([`auth`]). Errors are always
@@ -40,6 +43,7 @@
 pub mod agent_routes;
 pub mod auth;
 pub mod cursor;
+pub mod dashboard;
 pub mod error;
 mod events;
 pub mod exposition;
@@ -48,8 +52,10 @@ mod logs;
 pub mod metrics;
 pub mod ratelimit;
 pub mod server;
+pub mod spend;
 pub mod tenant_metrics;
 pub mod views;
+pub mod whoami;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -299,6 +305,8 @@ fn protected_routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(capacity))
         .routes(routes!(plan))
         .routes(routes!(events))
+        .routes(routes!(spend::spend))
+        .routes(routes!(whoami::whoami))
         .routes(routes!(create_token, list_tokens))
         .routes(routes!(revoke_token))
         .routes(routes!(metrics))
@@ -392,8 +400,10 @@ pub fn router(state: ApiState) -> axum::Router {
     let (router, _) = protected.merge(public_routes()).merge(agent).split_for_parts();
     let http = state.inner.http.clone();
     router
+        .merge(dashboard::routes())
         .fallback(handlers::not_found)
         .method_not_allowed_fallback(handlers::method_not_allowed)
         .layer(middleware::from_fn_with_state(http, metrics::track))
+        .layer(middleware::from_fn(dashboard::security_headers))
         .with_state(state)
 }

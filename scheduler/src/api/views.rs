@@ -346,11 +346,55 @@ pub struct JobDetailView {
     pub clock: ClockView,
 }
 
+/// Where a listed job runs, or last tried to: its newest attempt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct PlacementSummaryView {
+    /// The attempt's number (1, 2, …).
+    pub attempt: u32,
+    /// Region.
+    pub region: String,
+    /// VM size.
+    pub size: String,
+    /// Spot or regular.
+    pub priority: PriorityView,
+    /// VMs asked for.
+    pub vms: u32,
+    /// GPUs the attempt carries.
+    pub gpus: u32,
+    /// Where the attempt is.
+    pub state: AttemptState,
+}
+
+impl From<&Attempt> for PlacementSummaryView {
+    fn from(a: &Attempt) -> Self {
+        PlacementSummaryView {
+            attempt: a.number,
+            region: a.region.clone(),
+            size: a.size.clone(),
+            priority: a.priority.into(),
+            vms: a.vms,
+            gpus: a.gpus,
+            state: a.state,
+        }
+    }
+}
+
+/// A job as `GET /v1/jobs` lists it: the job, and where it runs (or last tried to).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ListedJobView {
+    /// The job.
+    #[serde(flatten)]
+    pub job: JobView,
+    /// Its newest attempt (region, size, priority, VMs, GPUs, state); absent before the first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<PlacementSummaryView>,
+}
+
 /// A page of jobs (`GET /v1/jobs`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct JobListView {
-    /// The jobs, oldest first.
-    pub jobs: Vec<JobView>,
+    /// The jobs, oldest first, each with `placement` once it has an attempt.
+    pub jobs: Vec<ListedJobView>,
     /// How many jobs matched before `limit`.
     pub total: usize,
     /// True when older jobs were left out because of `limit`.

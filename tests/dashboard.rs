@@ -1,0 +1,452 @@
+//! The web dashboard, end to end: the built `spillway serve` and, for the browser tests, Debian's
+//! headless Chromium driven over WebDriver (`tests/webdriver`). The browser tests skip with a
+//! message when Chromium is not installed; `.ci/run` installs it.
+//!
+//! `SPILLWAY_WRITE_SCREENSHOTS=1 cargo test --test dashboard` also rewrites the README's
+//! screenshots in `docs/` (they are taken on every run, into the test's temporary directory).
+
+mod webdriver;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use webdriver::Browser;
+
+/// A job name a browser would run as markup if the page ever built HTML from data.
+const XSS_NAME: &str = "<img src=x onerror=alert(1)>";
+
+/// A running `spillway serve`, killed (and its directory removed) on drop.
+struct Server {
+    child: Child,
+    url: String,
+    dashboard_line: String,
+    dir: PathBuf,
+    admin: String,
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("spillway-dash-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+impl Server {
+    /// Starts `serve` on a free port over `dir/data` at 600× real time.
+    fn start(dir: PathBuf, extra: &[&str]) -> Server {
+        let data = dir.join("data");
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = std::fs::File::create(dir.join("server.log")).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_spillway"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--speedup", "600", "--data-dir"])
+            .arg(&data)
+            .args(extra)
+            .env_remove("SPILLWAY_CONFIG")
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("spawn spillway serve");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let (mut url, mut dashboard_line) = (String::new(), String::new());
+        loop {
+            let line = lines.next().unwrap_or_else(|| panic!("serve exited early; log in {}", dir.display())).unwrap();
+            if let Some(rest) = line.strip_prefix("spillway listening on ") {
+                url = rest.trim().to_string();
+            }
+            if let Some(rest) = line.strip_prefix("dashboard: ") {
+                dashboard_line = rest.trim().to_string();
+            }
+            if line.starts_with("cloud: ") {
+                break;
+            }
+        }
+        std::thread::spawn(move || for _ in lines.by_ref() {});
+        let admin = std::fs::read_to_string(data.join("admin.token")).unwrap().trim().to_string();
+        Server { child, url, dashboard_line, dir, admin }
+    }
+
+    fn http() -> reqwest::Client {
+        reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap()
+    }
+
+    async fn get(&self, path: &str, token: &str) -> (StatusCode, Value) {
+        let r = Server::http().get(format!("{}{path}", self.url)).bearer_auth(token).send().await.unwrap();
+        let status = r.status();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn submit(&self, spec: Value) -> String {
+        let r = Server::http().post(format!("{}/v1/jobs", self.url)).bearer_auth(&self.admin).json(&spec).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::CREATED);
+        r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_string()
+    }
+
+    async fn token(&self, role: &str, tenant: &str) -> String {
+        let r = Server::http()
+            .post(format!("{}/v1/tokens", self.url))
+            .bearer_auth(&self.admin)
+            .json(&json!({"role": role, "tenant": tenant}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::CREATED);
+        r.json::<Value>().await.unwrap()["token"].as_str().unwrap().to_string()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// A job that runs for simulated weeks in one region (holds its quota for the whole test).
+fn long_job(name: &str, tenant: &str, region: &str) -> Value {
+    json!({"name": name, "tenant": tenant, "kind": "batch", "gpus": 1, "sizes": ["Standard_NC4as_T4_v3"],
+           "regions": [region], "spot": "never", "duration_hours": 500.0})
+}
+
+/// Where screenshots go: `docs/` when asked to rewrite the README's, else the test's directory.
+fn shot_path(dir: &std::path::Path, name: &str) -> PathBuf {
+    if std::env::var_os("SPILLWAY_WRITE_SCREENSHOTS").is_some() {
+        let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs");
+        std::fs::create_dir_all(&docs).unwrap();
+        docs.join(name)
+    } else {
+        dir.join(name)
+    }
+}
+
+async fn screenshot(b: &Browser, dir: &std::path::Path, name: &str) {
+    let png = b.screenshot().await;
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "a PNG screenshot");
+    std::fs::write(shot_path(dir, name), png).unwrap();
+}
+
+/// No script error and no Content-Security-Policy violation in the console.
+async fn assert_clean_console(b: &Browser) {
+    let bad: Vec<(String, String)> = b
+        .console()
+        .await
+        .into_iter()
+        .filter(|(level, msg)| {
+            level == "SEVERE"
+                && !msg.contains("Failed to load resource") // 404s the tests ask for on purpose
+                && !msg.contains("/v1/jobs/")
+        })
+        .collect();
+    assert!(bad.is_empty(), "console errors: {bad:#?}");
+}
+
+async fn count(b: &Browser, css: &str) -> usize {
+    b.exec("return document.querySelectorAll(arguments[0]).length", json!([css])).await.as_u64().unwrap_or(0) as usize
+}
+
+async fn page_text(b: &Browser) -> String {
+    b.exec("return document.querySelector('main').innerText", json!([])).await.as_str().unwrap_or("").to_string()
+}
+
+/// The page fits the window: nothing sticks out sideways (tables scroll inside their cards).
+async fn assert_fits(b: &Browser, what: &str) {
+    let v = b.exec("return [document.documentElement.scrollWidth, window.innerWidth]", json!([])).await;
+    let (w, inner) = (v[0].as_u64().unwrap(), v[1].as_u64().unwrap());
+    assert!(w <= inner + 1, "{what}: the page is {w} px wide in a {inner} px window");
+}
+
+#[tokio::test]
+async fn dashboard_files_headers_sign_in_link_and_read_endpoints() {
+    let dir = temp_dir("http");
+    let s = Server::start(dir.clone(), &[]);
+    // serve prints the sign-in link; dashboard-url prints it again.
+    assert_eq!(s.dashboard_line, format!("{}/#token={}", s.url, s.admin));
+    let out = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["dashboard-url", "--url", &s.url, "--data-dir"])
+        .arg(dir.join("data"))
+        .env_remove("SPILLWAY_TOKEN")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), s.dashboard_line);
+    let out = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["dashboard-url", "--data-dir"])
+        .arg(dir.join("nowhere"))
+        .env_remove("SPILLWAY_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "no token: exit 1 with the reason");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no token"));
+
+    // The page and its files: no token needed, strict headers, validators.
+    let http = Server::http();
+    let page = http.get(format!("{}/", s.url)).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let h = page.headers().clone();
+    assert!(h["content-type"].to_str().unwrap().starts_with("text/html"));
+    let csp = h["content-security-policy"].to_str().unwrap();
+    for part in ["default-src 'none'", "script-src 'self'", "style-src 'self'", "frame-ancestors 'none'", "require-trusted-types-for 'script'"] {
+        assert!(csp.contains(part), "CSP {csp:?} lacks {part:?}");
+    }
+    assert!(!csp.contains("unsafe-inline") && !csp.contains("unsafe-eval"));
+    assert_eq!(h["x-frame-options"], "DENY");
+    assert_eq!(h["x-content-type-options"], "nosniff");
+    let html = page.text().await.unwrap();
+    assert!(html.contains("<script src=\"/dashboard/app.js\" defer></script>"));
+    let js = http.get(format!("{}/dashboard/app.js", s.url)).send().await.unwrap();
+    assert_eq!(js.status(), StatusCode::OK);
+    assert!(js.headers()["content-type"].to_str().unwrap().starts_with("text/javascript"));
+    let etag = js.headers()["etag"].to_str().unwrap().to_string();
+    let again = http.get(format!("{}/dashboard/app.js", s.url)).header("If-None-Match", &etag).send().await.unwrap();
+    assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
+    // The API's answers carry the same headers.
+    let (st, _) = s.get("/v1/jobs", &s.admin).await;
+    assert_eq!(st, StatusCode::OK);
+    let api = http.get(format!("{}/v1/jobs", s.url)).send().await.unwrap();
+    assert_eq!(api.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(api.headers()["x-frame-options"], "DENY");
+
+    // whoami: who the token is, and the server's clock.
+    let viewer = s.token("viewer", "team-a").await;
+    let (st, me) = s.get("/v1/whoami", &viewer).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!((me["role"].as_str(), me["tenant"].as_str(), me["may_write_jobs"].as_bool()), (Some("viewer"), Some("team-a"), Some(false)));
+    assert!(me["now_ms"].as_i64().unwrap() > 1_600_000_000_000);
+
+    // Listed jobs carry their placement; spend is per tenant and tenant-scoped.
+    let a = s.submit(long_job("a-job", "team-a", "westus3")).await;
+    let b = s.submit(long_job("b-job", "team-b", "westus3")).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, list) = s.get("/v1/jobs", &s.admin).await;
+        let placed = list["jobs"].as_array().unwrap().iter().filter(|j| j["placement"]["region"] == "westus3").count();
+        let (_, spend) = s.get("/v1/spend", &s.admin).await;
+        let spending = spend["tenants"].as_array().unwrap().iter().filter(|t| t["usd_per_hour"].as_f64() > Some(0.0)).count();
+        if placed == 2 && spending == 2 && spend["history"].as_array().unwrap().len() >= 2 {
+            let p = &list["jobs"][0]["placement"];
+            assert_eq!((p["size"].as_str(), p["priority"].as_str(), p["vms"].as_u64()), (Some("Standard_NC4as_T4_v3"), Some("regular"), Some(1)));
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "jobs not placed and billed in time: {list:#} {spend:#}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (st, mine) = s.get("/v1/spend?hours=1", &viewer).await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(mine["tenants"].as_array().unwrap().iter().all(|t| t["tenant"] == "team-a"), "{mine:#}");
+    assert!(mine["regions"].as_array().unwrap().iter().all(|t| t["tenant"] == "team-a"));
+    assert!(mine["history"].as_array().unwrap().iter().flat_map(|h| h["series"].as_array().unwrap()).all(|p| p["tenant"] == "team-a"));
+    assert_eq!(mine["window_hours"], 1.0);
+    let (st, other) = s.get("/v1/spend?tenant=team-b", &viewer).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(other["tenants"], json!([]), "another tenant's spend is not shown to a bound token");
+    for bad in ["hours=0", "hours=721", "hours=abc", "colour=red"] {
+        let (st, e) = s.get(&format!("/v1/spend?{bad}"), &s.admin).await;
+        assert_eq!(st, StatusCode::BAD_REQUEST, "{bad}: {e}");
+        assert!(!e["problems"][0]["field"].as_str().unwrap().is_empty(), "{bad}: names the field: {e}");
+    }
+    let _ = (a, b);
+}
+
+#[tokio::test]
+async fn browser_demo_jobs_job_timeline_filters_views_and_screenshots() {
+    let dir = temp_dir("demo");
+    let Some(b) = Browser::start(&dir, 1280, 800).await else { return };
+    let s = Server::start(dir.join("server"), &["--demo"]);
+    let writing = std::env::var_os("SPILLWAY_WRITE_SCREENSHOTS").is_some();
+
+    // Sign in by the link serve printed: the token leaves the address bar at once.
+    b.goto(&s.dashboard_line).await;
+    b.wait_text("#who", "admin", 30).await;
+    assert!(!b.url().await.contains("token="), "the token is removed from the URL");
+    let stored = b.exec("return sessionStorage.getItem('spillway.token')", json!([])).await;
+    assert_eq!(stored.as_str(), Some(s.admin.as_str()));
+
+    // The demo's jobs appear, live, with counts by state; one of them gets to run.
+    let want = if writing { 7 } else { 3 };
+    b.wait_for("the demo's jobs", 90, || async { (count(&b, "tr.row").await >= want).then_some(()) }).await;
+    let ran = b
+        .wait_for("a demo job that ran", 90, || async {
+            for st in ["running", "succeeded"] {
+                let n = b.exec("var e = document.querySelector('#state-counts [data-state=' + arguments[0] + ']'); return e ? Number(e.getAttribute('data-count')) : 0", json!([st])).await;
+                if n.as_u64().unwrap_or(0) > 0 {
+                    return Some(st);
+                }
+            }
+            None
+        })
+        .await;
+    let all = b.wait_text("#state-counts [data-state=all] b", "", 5).await;
+    assert!(all.parse::<usize>().unwrap() >= 3, "{all}");
+    assert_fits(&b, "jobs at 1280 px").await;
+    screenshot(&b, &dir, "dashboard-jobs.png").await;
+
+    // Filter by state: only that state's jobs are listed, and the filter is in the URL.
+    b.click_on(&format!("#filter-state option[value={ran}]"), 5).await;
+    b.wait_for("rows of one state", 30, || async {
+        let states = b.exec("return [...document.querySelectorAll('tr.row')].map(r => r.getAttribute('data-state'))", json!([])).await;
+        let states: Vec<&str> = states.as_array()?.iter().filter_map(|v| v.as_str()).collect();
+        (!states.is_empty() && states.iter().all(|s| *s == ran)).then_some(())
+    })
+    .await;
+    assert!(b.url().await.contains(&format!("state={ran}")));
+
+    // Sorting by cost puts the dearest first.
+    b.click_on("button.sort[data-sort=cost]", 5).await;
+    let costs = b.exec("return [...document.querySelectorAll('tr.row td.c-cost')].map(c => Number(c.textContent.replace(/[$,]/g, '')))", json!([])).await;
+    let costs: Vec<f64> = costs.as_array().unwrap().iter().filter_map(|v| v.as_f64()).collect();
+    assert!(costs.windows(2).all(|w| w[0] >= w[1]), "sorted by cost, dearest first: {costs:?}");
+
+    // Open a job: its timeline shows it pending, provisioning and running, and its events.
+    b.click_on("tr.row a.joblink", 5).await;
+    b.wait_element("#timeline rect[data-phase=running]", 30).await;
+    assert!(count(&b, "#timeline rect[data-phase=provisioning]").await >= 1);
+    let kinds = b.exec("return [...document.querySelectorAll('#job-events tr[data-kind]')].map(r => r.getAttribute('data-kind'))", json!([])).await;
+    let kinds: Vec<&str> = kinds.as_array().unwrap().iter().filter_map(|v| v.as_str()).collect();
+    assert!(kinds.contains(&"submitted") && kinds.contains(&"running"), "events: {kinds:?}");
+    assert!(count(&b, "#attempts tr[data-attempt]").await >= 1);
+    let logs = b.wait_text("#logs-note", "", 5).await;
+    assert!(logs.contains("no command") || logs.contains("not available") || logs.contains("No logs"), "{logs}");
+    assert_fits(&b, "a job at 1280 px").await;
+    screenshot(&b, &dir, "dashboard-job.png").await;
+
+    // Capacity: every region of the bundled scenario with its quota pools as bars.
+    b.goto(&format!("{}/#/capacity", s.url)).await;
+    b.wait_for("four regions with pools", 30, || async { (count(&b, ".region .pool").await >= 8 && count(&b, ".region[data-region]").await == 4).then_some(()) }).await;
+    assert!(count(&b, "svg.poolbar rect.q-limit").await >= 8);
+    assert!(count(&b, "[data-breaker]").await == 4, "a breaker state per region");
+    assert_fits(&b, "capacity at 1280 px").await;
+    screenshot(&b, &dir, "dashboard-capacity.png").await;
+
+    // Cost: tenants with their spend, charts with units.
+    b.goto(&format!("{}/#/cost", s.url)).await;
+    b.wait_for("tenants and charts", 30, || async { (count(&b, "#tenants tr[data-tenant]").await >= 1 && count(&b, "#chart-tenantSpent path.line").await >= 1).then_some(()) }).await;
+    let labels = b.exec("return [...document.querySelectorAll('#chart-tenantRate .axislabel')].map(e => e.textContent)", json!([])).await;
+    assert!(labels.to_string().contains("USD per hour") && labels.to_string().contains("server time"), "{labels}");
+    assert_fits(&b, "cost at 1280 px").await;
+    screenshot(&b, &dir, "dashboard-cost.png").await;
+
+    // Plan: the solver's answer now.
+    b.goto(&format!("{}/#/plan", s.url)).await;
+    b.wait_text("#plan-summary", "Solver ", 30).await;
+    assert_fits(&b, "plan at 1280 px").await;
+    screenshot(&b, &dir, "dashboard-plan.png").await;
+
+    // Dark theme, and a phone's width.
+    b.click_on("#theme", 5).await;
+    b.click_on("#theme", 5).await;
+    let theme = b.exec("return document.documentElement.getAttribute('data-theme')", json!([])).await;
+    assert_eq!(theme.as_str(), Some("dark"));
+    b.resize(390, 844).await;
+    b.goto(&format!("{}/#/jobs", s.url)).await;
+    b.wait_for("jobs on a phone", 30, || async { (count(&b, "tr.row").await >= 1).then_some(()) }).await;
+    assert_fits(&b, "jobs at phone width").await;
+    screenshot(&b, &dir, "dashboard-phone-dark.png").await;
+    b.goto(&format!("{}/#/capacity", s.url)).await;
+    b.wait_for("capacity on a phone", 30, || async { (count(&b, ".region .pool").await >= 1).then_some(()) }).await;
+    assert_fits(&b, "capacity at phone width").await;
+
+    // Sign out: the token is gone and the sign-in form is back.
+    b.click_on("#signout", 5).await;
+    b.wait_element("#signin", 10).await;
+    let stored = b.exec("return sessionStorage.getItem('spillway.token')", json!([])).await;
+    assert!(stored.is_null());
+    assert_clean_console(&b).await;
+}
+
+#[tokio::test]
+async fn browser_tenant_viewer_quota_bar_and_escaped_names() {
+    let dir = temp_dir("tenants");
+    let Some(b) = Browser::start(&dir, 1280, 800).await else { return };
+    // A job whose name and event are markup: the API validates names, so it is put in the store
+    // directly, as a store written by another version (or any future free-text field) could hold.
+    let server_dir = dir.join("server");
+    {
+        let store = state::Store::open(&server_dir.join("data")).unwrap();
+        let spec: scheduler::model::JobSpec = serde_json::from_value(json!({
+            "name": XSS_NAME, "tenant": "team-b", "kind": "batch", "gpus": 1,
+            "sizes": ["Standard_NC4as_T4_v3"], "regions": ["eastus2"], "spot": "never", "duration_hours": 500.0
+        }))
+        .unwrap();
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+        let job = scheduler::model::Job::new("j-markup".into(), spec, now);
+        store
+            .transaction(|tx| {
+                tx.put(&job)?;
+                scheduler::jobs::record_event(tx, &job, now, "submitted", "<script>window.pwned = 1</script> imported", Value::Null)?;
+                Ok(())
+            })
+            .unwrap();
+        store.put(&scheduler::records::Tenant { name: "team-a".into(), budget_usd: Some(50.0), spent_usd: 0.0 }).unwrap();
+        store.flush().unwrap();
+    }
+    let s = Server::start(server_dir, &[]);
+    let a_id = s.submit(long_job("a-job", "team-a", "eastus2")).await;
+    let b_id = s.submit(long_job("b-job", "team-b", "eastus2")).await;
+    let viewer = s.token("viewer", "team-a").await;
+
+    // A tenant-A viewer sees tenant A's job and nothing of tenant B's.
+    b.goto(&format!("{}/#token={viewer}", s.url)).await;
+    b.wait_text("#who", "viewer · tenant team-a", 30).await;
+    b.wait_for("team-a's job", 30, || async { b.find(&format!("tr.row[data-id='{a_id}']")).await }).await;
+    let tenants = b.exec("return [...document.querySelectorAll('tr.row')].map(r => r.getAttribute('data-tenant'))", json!([])).await;
+    assert_eq!(tenants, json!(["team-a"]));
+    assert!(b.find("#filter-tenant").await.is_none(), "a bound token has no tenant filter");
+    let text = page_text(&b).await;
+    assert!(!text.contains("b-job") && !text.contains(&b_id) && !text.contains("team-b") && !text.contains("j-markup"), "{text}");
+    b.goto(&format!("{}/#/job/{b_id}", s.url)).await;
+    b.wait_element("#job-missing", 30).await;
+    b.goto(&format!("{}/#/cost", s.url)).await;
+    b.wait_text("#tenants tr[data-tenant='team-a']", "$50.00", 30).await;
+    assert_eq!(count(&b, "#tenants tr[data-tenant]").await, 1);
+    b.goto(&format!("{}/#/plan", s.url)).await;
+    b.wait_text("#plan-summary", "Solver ", 30).await;
+    let text = page_text(&b).await;
+    assert!(!text.contains("b-job") && !text.contains(&b_id) && !text.contains("j-markup"), "{text}");
+
+    // Sign out, then in again by pasting the admin token.
+    b.click_on("#signout", 5).await;
+    let input = b.wait_element("#token-input", 10).await;
+    b.type_into(&input, &s.admin).await;
+    b.click_on("#signin button[type=submit]", 5).await;
+    b.wait_text("#who", "admin", 30).await;
+
+    // The markup is shown as text: no image element, no script ran.
+    b.goto(&format!("{}/#/jobs", s.url)).await;
+    let name = b.wait_text("tr.row[data-id='j-markup'] a.joblink", "", 30).await;
+    assert_eq!(name, XSS_NAME);
+    assert_eq!(count(&b, "main img").await, 0);
+    assert!(b.alert_text().await.is_none(), "no alert: the name was not run");
+    b.click_on("tr.row[data-id='j-markup'] a.joblink", 5).await;
+    assert_eq!(b.wait_text("#job-name", "", 30).await, XSS_NAME);
+    b.wait_element("#job-events td.msg", 30).await;
+    let messages = b.exec("return [...document.querySelectorAll('#job-events td.msg')].map(e => e.textContent)", json!([])).await;
+    assert!(messages.as_array().unwrap().iter().any(|m| m == "<script>window.pwned = 1</script> imported"), "{messages}");
+    assert_eq!(count(&b, "main img, main script").await, 0);
+    assert!(b.exec("return window.pwned === undefined", json!([])).await.as_bool().unwrap());
+    assert!(b.alert_text().await.is_none());
+
+    // A quota bar moves when a submission takes quota: westus3 is idle until the probe arrives.
+    b.goto(&format!("{}/#/capacity", s.url)).await;
+    let before = b.wait_for("westus3's pools", 30, || used_in(&b, "westus3")).await;
+    b.wait_element(".pool[data-region=westus3] svg.poolbar", 5).await;
+    let segs_before = count(&b, ".pool[data-region=westus3] rect[data-part=q-us], .pool[data-region=westus3] rect[data-part=q-inflight]").await;
+    s.submit(long_job("quota-probe", "team-a", "westus3")).await;
+    let after = b.wait_for("westus3's bar to grow", 30, || async { used_in(&b, "westus3").await.filter(|&u| u > before) }).await;
+    assert!(after >= before + 8, "the family pool and cores both gain the VM's 4 vCPUs: {before} -> {after}");
+    let segs_after = count(&b, ".pool[data-region=westus3] rect[data-part=q-us], .pool[data-region=westus3] rect[data-part=q-inflight]").await;
+    assert!(segs_after > segs_before, "the bar draws the new use: {segs_before} -> {segs_after} segments");
+    assert_clean_console(&b).await;
+}
+
+/// vCPUs spillway uses in a region's pools, as the capacity view's bars say (`None` before they show).
+async fn used_in(b: &Browser, region: &str) -> Option<u64> {
+    let script = "var p = [...document.querySelectorAll('.pool[data-region=' + arguments[0] + ']')]; \
+                  return p.length ? p.reduce((a, e) => a + Number(e.getAttribute('data-us')), 0) : null";
+    b.exec(script, json!([region])).await.as_u64()
+}
