@@ -80,7 +80,13 @@ impl Server {
     }
 
     async fn submit(&self, spec: Value) -> String {
-        let r = Server::http().post(format!("{}/v1/jobs", self.url)).bearer_auth(&self.admin).json(&spec).send().await.unwrap();
+        let r = Server::http()
+            .post(format!("{}/v1/jobs", self.url))
+            .bearer_auth(&self.admin)
+            .json(&spec)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), StatusCode::CREATED);
         r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_string()
     }
@@ -191,7 +197,13 @@ async fn dashboard_files_headers_sign_in_link_and_read_endpoints() {
     let h = page.headers().clone();
     assert!(h["content-type"].to_str().unwrap().starts_with("text/html"));
     let csp = h["content-security-policy"].to_str().unwrap();
-    for part in ["default-src 'none'", "script-src 'self'", "style-src 'self'", "frame-ancestors 'none'", "require-trusted-types-for 'script'"] {
+    for part in [
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "frame-ancestors 'none'",
+        "require-trusted-types-for 'script'",
+    ] {
         assert!(csp.contains(part), "CSP {csp:?} lacks {part:?}");
     }
     assert!(!csp.contains("unsafe-inline") && !csp.contains("unsafe-eval"));
@@ -216,7 +228,10 @@ async fn dashboard_files_headers_sign_in_link_and_read_endpoints() {
     let viewer = s.token("viewer", "team-a").await;
     let (st, me) = s.get("/v1/whoami", &viewer).await;
     assert_eq!(st, StatusCode::OK);
-    assert_eq!((me["role"].as_str(), me["tenant"].as_str(), me["may_write_jobs"].as_bool()), (Some("viewer"), Some("team-a"), Some(false)));
+    assert_eq!(
+        (me["role"].as_str(), me["tenant"].as_str(), me["may_write_jobs"].as_bool()),
+        (Some("viewer"), Some("team-a"), Some(false))
+    );
     assert!(me["now_ms"].as_i64().unwrap() > 1_600_000_000_000);
 
     // Listed jobs carry their placement; spend is per tenant and tenant-scoped.
@@ -227,10 +242,14 @@ async fn dashboard_files_headers_sign_in_link_and_read_endpoints() {
         let (_, list) = s.get("/v1/jobs", &s.admin).await;
         let placed = list["jobs"].as_array().unwrap().iter().filter(|j| j["placement"]["region"] == "westus3").count();
         let (_, spend) = s.get("/v1/spend", &s.admin).await;
-        let spending = spend["tenants"].as_array().unwrap().iter().filter(|t| t["usd_per_hour"].as_f64() > Some(0.0)).count();
+        let spending =
+            spend["tenants"].as_array().unwrap().iter().filter(|t| t["usd_per_hour"].as_f64() > Some(0.0)).count();
         if placed == 2 && spending == 2 && spend["history"].as_array().unwrap().len() >= 2 {
             let p = &list["jobs"][0]["placement"];
-            assert_eq!((p["size"].as_str(), p["priority"].as_str(), p["vms"].as_u64()), (Some("Standard_NC4as_T4_v3"), Some("regular"), Some(1)));
+            assert_eq!(
+                (p["size"].as_str(), p["priority"].as_str(), p["vms"].as_u64()),
+                (Some("Standard_NC4as_T4_v3"), Some("regular"), Some(1))
+            );
             break;
         }
         assert!(std::time::Instant::now() < deadline, "jobs not placed and billed in time: {list:#} {spend:#}");
@@ -240,7 +259,14 @@ async fn dashboard_files_headers_sign_in_link_and_read_endpoints() {
     assert_eq!(st, StatusCode::OK);
     assert!(mine["tenants"].as_array().unwrap().iter().all(|t| t["tenant"] == "team-a"), "{mine:#}");
     assert!(mine["regions"].as_array().unwrap().iter().all(|t| t["tenant"] == "team-a"));
-    assert!(mine["history"].as_array().unwrap().iter().flat_map(|h| h["series"].as_array().unwrap()).all(|p| p["tenant"] == "team-a"));
+    assert!(
+        mine["history"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|h| h["series"].as_array().unwrap())
+            .all(|p| p["tenant"] == "team-a")
+    );
     assert_eq!(mine["window_hours"], 1.0);
     let (st, other) = s.get("/v1/spend?tenant=team-b", &viewer).await;
     assert_eq!(st, StatusCode::OK);
@@ -257,8 +283,24 @@ async fn dashboard_files_headers_sign_in_link_and_read_endpoints() {
 async fn browser_demo_jobs_job_timeline_filters_views_and_screenshots() {
     let dir = temp_dir("demo");
     let Some(b) = Browser::start(&dir, 1280, 800).await else { return };
-    let s = Server::start(dir.join("server"), &["--demo"]);
+    // Budgets for the demo's tenants (no API sets one yet: they go in the store before the start).
+    let server_dir = dir.join("server");
+    {
+        let store = state::Store::open(&server_dir.join("data")).unwrap();
+        for (name, budget) in [("product", 400.0), ("research", 250.0), ("search", 150.0)] {
+            store
+                .put(&scheduler::records::Tenant { name: name.into(), budget_usd: Some(budget), spent_usd: 0.0 })
+                .unwrap();
+        }
+        store.flush().unwrap();
+    }
+    let s = Server::start(server_dir, &["--demo"]);
     let writing = std::env::var_os("SPILLWAY_WRITE_SCREENSHOTS").is_some();
+    // A job no region has the quota for: it waits, and the dashboard must say why.
+    let stuck = s
+        .submit(json!({"name": "h100-pretrain", "tenant": "research", "kind": "training", "gpus": 64,
+                       "gpu_models": ["H100"], "duration_hours": 12.0}))
+        .await;
 
     // Sign in by the link serve printed: the token leaves the address bar at once.
     b.goto(&s.dashboard_line).await;
@@ -289,7 +331,9 @@ async fn browser_demo_jobs_job_timeline_filters_views_and_screenshots() {
     // Filter by state: only that state's jobs are listed, and the filter is in the URL.
     b.click_on(&format!("#filter-state option[value={ran}]"), 5).await;
     b.wait_for("rows of one state", 30, || async {
-        let states = b.exec("return [...document.querySelectorAll('tr.row')].map(r => r.getAttribute('data-state'))", json!([])).await;
+        let states = b
+            .exec("return [...document.querySelectorAll('tr.row')].map(r => r.getAttribute('data-state'))", json!([]))
+            .await;
         let states: Vec<&str> = states.as_array()?.iter().filter_map(|v| v.as_str()).collect();
         (!states.is_empty() && states.iter().all(|s| *s == ran)).then_some(())
     })
@@ -306,34 +350,80 @@ async fn browser_demo_jobs_job_timeline_filters_views_and_screenshots() {
     b.click_on("tr.row a.joblink", 5).await;
     b.wait_element("#timeline rect[data-phase=running]", 30).await;
     assert!(count(&b, "#timeline rect[data-phase=provisioning]").await >= 1);
-    let kinds = b.exec("return [...document.querySelectorAll('#job-events tr[data-kind]')].map(r => r.getAttribute('data-kind'))", json!([])).await;
+    let kinds = b
+        .exec(
+            "return [...document.querySelectorAll('#job-events tr[data-kind]')].map(r => r.getAttribute('data-kind'))",
+            json!([]),
+        )
+        .await;
     let kinds: Vec<&str> = kinds.as_array().unwrap().iter().filter_map(|v| v.as_str()).collect();
     assert!(kinds.contains(&"submitted") && kinds.contains(&"running"), "events: {kinds:?}");
     assert!(count(&b, "#attempts tr[data-attempt]").await >= 1);
     let logs = b.wait_text("#logs-note", "", 5).await;
     assert!(logs.contains("no command") || logs.contains("not available") || logs.contains("No logs"), "{logs}");
     assert_fits(&b, "a job at 1280 px").await;
+    if writing {
+        // The README shows the job that moved most.
+        let (_, list) = s.get("/v1/jobs", &s.admin).await;
+        let busiest = list["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|j| j["first_running_at_ms"].is_i64())
+            .max_by_key(|j| {
+                (
+                    j["failovers"].as_u64().unwrap_or(0) + j["evictions"].as_u64().unwrap_or(0),
+                    j["attempts"].as_u64().unwrap_or(0),
+                )
+            })
+            .map(|j| j["id"].as_str().unwrap().to_string())
+            .unwrap();
+        b.goto(&format!("{}/#/job/{busiest}", s.url)).await;
+        b.wait_element("#timeline rect[data-phase=running]", 30).await;
+    }
     screenshot(&b, &dir, "dashboard-job.png").await;
+
+    // The job that cannot fit: pending, with the reasons on its page.
+    b.goto(&format!("{}/#/job/{stuck}", s.url)).await;
+    let why = b.wait_text("#pending-reasons", "needs", 60).await;
+    assert!(why.contains("Why it waits"), "{why}");
+    assert!(count(&b, "#timeline rect[data-phase=pending]").await >= 1, "a waiting job's timeline is pending");
 
     // Capacity: every region of the bundled scenario with its quota pools as bars.
     b.goto(&format!("{}/#/capacity", s.url)).await;
-    b.wait_for("four regions with pools", 30, || async { (count(&b, ".region .pool").await >= 8 && count(&b, ".region[data-region]").await == 4).then_some(()) }).await;
+    b.wait_for("four regions with pools", 30, || async {
+        (count(&b, ".region .pool").await >= 8 && count(&b, ".region[data-region]").await == 4).then_some(())
+    })
+    .await;
     assert!(count(&b, "svg.poolbar rect.q-limit").await >= 8);
     assert!(count(&b, "[data-breaker]").await == 4, "a breaker state per region");
     assert_fits(&b, "capacity at 1280 px").await;
     screenshot(&b, &dir, "dashboard-capacity.png").await;
 
-    // Cost: tenants with their spend, charts with units.
+    // Cost: tenants with their spend, budgets and what is left; charts with units.
     b.goto(&format!("{}/#/cost", s.url)).await;
-    b.wait_for("tenants and charts", 30, || async { (count(&b, "#tenants tr[data-tenant]").await >= 1 && count(&b, "#chart-tenantSpent path.line").await >= 1).then_some(()) }).await;
-    let labels = b.exec("return [...document.querySelectorAll('#chart-tenantRate .axislabel')].map(e => e.textContent)", json!([])).await;
+    b.wait_for("tenants and charts", 30, || async {
+        (count(&b, "#tenants tr[data-tenant]").await >= 1 && count(&b, "#chart-tenantSpent path.line").await >= 1)
+            .then_some(())
+    })
+    .await;
+    let research = b.wait_text("#tenants tr[data-tenant=research]", "$250.00", 30).await;
+    assert_eq!(count(&b, "#tenants svg.budget").await, 3, "a budget bar per tenant: {research}");
+    let labels = b
+        .exec(
+            "return [...document.querySelectorAll('#chart-tenantRate .axislabel')].map(e => e.textContent)",
+            json!([]),
+        )
+        .await;
     assert!(labels.to_string().contains("USD per hour") && labels.to_string().contains("server time"), "{labels}");
     assert_fits(&b, "cost at 1280 px").await;
     screenshot(&b, &dir, "dashboard-cost.png").await;
 
-    // Plan: the solver's answer now.
+    // Plan: the solver's answer now, and why the job that cannot fit waits.
     b.goto(&format!("{}/#/plan", s.url)).await;
     b.wait_text("#plan-summary", "Solver ", 30).await;
+    let reasons = b.wait_text(&format!("#plan-waiting tr[data-job='{stuck}']"), "needs", 30).await;
+    assert!(reasons.contains("h100-pretrain"), "the waiting job is named: {reasons}");
     assert_fits(&b, "plan at 1280 px").await;
     screenshot(&b, &dir, "dashboard-plan.png").await;
 
@@ -378,11 +468,20 @@ async fn browser_tenant_viewer_quota_bar_and_escaped_names() {
         store
             .transaction(|tx| {
                 tx.put(&job)?;
-                scheduler::jobs::record_event(tx, &job, now, "submitted", "<script>window.pwned = 1</script> imported", Value::Null)?;
+                scheduler::jobs::record_event(
+                    tx,
+                    &job,
+                    now,
+                    "submitted",
+                    "<script>window.pwned = 1</script> imported",
+                    Value::Null,
+                )?;
                 Ok(())
             })
             .unwrap();
-        store.put(&scheduler::records::Tenant { name: "team-a".into(), budget_usd: Some(50.0), spent_usd: 0.0 }).unwrap();
+        store
+            .put(&scheduler::records::Tenant { name: "team-a".into(), budget_usd: Some(50.0), spent_usd: 0.0 })
+            .unwrap();
         store.flush().unwrap();
     }
     let s = Server::start(server_dir, &[]);
@@ -394,11 +493,16 @@ async fn browser_tenant_viewer_quota_bar_and_escaped_names() {
     b.goto(&format!("{}/#token={viewer}", s.url)).await;
     b.wait_text("#who", "viewer · tenant team-a", 30).await;
     b.wait_for("team-a's job", 30, || async { b.find(&format!("tr.row[data-id='{a_id}']")).await }).await;
-    let tenants = b.exec("return [...document.querySelectorAll('tr.row')].map(r => r.getAttribute('data-tenant'))", json!([])).await;
+    let tenants = b
+        .exec("return [...document.querySelectorAll('tr.row')].map(r => r.getAttribute('data-tenant'))", json!([]))
+        .await;
     assert_eq!(tenants, json!(["team-a"]));
     assert!(b.find("#filter-tenant").await.is_none(), "a bound token has no tenant filter");
     let text = page_text(&b).await;
-    assert!(!text.contains("b-job") && !text.contains(&b_id) && !text.contains("team-b") && !text.contains("j-markup"), "{text}");
+    assert!(
+        !text.contains("b-job") && !text.contains(&b_id) && !text.contains("team-b") && !text.contains("j-markup"),
+        "{text}"
+    );
     b.goto(&format!("{}/#/job/{b_id}", s.url)).await;
     b.wait_element("#job-missing", 30).await;
     b.goto(&format!("{}/#/cost", s.url)).await;
@@ -425,8 +529,12 @@ async fn browser_tenant_viewer_quota_bar_and_escaped_names() {
     b.click_on("tr.row[data-id='j-markup'] a.joblink", 5).await;
     assert_eq!(b.wait_text("#job-name", "", 30).await, XSS_NAME);
     b.wait_element("#job-events td.msg", 30).await;
-    let messages = b.exec("return [...document.querySelectorAll('#job-events td.msg')].map(e => e.textContent)", json!([])).await;
-    assert!(messages.as_array().unwrap().iter().any(|m| m == "<script>window.pwned = 1</script> imported"), "{messages}");
+    let messages =
+        b.exec("return [...document.querySelectorAll('#job-events td.msg')].map(e => e.textContent)", json!([])).await;
+    assert!(
+        messages.as_array().unwrap().iter().any(|m| m == "<script>window.pwned = 1</script> imported"),
+        "{messages}"
+    );
     assert_eq!(count(&b, "main img, main script").await, 0);
     assert!(b.exec("return window.pwned === undefined", json!([])).await.as_bool().unwrap());
     assert!(b.alert_text().await.is_none());
@@ -435,11 +543,21 @@ async fn browser_tenant_viewer_quota_bar_and_escaped_names() {
     b.goto(&format!("{}/#/capacity", s.url)).await;
     let before = b.wait_for("westus3's pools", 30, || used_in(&b, "westus3")).await;
     b.wait_element(".pool[data-region=westus3] svg.poolbar", 5).await;
-    let segs_before = count(&b, ".pool[data-region=westus3] rect[data-part=q-us], .pool[data-region=westus3] rect[data-part=q-inflight]").await;
+    let segs_before = count(
+        &b,
+        ".pool[data-region=westus3] rect[data-part=q-us], .pool[data-region=westus3] rect[data-part=q-inflight]",
+    )
+    .await;
     s.submit(long_job("quota-probe", "team-a", "westus3")).await;
-    let after = b.wait_for("westus3's bar to grow", 30, || async { used_in(&b, "westus3").await.filter(|&u| u > before) }).await;
+    let after = b
+        .wait_for("westus3's bar to grow", 30, || async { used_in(&b, "westus3").await.filter(|&u| u > before) })
+        .await;
     assert!(after >= before + 8, "the family pool and cores both gain the VM's 4 vCPUs: {before} -> {after}");
-    let segs_after = count(&b, ".pool[data-region=westus3] rect[data-part=q-us], .pool[data-region=westus3] rect[data-part=q-inflight]").await;
+    let segs_after = count(
+        &b,
+        ".pool[data-region=westus3] rect[data-part=q-us], .pool[data-region=westus3] rect[data-part=q-inflight]",
+    )
+    .await;
     assert!(segs_after > segs_before, "the bar draws the new use: {segs_before} -> {segs_after} segments");
     assert_clean_console(&b).await;
 }

@@ -113,11 +113,7 @@ impl Browser {
         let resp = req.send().await.map_err(|e| e.to_string())?;
         let ok = resp.status().is_success();
         let v: Value = resp.json().await.map_err(|e| e.to_string())?;
-        if ok {
-            Ok(v["value"].clone())
-        } else {
-            Err(format!("{}: {}", v["value"]["error"], v["value"]["message"]))
-        }
+        if ok { Ok(v["value"].clone()) } else { Err(format!("{}: {}", v["value"]["error"], v["value"]["message"])) }
     }
 
     async fn post(&self, path: &str, body: Value) -> Value {
@@ -136,14 +132,17 @@ impl Browser {
 
     /// The first element matching a CSS selector, if any.
     pub async fn find(&self, css: &str) -> Option<Element> {
-        let v = self.call(reqwest::Method::POST, "/element", Some(json!({"using": "css selector", "value": css}))).await;
+        let v =
+            self.call(reqwest::Method::POST, "/element", Some(json!({"using": "css selector", "value": css}))).await;
         v.ok().and_then(|v| v[ELEMENT].as_str().map(|s| Element(s.to_string())))
     }
 
     /// Every element matching a CSS selector.
     pub async fn find_all(&self, css: &str) -> Vec<Element> {
         let v = self.post("/elements", json!({"using": "css selector", "value": css})).await;
-        v.as_array().map(|a| a.iter().filter_map(|e| e[ELEMENT].as_str().map(|s| Element(s.to_string()))).collect()).unwrap_or_default()
+        v.as_array()
+            .map(|a| a.iter().filter_map(|e| e[ELEMENT].as_str().map(|s| Element(s.to_string()))).collect())
+            .unwrap_or_default()
     }
 
     /// An element's rendered text.
@@ -155,7 +154,9 @@ impl Browser {
     /// The rendered text of the first element matching `css` (read in the page, so a redraw
     /// between finding and reading cannot make it stale).
     pub async fn text_of(&self, css: &str) -> Option<String> {
-        let v = self.exec("var e = document.querySelector(arguments[0]); return e ? e.innerText : null", json!([css])).await;
+        let v = self
+            .exec("var e = document.querySelector(arguments[0]); return e ? e.innerText : null", json!([css]))
+            .await;
         v.as_str().map(String::from)
     }
 

@@ -261,7 +261,7 @@ pub async fn record_spend(store: Store, clock: Arc<dyn Clock>, mut stop: watch::
 #[serde(deny_unknown_fields)]
 pub(crate) struct SpendQuery {
     /// Hours of history to return, counted back from now (default 24, at most 720).
-    #[param(minimum = 0, maximum = 720)]
+    #[param(exclusive_minimum = 0, maximum = 720)]
     hours: Option<f64>,
     /// Only this tenant (a tenant-bound token always sees only its own).
     tenant: Option<String>,

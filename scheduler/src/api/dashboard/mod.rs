@@ -45,7 +45,11 @@ const ASSETS: &[Asset] = &[
         content_type: "text/javascript; charset=utf-8",
         body: include_bytes!("assets/app.js"),
     },
-    Asset { path: "/dashboard/app.css", content_type: "text/css; charset=utf-8", body: include_bytes!("assets/app.css") },
+    Asset {
+        path: "/dashboard/app.css",
+        content_type: "text/css; charset=utf-8",
+        body: include_bytes!("assets/app.css"),
+    },
     Asset { path: "/dashboard/icon.svg", content_type: "image/svg+xml", body: include_bytes!("assets/icon.svg") },
 ];
 

@@ -739,11 +739,20 @@
       );
     }
 
+    let countsKey = null;
+    let countsAt = 0;
     async function refresh() {
       const tenant = bound ? '' : st.tenant;
-      const [list, ...n] = await Promise.all([api('/v1/jobs' + q({ limit: LIST_LIMIT, state: st.state, tenant })), ...STATES.map((x) => api('/v1/jobs' + q({ limit: 1, state: x, tenant })))]);
-      const counted = {};
-      STATES.forEach((x, i) => (counted[x] = n[i].total));
+      // Counts cost one request per state: read at most every 10 s (and when the tenant changes).
+      const fresh = countsKey !== tenant || performance.now() - countsAt > 10000;
+      const [list, ...n] = await Promise.all([api('/v1/jobs' + q({ limit: LIST_LIMIT, state: st.state, tenant })), ...(fresh ? STATES.map((x) => api('/v1/jobs' + q({ limit: 1, state: x, tenant }))) : [])]);
+      let counted = st.counts;
+      if (fresh) {
+        counted = {};
+        STATES.forEach((x, i) => (counted[x] = n[i].total));
+        countsKey = tenant;
+        countsAt = performance.now();
+      }
       // Redrawn only when something changed (or every 10 s, for the waiting times): a table
       // rebuilt under the pointer would swallow clicks.
       const sig = JSON.stringify([list, counted]);
@@ -759,6 +768,7 @@
     drawFeed();
     return {
       refresh,
+      minInterval: 1000,
       onEvent: () => {
         drawFeed();
         scheduleRefresh(500);
@@ -971,7 +981,7 @@
       const card = (title, big, sub, extra) => h('div', { class: 'card stat' }, h('div', { class: 'muted', text: title }), h('div', { class: 'big', text: big }), sub ? h('div', { class: 'sub', text: sub }) : null, extra || null);
       const waiting = (j.pending_reasons || []).length ? h('div', { class: 'card reasons', id: 'pending-reasons' }, h('div', { class: 'muted', text: 'Why it waits' }), h('ul', null, j.pending_reasons.map((x) => h('li', { text: x })))) : null;
       fill(summary,
-        card('GPUs', String(wantedGpus(j)), (j.spec.gang ? 'gang' : 'splittable') + ' · spot ' + (j.spec.spot || 'never')),
+        card('GPUs', String(wantedGpus(j)), ((j.spec.gang ?? j.spec.kind === 'training') ? 'gang' : 'splittable') + ' · spot ' + (j.spec.spot || (j.spec.kind === 'batch' ? 'allowed' : 'never'))),
         card('Cost so far', usd(j.cost_usd), OPEN.has(j.state) ? 'now ' + usdh(rate) + (j.spec.budget ? ' · budget ' + usd(j.spec.budget) : '') : j.spec.budget ? 'budget ' + usd(j.spec.budget) : null),
         card(
           'Progress',
@@ -1232,6 +1242,13 @@
     return { refresh, minInterval: 2500, onEvent: () => scheduleRefresh(1500) };
   }
 
+  // The first reasons, the rest folded (the solver lists one per offer it ruled out).
+  function reasonList(reasons) {
+    const li = (x) => h('li', { text: x });
+    if (reasons.length <= 5) return h('ul', { class: 'reasons' }, reasons.map(li));
+    return [h('ul', { class: 'reasons' }, reasons.slice(0, 4).map(li)), h('details', { class: 'more' }, h('summary', { text: plural(reasons.length - 4, 'more reason') }), h('ul', { class: 'reasons' }, reasons.slice(4).map(li)))];
+  }
+
   // ---------- Plan ----------
   function PlanView(root) {
     const head = h('p', { class: 'muted', id: 'plan-summary', text: 'Asking the solver…' });
@@ -1247,10 +1264,15 @@
       const m = id.match(/^(.*)#(min|extra)$/);
       return m ? { id: m[1], note: m[2] === 'min' ? ' (up to minimum replicas)' : ' (extra replicas)' } : { id, note: '' };
     };
+    let lastSig = null;
     async function refresh() {
       const [plan, ...lists] = await Promise.all([api('/v1/plan'), ...['pending', 'provisioning', 'running', 'migrating'].map((x) => api('/v1/jobs' + q({ state: x, limit: LIST_LIMIT })))]);
       const jobs = new Map();
       for (const l of lists) for (const j of l.jobs) jobs.set(j.id, j);
+      // Redrawn only when the answer changed, so folded reasons stay as the reader left them.
+      const sig = JSON.stringify([plan.placements, plan.unplaced, plan.solver, [...jobs.values()].map((j) => [j.id, j.state, j.pending_reasons])]);
+      if (sig === lastSig) return;
+      lastSig = sig;
       const name = (id) => (jobs.get(id) ? jobs.get(id).spec.name : id);
       head.textContent =
         'Solver ' + plan.solver + (plan.solver.includes('optimal') ? '' : ' · ' + (plan.optimal ? 'proven optimal' : 'gap ' + num(plan.gap * 100, 2) + ' %')) + ' · solved in ' + num(plan.solve_ms, 1) + ' ms · ' + plural(plan.placements.length, 'placement') + ', expected cost ' + usd(plan.expected_cost) + ' · ' + plural(plan.unplaced.length, 'job') + ' waiting';
@@ -1271,7 +1293,7 @@
         table(
           'waiting',
           ['Job', 'State', 'Why it waits'],
-          waiting.map((w) => h('tr', { data: { job: w.id } }, td([jobLink(w.id, name(w.id)), w.note]), td(jobs.get(w.id) ? badge(jobs.get(w.id).state) : ''), td(h('ul', { class: 'reasons' }, w.reasons.map((x) => h('li', { text: x })))))),
+          waiting.map((w) => h('tr', { data: { job: w.id } }, td([jobLink(w.id, name(w.id)), w.note]), td(jobs.get(w.id) ? badge(jobs.get(w.id).state) : ''), td(reasonList(w.reasons)))),
           'No job waits.'
         )
       );
