@@ -474,6 +474,8 @@ async fn openapi_lists_every_route() {
         ("get", "/v1/capacity"),
         ("get", "/v1/plan"),
         ("get", "/v1/events"),
+        ("get", "/v1/spend"),
+        ("get", "/v1/whoami"),
         ("post", "/v1/tokens"),
         ("get", "/v1/tokens"),
         ("delete", "/v1/tokens/{id}"),

@@ -69,6 +69,18 @@ impl Server {
         Server { child, url, dashboard_line, dir, admin }
     }
 
+    /// The signed-in link, as `spillway dashboard-url` prints it.
+    fn sign_in_link(&self) -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_spillway"))
+            .args(["dashboard-url", "--url", &self.url, "--data-dir"])
+            .arg(self.dir.join("data"))
+            .env_remove("SPILLWAY_TOKEN")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
     fn http() -> reqwest::Client {
         reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap()
     }
@@ -171,16 +183,39 @@ async fn assert_fits(b: &Browser, what: &str) {
 async fn dashboard_files_headers_sign_in_link_and_read_endpoints() {
     let dir = temp_dir("http");
     let s = Server::start(dir.clone(), &[]);
-    // serve prints the sign-in link; dashboard-url prints it again.
-    assert_eq!(s.dashboard_line, format!("{}/#token={}", s.url, s.admin));
-    let out = Command::new(env!("CARGO_BIN_EXE_spillway"))
-        .args(["dashboard-url", "--url", &s.url, "--data-dir"])
-        .arg(dir.join("data"))
-        .env_remove("SPILLWAY_TOKEN")
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), s.dashboard_line);
+    // Into a pipe (a log file, a journal) serve prints the dashboard's address but not the token;
+    // dashboard-url prints the signed-in link.
+    assert!(s.dashboard_line.starts_with(&format!("{}/ ", s.url)), "{}", s.dashboard_line);
+    assert!(!s.dashboard_line.contains(&s.admin));
+    assert_eq!(s.sign_in_link(), format!("{}/#token={}", s.url, s.admin));
+    // At a terminal, serve prints the signed-in link itself.
+    let tty = dir.join("tty");
+    std::fs::create_dir_all(&tty).unwrap();
+    let cmd = format!("{} serve --listen 127.0.0.1:0 --data-dir {}", env!("CARGO_BIN_EXE_spillway"), tty.join("data").display());
+    let mut script = Command::new("script")
+        .args(["-q", "-e", "-c", &cmd, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("script (util-linux) runs serve on a terminal");
+    let mut lines = BufReader::new(script.stdout.take().unwrap()).lines();
+    let (mut url, mut link) = (String::new(), String::new());
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        let line = line.trim_end_matches('\r');
+        if let Some(rest) = line.strip_prefix("spillway listening on ") {
+            url = rest.trim().to_string();
+        }
+        if let Some(rest) = line.strip_prefix("dashboard: ") {
+            link = rest.trim().to_string();
+            break;
+        }
+    }
+    let _ = script.kill();
+    let _ = script.wait();
+    let token = std::fs::read_to_string(tty.join("data/admin.token")).unwrap();
+    assert_eq!(link, format!("{url}/#token={}", token.trim()), "at a terminal serve prints the signed-in link");
     let out = Command::new(env!("CARGO_BIN_EXE_spillway"))
         .args(["dashboard-url", "--data-dir"])
         .arg(dir.join("nowhere"))
@@ -302,8 +337,8 @@ async fn browser_demo_jobs_job_timeline_filters_views_and_screenshots() {
                        "gpu_models": ["H100"], "duration_hours": 12.0}))
         .await;
 
-    // Sign in by the link serve printed: the token leaves the address bar at once.
-    b.goto(&s.dashboard_line).await;
+    // Sign in by the link (the token in the fragment): it leaves the address bar at once.
+    b.goto(&s.sign_in_link()).await;
     b.wait_text("#who", "admin", 30).await;
     assert!(!b.url().await.contains("token="), "the token is removed from the URL");
     let stored = b.exec("return sessionStorage.getItem('spillway.token')", json!([])).await;

@@ -545,10 +545,6 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
         let _ = writeln!(out, "spillway listening on {scheme}://{addr}");
         if token_path.exists() {
             let _ = writeln!(out, "admin token: {}{}", token_path.display(), if created { " (created)" } else { "" });
-            if let Ok(token) = std::fs::read_to_string(&token_path) {
-                let link = scheduler::api::dashboard::sign_in_url(&format!("{scheme}://{addr}"), token.trim());
-                let _ = writeln!(out, "dashboard: {link}");
-            }
         } else {
             let _ = writeln!(
                 out,
@@ -556,6 +552,18 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
                  `spillway token create --role admin` on any server)",
                 data_dir.display()
             );
+        }
+        // The signed-in link holds the admin token: printed only to a person at a terminal, never
+        // into a file or a journal that keeps stdout (tokens are never logged).
+        use std::io::IsTerminal;
+        let base = format!("{scheme}://{addr}");
+        match std::fs::read_to_string(&token_path) {
+            Ok(token) if std::io::stdout().is_terminal() => {
+                let _ = writeln!(out, "dashboard: {}", scheduler::api::dashboard::sign_in_url(&base, token.trim()));
+            }
+            _ => {
+                let _ = writeln!(out, "dashboard: {base}/ (`spillway dashboard-url` prints a signed-in link)");
+            }
         }
         let _ = writeln!(out, "{cloud_line}");
         if let Some((_, vms)) = &vm_runner {
