@@ -191,7 +191,11 @@ async fn dashboard_files_headers_sign_in_link_and_read_endpoints() {
     // At a terminal, serve prints the signed-in link itself.
     let tty = dir.join("tty");
     std::fs::create_dir_all(&tty).unwrap();
-    let cmd = format!("{} serve --listen 127.0.0.1:0 --data-dir {}", env!("CARGO_BIN_EXE_spillway"), tty.join("data").display());
+    let cmd = format!(
+        "{} serve --listen 127.0.0.1:0 --data-dir {}",
+        env!("CARGO_BIN_EXE_spillway"),
+        tty.join("data").display()
+    );
     let mut script = Command::new("script")
         .args(["-q", "-e", "-c", &cmd, "/dev/null"])
         .stdin(Stdio::piped())
@@ -395,7 +399,7 @@ async fn browser_demo_jobs_job_timeline_filters_views_and_screenshots() {
     assert!(kinds.contains(&"submitted") && kinds.contains(&"running"), "events: {kinds:?}");
     assert!(count(&b, "#attempts tr[data-attempt]").await >= 1);
     let logs = b.wait_text("#logs-note", "", 5).await;
-    assert!(logs.contains("no command") || logs.contains("not available") || logs.contains("No logs"), "{logs}");
+    assert!(logs.contains("no command") || logs.contains("output"), "{logs}");
     assert_fits(&b, "a job at 1280 px").await;
     if writing {
         // The README shows the job that moved most.
@@ -417,6 +421,26 @@ async fn browser_demo_jobs_job_timeline_filters_views_and_screenshots() {
         b.wait_element("#timeline rect[data-phase=running]", 30).await;
     }
     screenshot(&b, &dir, "dashboard-job.png").await;
+
+    // A job that runs a command: its ranks and its output, followed live.
+    let (_, list) = s.get("/v1/jobs", &s.admin).await;
+    let service = list["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["spec"]["kind"] == "inference")
+        .map(|j| j["id"].as_str().unwrap().to_string())
+        .expect("the demo submits an inference service in its first burst");
+    b.goto(&format!("{}/#/job/{service}", s.url)).await;
+    b.wait_text("#logs", "served", 90).await;
+    assert!(count(&b, "#nodes tr[data-rank]").await >= 1, "the ranks that ran it");
+    let tagged = b
+        .exec(
+            "return [...document.querySelectorAll('#logs .logline')].every(l => l.querySelector('.logtag'))",
+            json!([]),
+        )
+        .await;
+    assert_eq!(tagged, json!(true), "every line is tagged with its attempt and rank");
 
     // The job that cannot fit: pending, with the reasons on its page.
     b.goto(&format!("{}/#/job/{stuck}", s.url)).await;

@@ -777,7 +777,7 @@
   }
 
   // ---------- One job ----------
-  const MARKED = { evicted: 'evicted', failover: 'failover', migrating: 'migration', provisioning_failed: 'failed attempt', deadline_choice: 'deadline choice', cancelled: 'cancelled', failed: 'failed', succeeded: 'succeeded' };
+  const MARKED = { evicted: 'evicted', preemption_notice: 'preemption notice', failover: 'failover', migrating: 'migration', provisioning_failed: 'failed attempt', restarted: 'restarted in place', deadline_choice: 'deadline choice', cancelled: 'cancelled', failed: 'failed', succeeded: 'succeeded' };
 
   function attemptEnd(a, attempts, now) {
     if (a.ended_at_ms) return a.ended_at_ms;
@@ -869,77 +869,146 @@
     return h('table', { class: 'kv' }, h('tbody', null, rows));
   }
 
-  function LogsPanel(job) {
-    const out = h('div', { class: 'logs', id: 'logs', role: 'log' });
+  // A job's output, from GET /v1/jobs/{id}/logs: pages of JSON, or with "follow" its new lines as
+  // server-sent events (`line`, then `end` once the job has ended), resumed from the last line's
+  // cursor after a break. Lines are text nodes; at most MAX_LOG_LINES are kept on the page.
+  const MAX_LOG_LINES = 5000;
+  function LogsPanel(jobId) {
+    const out = h('div', { class: 'logs', id: 'logs', role: 'log', 'aria-live': 'off' });
     const followBox = h('input', { type: 'checkbox', id: 'logs-follow', checked: true });
     const note = h('p', { class: 'muted', id: 'logs-note' });
-    const el = h('section', { class: 'card' }, h('div', { class: 'cardhead' }, h('h2', { text: 'Logs' }), h('label', { class: 'inline' }, followBox, ' follow')), note, out);
+    const more = h('button', { type: 'button', class: 'ghost', id: 'logs-more', hidden: true }, 'Load more');
+    const el = h('section', { class: 'card' }, h('div', { class: 'cardhead' }, h('h2', { text: 'Logs' }), h('label', { class: 'inline' }, followBox, ' follow')), note, out, more);
     let ctl = null;
-    let started = false;
-    const lines = [];
-    const add = (line) => {
-      lines.push(line);
-      out.append(h('div', { class: 'logline', text: line }));
-      while (out.childNodes.length > 5000) out.firstChild.remove();
+    let cursor = null;
+    let state = 'idle'; // idle | open | ended
+    let dropped = 0;
+    const add = (e) => {
+      const tag = 'a' + e.attempt + ' r' + e.rank + (e.restart ? ' s' + e.restart : '');
+      out.append(h('div', { class: 'logline' + (e.stream === 'stderr' ? ' stderr' : ''), data: { attempt: e.attempt, rank: e.rank } }, h('span', { class: 'logtag', title: 'attempt ' + e.attempt + ', rank ' + e.rank + ', start ' + e.restart + ', ' + e.stream + ', ' + when(e.at_ms), text: tag }), ' ', e.text));
+      while (out.childNodes.length > MAX_LOG_LINES) {
+        out.firstChild.remove();
+        dropped++;
+      }
+      cursor = e.cursor || cursor;
+    };
+    const stick = () => {
       if (followBox.checked) out.scrollTop = out.scrollHeight;
     };
-    async function open() {
-      if (ctl) ctl.abort();
+    const say = (text) => {
+      note.textContent = text + (dropped ? ' (the first ' + dropped + ' lines are no longer shown)' : '');
+    };
+    async function page() {
+      more.hidden = true;
+      const body = await api('/v1/jobs/' + encodeURIComponent(jobId) + '/logs' + q({ from: cursor, limit: 2000 }));
+      for (const e of body.lines) add(e);
+      cursor = body.next;
+      more.hidden = !body.more;
+      say(out.childNodes.length ? 'The output so far.' : 'No output yet.');
+    }
+    async function follow() {
       ctl = new AbortController();
-      fill(out);
-      try {
-        const res = await fetch('/v1/jobs/' + encodeURIComponent(job.id) + '/logs' + (followBox.checked ? '?follow=true' : ''), { headers: { Authorization: 'Bearer ' + S.token }, signal: ctl.signal, cache: 'no-store' });
-        const type = res.headers.get('content-type') || '';
-        if (!res.ok) {
-          const body = type.includes('json') ? await res.json().catch(() => null) : null;
-          note.textContent = 'No logs: ' + (body && body.error ? body.error : 'HTTP ' + res.status);
-          return;
-        }
-        note.textContent = followBox.checked ? 'Following the job’s output.' : 'The job’s output so far.';
-        if (type.includes('json')) {
-          const body = await res.json();
-          const arr = Array.isArray(body) ? body : body.lines || body.logs || [];
-          for (const l of arr) add(typeof l === 'string' ? l : l.line || l.text || l.message || JSON.stringify(l));
-          return;
-        }
-        const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
-        const sse = type.includes('event-stream');
-        let buf = '';
-        for (;;) {
-          const { value, done } = await reader.read();
-          if (done) break;
-          buf += value;
-          let i;
-          while ((i = buf.indexOf('\n')) >= 0) {
-            const line = buf.slice(0, i).replace(/\r$/, '');
-            buf = buf.slice(i + 1);
-            if (!sse) add(line);
-            else if (line.startsWith('data:')) add(line.slice(5).replace(/^ /, ''));
+      const mine = ctl;
+      let backoff = 500;
+      while (!mine.signal.aborted && state === 'open') {
+        try {
+          const headers = { Authorization: 'Bearer ' + S.token, Accept: 'text/event-stream' };
+          if (cursor) headers['Last-Event-ID'] = cursor;
+          const res = await fetch('/v1/jobs/' + encodeURIComponent(jobId) + '/logs?follow=true', { headers, signal: mine.signal, cache: 'no-store' });
+          if (!res.ok || !res.body) {
+            const b = await res.json().catch(() => null);
+            say('No logs: ' + (b && b.error ? b.error : 'HTTP ' + res.status));
+            return;
           }
+          say('Following the output.');
+          backoff = 500;
+          const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+          let buf = '';
+          for (;;) {
+            const { value, done } = await reader.read();
+            if (done) break;
+            buf += value;
+            let m;
+            while ((m = buf.match(/\r?\n\r?\n/))) {
+              const block = buf.slice(0, m.index);
+              buf = buf.slice(m.index + m[0].length);
+              let kind = 'message';
+              const data = [];
+              for (const line of block.split(/\r?\n/)) {
+                if (line.startsWith('event:')) kind = line.slice(6).trim();
+                else if (line.startsWith('data:')) data.push(line.slice(5).replace(/^ /, ''));
+              }
+              if (!data.length) continue;
+              let v = null;
+              try {
+                v = JSON.parse(data.join('\n'));
+              } catch (e) {
+                continue;
+              }
+              if (kind === 'line') add(v);
+              else if (kind === 'end') {
+                state = 'ended';
+                say('The job ended (' + v.state + '); this is all of its output.');
+              }
+            }
+            stick();
+          }
+        } catch (e) {
+          if (mine.signal.aborted) return;
         }
-        if (buf) add(buf);
-        if (followBox.checked) note.textContent = 'The output ended.';
-      } catch (e) {
-        if (!ctl.signal.aborted) note.textContent = 'The log stream broke: ' + e.message;
+        if (state !== 'open') return;
+        say('The log stream broke; reconnecting.');
+        await new Promise((r) => setTimeout(r, backoff));
+        backoff = Math.min(backoff * 2, 8000);
       }
     }
-    followBox.addEventListener('change', () => started && open());
+    function open() {
+      if (ctl) ctl.abort();
+      ctl = null;
+      fill(out);
+      cursor = null;
+      dropped = 0;
+      if (followBox.checked) {
+        state = 'open';
+        follow();
+      } else {
+        state = 'paged';
+        page().catch((e) => say('Cannot read the logs: ' + e.message));
+      }
+    }
+    followBox.addEventListener('change', () => state !== 'idle' && open());
+    more.addEventListener('click', () => page().catch((e) => say('Cannot read the logs: ' + e.message)));
     return {
       el,
       update(j) {
         if (!S.logsRoute) {
-          note.textContent = j.spec.command ? 'Logs are not available: this server has no log route (GET /v1/jobs/{id}/logs).' : 'This job runs no command, so it has no logs; and this server has no log route (GET /v1/jobs/{id}/logs).';
+          say(j.spec.run ? 'Logs are not available: this server has no log route (GET /v1/jobs/{id}/logs).' : 'This job runs no command, so it has no logs.');
           return;
         }
-        if (!started) {
-          started = true;
-          open();
+        if (!j.spec.run) {
+          say('This job runs no command, so it has no logs.');
+          return;
         }
+        if (state === 'idle') open();
       },
       leave() {
+        state = 'idle';
         if (ctl) ctl.abort();
       },
     };
+  }
+
+  function nodesTable(nodes) {
+    const util = (n) => (n.gpu_utilization && n.gpu_utilization.length ? Math.round(n.gpu_utilization.reduce((a, g) => a + g.utilization_percent, 0) / n.gpu_utilization.length) + ' %' : '—');
+    const exit = (n) => (n.exit_code !== undefined ? 'exit ' + n.exit_code : n.exit_signal !== undefined ? 'signal ' + n.exit_signal : '') + (n.exit_reason ? ' (' + n.exit_reason + ')' : '');
+    return table(
+      'nodes',
+      ['Attempt', 'Rank', 'Host', 'Phase', 'Last exit', { label: 'GPU use', num: true }, 'Last heartbeat', { label: 'Log (KiB)', num: true }],
+      nodes.map((n) =>
+        h('tr', { data: { attempt: n.attempt, rank: n.rank } }, td(String(n.attempt)), td(String(n.rank)), td([h('div', { class: 'mono', text: n.hostname || n.vm_name }), h('div', { class: 'sub mono', text: n.private_ip || '' })]), td([n.phase, n.lost ? ' (lost)' : '', n.notice ? ' · notice ' + n.notice : '']), td(exit(n), 'why'), td(util(n), 'num'), td(when(n.last_heartbeat_ms)), td(num(n.log_bytes / 1024, 1) + (n.log_truncated ? ' (cap)' : ''), 'num'))
+      ),
+      'No rank has reported yet.'
+    );
   }
 
   function JobView(root, r) {
@@ -950,13 +1019,17 @@
     const spec = h('div');
     const atts = h('div', { id: 'attempts' });
     const evs = h('div', { id: 'job-events' });
-    const logs = LogsPanel({ id });
+    const logs = LogsPanel(id);
+    const nodesEl = h('div', { id: 'nodes' });
+    const nodesCard = section('Nodes (ranks running the work)', nodesEl);
+    nodesCard.hidden = true;
     root.append(
       h('p', null, h('a', { href: '#/jobs', class: 'back', text: '‹ All jobs' })),
       head,
       summary,
       section('Timeline', tl),
       h('div', { class: 'two' }, section('Attempts', atts), section('Spec', spec)),
+      nodesCard,
       section('Events', evs),
       logs.el
     );
@@ -1018,6 +1091,8 @@
           'No events.'
         )
       );
+      nodesCard.hidden = !(v.nodes && v.nodes.length);
+      if (v.nodes && v.nodes.length) fill(nodesEl, nodesTable(v.nodes));
       logs.update(j);
     }
     return {
