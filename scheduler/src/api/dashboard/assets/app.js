@@ -1065,8 +1065,8 @@
         card('Waited', dur(waitedMs(j)), j.first_running_at_ms ? 'first ran ' + when(j.first_running_at_ms) : 'not run yet'),
         card('Attempts', String(j.attempts), plural(j.failovers, 'failover') + ' · ' + plural(j.evictions, 'eviction') + (j.lost_work_gpu_hours ? ' · ' + num(j.lost_work_gpu_hours, 2) + ' GPU-h lost' : '')),
         waiting,
-        j.last_failure ? h('div', { class: 'card reasons' }, h('div', { class: 'muted', text: 'Last failure' }), h('p', { text: j.last_failure })) : null,
-        j.end_reason ? h('div', { class: 'card reasons' }, h('div', { class: 'muted', text: 'Ended' }), h('p', { text: j.end_reason })) : null
+        j.last_failure ? h('div', { class: 'card stat wide' }, h('div', { class: 'muted', text: 'Last failure' }), h('p', { class: 'why', text: j.last_failure })) : null,
+        j.end_reason ? h('div', { class: 'card stat wide' }, h('div', { class: 'muted', text: 'Ended' }), h('p', { text: j.end_reason })) : null
       );
       timeline(tl, j, v.attempts, v.events, now);
       fill(spec, specTable(j.spec));
