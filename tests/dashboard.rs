@@ -271,7 +271,8 @@ async fn dashboard_files_headers_sign_in_link_and_read_endpoints() {
         (me["role"].as_str(), me["tenant"].as_str(), me["may_write_jobs"].as_bool()),
         (Some("viewer"), Some("team-a"), Some(false))
     );
-    assert!(me["now_ms"].as_i64().unwrap() > 1_600_000_000_000);
+    assert!(me["clock"]["now_ms"].as_i64().unwrap() > 1_600_000_000_000);
+    assert_eq!((me["clock"]["kind"].as_str(), me["clock"]["speedup"].as_f64()), (Some("simulated"), Some(600.0)));
 
     // Listed jobs carry their placement; spend is per tenant and tenant-scoped.
     let a = s.submit(long_job("a-job", "team-a", "westus3")).await;
@@ -348,20 +349,18 @@ async fn browser_demo_jobs_job_timeline_filters_views_and_screenshots() {
     let stored = b.exec("return sessionStorage.getItem('spillway.token')", json!([])).await;
     assert_eq!(stored.as_str(), Some(s.admin.as_str()));
 
-    // The demo's jobs appear, live, with counts by state; one of them gets to run.
+    // The demo's jobs appear, live, with counts by state; one of them runs to its end (a final
+    // state, so filtering by it below cannot race the job's next move).
     let want = if writing { 7 } else { 3 };
     b.wait_for("the demo's jobs", 90, || async { (count(&b, "tr.row").await >= want).then_some(()) }).await;
-    let ran = b
-        .wait_for("a demo job that ran", 90, || async {
-            for st in ["running", "succeeded"] {
-                let n = b.exec("var e = document.querySelector('#state-counts [data-state=' + arguments[0] + ']'); return e ? Number(e.getAttribute('data-count')) : 0", json!([st])).await;
-                if n.as_u64().unwrap_or(0) > 0 {
-                    return Some(st);
-                }
-            }
-            None
-        })
-        .await;
+    let ran = "succeeded";
+    b.wait_for("a demo job that ran to its end", 90, || async {
+        let n = b
+            .exec("var e = document.querySelector('#state-counts [data-state=succeeded]'); return e ? Number(e.getAttribute('data-count')) : 0", json!([]))
+            .await;
+        (n.as_u64().unwrap_or(0) > 0).then_some(())
+    })
+    .await;
     let all = b.wait_text("#state-counts [data-state=all] b", "", 5).await;
     assert!(all.parse::<usize>().unwrap() >= 3, "{all}");
     assert_fits(&b, "jobs at 1280 px").await;

@@ -28,7 +28,7 @@ use tokio::sync::watch;
 use super::ApiState;
 use super::auth::Caller;
 use super::error::{ApiError, ErrorBody, blocking};
-use ClockView;
+use super::views::ClockView;
 use crate::clock::Clock;
 use crate::model::{Attempt, AttemptState, Job};
 use crate::records::{Tenant, attempt_key};

@@ -88,15 +88,27 @@
 
   // ---------- the server's clock ----------
   // Every *_ms the API returns is on the server's clock, which under a simulated cloud runs
-  // --speedup times faster than real time. /v1/whoami tells it; in between, it is extrapolated at
-  // the rate measured between two readings.
+  // `speedup` times faster than real time. Answers carry it (`clock`: kind, speedup, now_ms); in
+  // between, it is extrapolated at that speed (or, when the server does not say, the speed
+  // measured between two readings).
   const clock = {
     base: null,
     first: null,
     rate: 1,
-    observe(ms) {
+    known: false,
+    simulated: false,
+    observe(c) {
+      if (!c || typeof c.now_ms !== 'number') return;
       const p = performance.now();
-      if (!this.first || p - this.first.p > 600000) this.first = { ms, p };
+      const ms = c.now_ms;
+      this.simulated = c.kind === 'simulated';
+      if (c.kind === 'wall') {
+        this.rate = 1;
+        this.known = true;
+      } else if (typeof c.speedup === 'number') {
+        this.rate = c.speedup;
+        this.known = true;
+      } else if (!this.first || p - this.first.p > 600000) this.first = { ms, p };
       else if (p - this.first.p > 1500) this.rate = Math.max(0, (ms - this.first.ms) / (p - this.first.p));
       this.base = { ms, p };
     },
@@ -111,7 +123,7 @@
   async function syncClock() {
     try {
       S.who = await api('/v1/whoami');
-      clock.observe(S.who.now_ms);
+      clock.observe(S.who.clock);
     } catch (e) {
       /* api() shows the banner */
     }
@@ -159,6 +171,7 @@
       throw new ApiError(res.status, msg);
     }
     banner(null);
+    if (body && body.clock) clock.observe(body.clock);
     return body;
   }
   const q = (params) => {
@@ -244,7 +257,7 @@
       if (e.status !== 401) showSignIn('Cannot sign in: ' + e.message);
       return;
     }
-    clock.observe(S.who.now_ms);
+    clock.observe(S.who.clock);
     $('#nav').hidden = false;
     $('#signout').hidden = false;
     try {
@@ -268,8 +281,10 @@
       try {
         const headers = { Authorization: 'Bearer ' + S.token, Accept: 'text/event-stream' };
         let path = '/v1/events';
-        if (S.lastSeq !== null) headers['Last-Event-ID'] = String(S.lastSeq);
-        else {
+        if (S.lastSeq !== null) headers['Last-Event-ID'] = S.lastSeq;
+        else if (S.who && !S.who.tenant) {
+          // The last few events for the feed. A tenant-bound token's positions are opaque
+          // cursors, not sequence numbers: it starts with the next event.
           const health = await fetch('/healthz', { cache: 'no-store' }).then((r) => r.json());
           path += '?from=' + Math.max(1, (health.last_event_seq || 0) - 40);
         }
@@ -315,7 +330,7 @@
       else if (field === 'event') kind = value;
       else if (field === 'data') data.push(value);
     }
-    if (id !== null && /^\d+$/.test(id)) S.lastSeq = Number(id);
+    if (id !== null && /^\d+$/.test(id)) S.lastSeq = id;
     if (!data.length) return;
     let ev;
     try {
@@ -377,7 +392,7 @@
       };
       fill(el, statusEls.live, statusEls.time, statusEls.who);
     }
-    const speed = clock.rate > 1.5 ? ' · ' + Math.round(clock.rate) + '× real time' : '';
+    const speed = clock.simulated || clock.rate > 1.5 ? ' · simulated, ' + Math.round(clock.rate) + '× real time' : '';
     statusEls.live.className = 'live ' + (S.live ? 'on' : 'off');
     statusEls.live.title = S.live ? 'Following /v1/events' : 'Reconnecting to /v1/events';
     statusEls.live.textContent = S.live ? 'live' : 'reconnecting';
@@ -466,6 +481,7 @@
   }
   const td = (v, cls) => h('td', { class: cls || null }, v);
   function wantedGpus(j) {
+    if (typeof j.wanted_gpus === 'number') return j.wanted_gpus;
     const r = j.spec.replicas;
     return j.spec.gpus * (r && r.desired ? r.desired : 1);
   }
@@ -1110,22 +1126,33 @@
     return k === 'cores' ? 1 : k === 'lowprioritycores' ? 2 : 0;
   }
 
+  // A pool's use as the token may see it: an admin (or unbound viewer) sees spillway's (running and
+  // in flight) and everyone else's; a tenant-bound token sees its tenant's, and the rest as others.
+  function poolUse(p) {
+    if (p.used_by_us === undefined || p.used_by_us === null) {
+      const mine = p.used_by_tenant || 0;
+      return { us: mine, inFlight: 0, others: Math.max(0, p.limit - p.free - mine), tenant: true };
+    }
+    return { us: p.used_by_us, inFlight: p.in_flight || 0, others: p.used_by_others || 0, tenant: false };
+  }
+
   function poolBar(p, W) {
-    const runningUs = Math.max(0, p.used_by_us - p.in_flight);
-    const total = Math.max(p.limit, p.used_by_others + p.used_by_us, 1);
+    const u = poolUse(p);
+    const runningUs = Math.max(0, u.us - u.inFlight);
+    const total = Math.max(p.limit, u.others + u.us, 1);
     const H = 36;
     const bw = W - 2;
     const x = (v) => 1 + (v / total) * bw;
-    const svg = s('svg', { class: 'poolbar', width: W, height: H, viewBox: '0 0 ' + W + ' ' + H, role: 'img', 'aria-label': p.pool + ': ' + p.used_by_us + ' of ' + p.limit + ' vCPUs used by spillway, ' + p.used_by_others + ' by others, ' + p.free + ' free' });
+    const svg = s('svg', { class: 'poolbar', width: W, height: H, viewBox: '0 0 ' + W + ' ' + H, role: 'img', 'aria-label': p.pool + ': ' + u.us + ' of ' + p.limit + ' vCPUs used by ' + (u.tenant ? 'your tenant' : 'spillway') + ', ' + u.others + ' by others, ' + p.free + ' free' });
     let at = 0;
     const part = (v, cls, what) => {
       if (v <= 0) return;
       svg.append(s('rect', { class: 'seg ' + cls, x: x(at), y: 2, width: Math.max(1, x(at + v) - x(at)), height: 14, data: { part: cls } }, s('title', null, what + ': ' + v + ' vCPUs')));
       at += v;
     };
-    part(runningUs, 'q-us', 'used by spillway (running)');
-    part(p.in_flight, 'q-inflight', 'in flight (provisioning)');
-    part(p.used_by_others, 'q-others', 'used by others');
+    part(runningUs, 'q-us', u.tenant ? 'used by your tenant' : 'used by spillway (running)');
+    part(u.inFlight, 'q-inflight', 'in flight (provisioning)');
+    part(u.others, 'q-others', u.tenant ? 'used by others (other tenants, or outside spillway)' : 'used by others');
     svg.append(s('rect', { class: 'q-limit', x: 1, y: 2, width: x(p.limit) - 1, height: 14 }));
     for (const v of niceTicks(total, Math.max(2, Math.floor(W / 110)))) {
       if (v > total) break;
@@ -1146,12 +1173,20 @@
     const blockedEl = h('div', { id: 'blocked' });
     root.append(
       h('div', { class: 'viewhead' }, h('h1', { text: 'Capacity' }), h('span', { class: 'muted', text: 'quota per region and pool, in vCPUs, as the control loop sees it' })),
-      legend([
-        { cls: 'q-us', label: 'used by spillway (running)' },
-        { cls: 'q-inflight', label: 'in flight (provisioning)' },
-        { cls: 'q-others', label: 'used by others' },
-        { cls: 'q-free', label: 'free' },
-      ]),
+      legend(
+        S.who && S.who.tenant
+          ? [
+              { cls: 'q-us', label: 'used by tenant ' + S.who.tenant },
+              { cls: 'q-others', label: 'used by others (other tenants, or outside spillway)' },
+              { cls: 'q-free', label: 'free' },
+            ]
+          : [
+              { cls: 'q-us', label: 'used by spillway (running)' },
+              { cls: 'q-inflight', label: 'in flight (provisioning)' },
+              { cls: 'q-others', label: 'used by others' },
+              { cls: 'q-free', label: 'free' },
+            ]
+      ),
       regionsEl,
       section('Blocked offers', h('p', { class: 'muted', text: 'Offers that failed recently; the scheduler plans around them until the block ends.' }), blockedEl)
     );
@@ -1184,8 +1219,8 @@
             const poolRow = (p) =>
               h(
                 'div',
-                { class: 'pool', data: { region: p.region, pool: p.pool, limit: p.limit, us: p.used_by_us, inflight: p.in_flight, others: p.used_by_others, free: p.free } },
-                h('div', { class: 'poolhead' }, h('span', { class: 'mono', text: p.pool }), h('span', { class: 'muted', text: 'spillway ' + p.used_by_us + (p.in_flight ? ' (' + p.in_flight + ' in flight)' : '') + ' · others ' + p.used_by_others + ' · free ' + p.free + ' of ' + p.limit + ' vCPUs' })),
+                { class: 'pool', data: { region: p.region, pool: p.pool, limit: p.limit, us: poolUse(p).us, inflight: poolUse(p).inFlight, others: poolUse(p).others, free: p.free } },
+                h('div', { class: 'poolhead' }, h('span', { class: 'mono', text: p.pool }), h('span', { class: 'muted', text: (poolUse(p).tenant ? 'yours ' : 'spillway ') + poolUse(p).us + (poolUse(p).inFlight ? ' (' + poolUse(p).inFlight + ' in flight)' : '') + ' · others ' + poolUse(p).others + ' · free ' + p.free + ' of ' + p.limit + ' vCPUs' })),
                 (() => {
                   const slot = h('div', { class: 'barslot' });
                   slot.pool = p;
@@ -1194,7 +1229,7 @@
                 })()
               );
             // The region-wide pools and every pool in use first; untouched families folded away.
-            const busy = (p) => poolRank(p.pool) > 0 || p.used_by_us > 0 || p.used_by_others > 0;
+            const busy = (p) => poolRank(p.pool) > 0 || poolUse(p).us > 0 || poolUse(p).others > 0;
             const idle = pools.filter((p) => !busy(p));
             return h(
               'section',
@@ -1274,7 +1309,6 @@
     }
     async function refresh() {
       const v = await api('/v1/spend' + q({ hours }));
-      clock.observe(v.now_ms);
       fill(tenantsEl,
         table(
           'tenants',
@@ -1335,17 +1369,14 @@
       section('Would place now', placeEl),
       section('Waiting, and why', waitEl)
     );
-    const part = (id) => {
-      const m = id.match(/^(.*)#(min|extra)$/);
-      return m ? { id: m[1], note: m[2] === 'min' ? ' (up to minimum replicas)' : ' (extra replicas)' } : { id, note: '' };
-    };
+    const part = (p) => ({ id: p.job, note: p.part === 'min' ? ' (up to minimum replicas)' : p.part === 'extra' ? ' (extra replicas)' : '' });
     let lastSig = null;
     async function refresh() {
       const [plan, ...lists] = await Promise.all([api('/v1/plan'), ...['pending', 'provisioning', 'running', 'migrating'].map((x) => api('/v1/jobs' + q({ state: x, limit: LIST_LIMIT })))]);
       const jobs = new Map();
       for (const l of lists) for (const j of l.jobs) jobs.set(j.id, j);
       // Redrawn only when the answer changed, so folded reasons stay as the reader left them.
-      const sig = JSON.stringify([plan.placements, plan.unplaced, plan.solver, [...jobs.values()].map((j) => [j.id, j.state, j.pending_reasons])]);
+      const sig = JSON.stringify([plan.placements.map((p) => [p.job, p.part, p.region, p.size, p.vms]), plan.unplaced, plan.solver, [...jobs.values()].map((j) => [j.id, j.state, j.pending_reasons])]);
       if (sig === lastSig) return;
       lastSig = sig;
       const name = (id) => (jobs.get(id) ? jobs.get(id).spec.name : id);
@@ -1356,14 +1387,14 @@
           'placements',
           ['Job', 'Region', 'Size', 'Priority', { label: 'VMs', num: true }, { label: 'GPUs', num: true }, { label: 'USD/h', num: true }, { label: 'Expected cost (USD)', num: true }],
           plan.placements.map((p) => {
-            const pp = part(p.job);
+            const pp = part(p);
             return h('tr', { data: { job: pp.id } }, td([jobLink(pp.id, name(pp.id)), pp.note]), td(p.region), td(p.size, 'mono'), td(p.priority), td(String(p.vms), 'num'), td(String(p.gpus), 'num'), td(usdh(p.price_per_hour), 'num'), td(usd(p.expected_cost), 'num'));
           }),
           'Nothing to place: every open job is placed, or none can be.'
         )
       );
-      const waiting = plan.unplaced.map((u) => ({ ...part(u.job), reasons: u.reasons }));
-      for (const j of jobs.values()) if (j.state === 'pending' && !plan.placements.some((p) => part(p.job).id === j.id) && !waiting.some((w) => w.id === j.id)) waiting.push({ id: j.id, note: '', reasons: j.pending_reasons && j.pending_reasons.length ? j.pending_reasons : ['placed at the next round'] });
+      const waiting = plan.unplaced.map((u) => ({ ...part(u), reasons: u.reasons }));
+      for (const j of jobs.values()) if (j.state === 'pending' && !plan.placements.some((p) => p.job === j.id) && !waiting.some((w) => w.id === j.id)) waiting.push({ id: j.id, note: '', reasons: j.pending_reasons && j.pending_reasons.length ? j.pending_reasons : ['placed at the next round'] });
       fill(waitEl,
         table(
           'waiting',
