@@ -571,6 +571,13 @@ async fn browser_tenant_viewer_quota_bar_and_escaped_names() {
     let text = page_text(&b).await;
     assert!(!text.contains("b-job") && !text.contains(&b_id) && !text.contains("j-markup"), "{text}");
 
+    // Capacity: the tenant's own share of each pool, nobody else's.
+    b.goto(&format!("{}/#/capacity", s.url)).await;
+    let mine =
+        b.wait_for("team-a's share of eastus2", 30, || async { used_in(&b, "eastus2").await.filter(|&u| u > 0) }).await;
+    assert_eq!(mine, 8, "a-job's VM: 4 vCPUs of its family pool and 4 of cores");
+    b.wait_text(".legend", "used by tenant team-a", 5).await;
+
     // Sign out, then in again by pasting the admin token.
     b.click_on("#signout", 5).await;
     let input = b.wait_element("#token-input", 10).await;
