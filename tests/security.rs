@@ -1,7 +1,8 @@
 //! Security tests against the real binary: authentication of every route the OpenAPI document
 //! lists, tenant isolation on every job route, no token in the logs (JSON, debug level, driving
 //! the ARM emulator), the request size limit, file permissions, the refusal to listen in clear on
-//! a non-loopback address, and HTTPS with a given certificate.
+//! a non-loopback address, HTTPS with a given certificate, and the browser security headers
+//! (Content-Security-Policy, no framing, no sniffing) on every answer.
 
 mod e2e_support;
 
@@ -79,6 +80,87 @@ async fn every_route_but_health_needs_a_valid_token() {
         client().get(format!("{}/v1/jobs", s.url)).bearer_auth(&t).send().await.unwrap().status(),
         StatusCode::UNAUTHORIZED
     );
+    drop(s);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The headers that keep a browser from framing, sniffing or running anything the server did not
+/// mean as its own script (the dashboard's policy, `scheduler::api::dashboard`).
+fn assert_browser_headers(what: &str, h: &reqwest::header::HeaderMap) {
+    let csp =
+        h.get("content-security-policy").and_then(|v| v.to_str().ok()).unwrap_or_else(|| panic!("{what}: no CSP"));
+    for part in [
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "frame-ancestors 'none'",
+        "base-uri 'none'",
+        "form-action 'none'",
+        "require-trusted-types-for 'script'",
+    ] {
+        assert!(csp.contains(part), "{what}: CSP {csp:?} lacks {part:?}");
+    }
+    for loose in ["unsafe-inline", "unsafe-eval", "unsafe-hashes", "*", "data:", "http:", "https:"] {
+        assert!(!csp.contains(loose), "{what}: CSP {csp:?} allows {loose:?}");
+    }
+    assert_eq!(h.get("x-frame-options").map(|v| v.as_bytes()), Some(&b"DENY"[..]), "{what}");
+    assert_eq!(h.get("x-content-type-options").map(|v| v.as_bytes()), Some(&b"nosniff"[..]), "{what}");
+    assert_eq!(h.get("referrer-policy").map(|v| v.as_bytes()), Some(&b"no-referrer"[..]), "{what}");
+}
+
+#[tokio::test]
+async fn every_answer_carries_a_strict_content_security_policy_and_no_framing() {
+    let (dir, s) = sim_server("sec-headers");
+    let doc: Value = client()
+        .get(format!("{}/openapi.json", s.url))
+        .bearer_auth(&s.admin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut checked = 0;
+    // Every operation the API lists, signed in and not (successes, 401s, 404s and 400s alike); an
+    // event stream is judged by its headers, then dropped.
+    for (path, ops) in doc["paths"].as_object().unwrap() {
+        for method in ops.as_object().unwrap().keys() {
+            let m: Method = method.to_uppercase().parse().unwrap();
+            let url = format!("{}{}", s.url, path.replace("{id}", "j-0000000000000000"));
+            for token in [None, Some(s.admin.as_str())] {
+                let mut r = client().request(m.clone(), &url);
+                if let Some(t) = token {
+                    r = r.bearer_auth(t);
+                }
+                let resp = r.send().await.unwrap();
+                assert_browser_headers(&format!("{method} {path} ({})", resp.status()), resp.headers());
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 2 * 14, "the OpenAPI document lists too few operations ({checked} checks)");
+    // The dashboard's files (no token needed: they hold no data), a revalidated one, a path that
+    // does not exist and a method a route does not take.
+    let page = client().get(format!("{}/", s.url)).send().await.unwrap();
+    assert_browser_headers("GET /", page.headers());
+    let html = page.text().await.unwrap();
+    assert!(html.contains("<script src=\"/dashboard/app.js\""), "the page loads its script from this origin");
+    assert_eq!(html.matches("<script").count(), html.matches("<script src=").count(), "no inline script");
+    for asset in ["/dashboard/app.js", "/dashboard/app.css", "/dashboard/icon.svg"] {
+        let r = client().get(format!("{}{asset}", s.url)).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{asset}");
+        assert_browser_headers(asset, r.headers());
+        let etag = r.headers()["etag"].clone();
+        let again = client().get(format!("{}{asset}", s.url)).header("If-None-Match", etag).send().await.unwrap();
+        assert_eq!(again.status(), StatusCode::NOT_MODIFIED, "{asset}");
+        assert_browser_headers(&format!("{asset} (304)"), again.headers());
+    }
+    let missing = client().get(format!("{}/no/such/page", s.url)).send().await.unwrap();
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+    assert_browser_headers("a missing path", missing.headers());
+    let wrong = client().delete(format!("{}/", s.url)).send().await.unwrap();
+    assert_eq!(wrong.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_browser_headers("DELETE /", wrong.headers());
     drop(s);
     let _ = std::fs::remove_dir_all(dir);
 }
