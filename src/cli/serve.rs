@@ -520,7 +520,13 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
         tokio::spawn(demo(jobs.clone(), stop_rx.clone()));
     }
     tokio::spawn(sweep_silent_agents(agents.clone(), replica.clone(), stop_rx.clone()));
-    tokio::spawn(scheduler::api::spend::record_spend(store.clone(), clock.clone(), stop_rx.clone()));
+    // Spend samples are the leader's to write, like everything the control loop writes.
+    tokio::spawn(scheduler::api::spend::record_spend(
+        store.clone(),
+        replica.fence().clone(),
+        clock.clone(),
+        stop_rx.clone(),
+    ));
     let limits = scheduler::api::server::Limits::of(&settings.api);
     let state = ApiState::new(jobs, controller, tokens, registry, settings.api, stop_rx.clone()).with_agents(agents);
     state.set_replica(replica.clone());

@@ -12,6 +12,9 @@
 //! and every attempt of a job named by an event since the last sample (an attempt that started and
 //! ended in between is found that way). The cursor is written with the sample, in one transaction,
 //! so a restart continues exactly where the last sample left off.
+//!
+//! Where several servers share a store, only the leader records ([`record_once`]), through the
+//! fenced handle the control loop writes with.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -22,7 +25,7 @@ use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use serde::{Deserialize, Serialize};
-use state::{IndexDef, Record, Store, StoreError, TableDef};
+use state::{Fence, IndexDef, Record, Store, StoreError, TableDef};
 use tokio::sync::watch;
 
 use super::ApiState;
@@ -235,13 +238,29 @@ pub fn sample(store: &Store, now_ms: i64) -> Result<bool, StoreError> {
     Ok(true)
 }
 
-/// Samples spend every [`SAMPLE_EVERY_MS`] of loop time until `stop` turns true. `spillway serve`
-/// runs it beside the control loop; the first sample is taken at once.
-pub async fn record_spend(store: Store, clock: Arc<dyn Clock>, mut stop: watch::Receiver<bool>) {
+/// One tick of the recorder on a server whose leadership `fence` follows: samples (see [`sample`])
+/// through the fenced handle while this server leads, and does nothing otherwise. Several servers
+/// sharing a store each run a recorder; only the leader's writes, so samples are neither doubled nor
+/// interleaved with two cursors, and a former leader that has not noticed yet is refused by the
+/// store (the fence is checked in the same transaction as the sample). Returns whether a sample was
+/// written.
+pub fn record_once(store: &Store, fence: &Fence, now_ms: i64) -> Result<bool, StoreError> {
+    if fence.epoch().is_none() {
+        return Ok(false);
+    }
+    sample(&store.fenced(fence), now_ms)
+}
+
+/// Samples spend every [`SAMPLE_EVERY_MS`] of loop time, while this server holds the leader lease
+/// that `fence` follows ([`record_once`]), until `stop` turns true. `spillway serve` runs it beside
+/// the control loop; the first sample is taken as soon as the server leads.
+pub async fn record_spend(store: Store, fence: Fence, clock: Arc<dyn Clock>, mut stop: watch::Receiver<bool>) {
     loop {
-        let (s, now) = (store.clone(), clock.now_ms());
-        match tokio::task::spawn_blocking(move || sample(&s, now)).await {
+        let (s, f, now) = (store.clone(), fence.clone(), clock.now_ms());
+        match tokio::task::spawn_blocking(move || record_once(&s, &f, now)).await {
             Ok(Ok(_)) => {}
+            // Leadership lost between the check and the write: the next tick sees it.
+            Ok(Err(StoreError::Fenced(_))) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "cannot record spend; retrying"),
             Err(e) => tracing::warn!(error = %e, "spend recorder failed; retrying"),
         }
@@ -542,5 +561,30 @@ mod tests {
         assert_eq!(thinned.len(), MAX_POINTS);
         assert_eq!(thinned.first().unwrap().at_ms, 0);
         assert_eq!(thinned.last().unwrap().at_ms, 999, "the newest sample is always kept");
+    }
+
+    #[test]
+    fn only_the_leader_records_spend() {
+        let store = Store::in_memory().unwrap();
+        job(&store, "a", "ml");
+        store.put(&attempt("a", 1, "eastus", AttemptState::Running, 1.0, 0)).unwrap();
+        let (leader, follower) = (Fence::new(), Fence::new());
+        let grant = store.acquire_lease("server-1", Duration::from_secs(10)).unwrap().unwrap();
+        assert!(store.acquire_lease("server-2", Duration::from_secs(10)).unwrap().is_none(), "one leader");
+        leader.hold(&grant);
+
+        assert!(!record_once(&store, &follower, 0).unwrap(), "a follower records nothing");
+        assert!(store.scan::<SpendSample>().unwrap().is_empty());
+        assert!(store.setting::<Cursor>(CURSOR_SETTING).unwrap().is_none(), "nor moves the cursor");
+        assert!(record_once(&store, &leader, 0).unwrap());
+        assert_eq!(store.scan::<SpendSample>().unwrap().len(), 1);
+
+        // Leadership lost (the election clears the fence): the former leader records no more.
+        leader.clear();
+        assert!(!record_once(&store, &leader, SAMPLE_EVERY_MS).unwrap());
+        assert_eq!(store.scan::<SpendSample>().unwrap().len(), 1);
+        // A write through the fenced handle after the lease is gone is refused by the store.
+        assert!(matches!(sample(&store.fenced(&leader), SAMPLE_EVERY_MS), Err(StoreError::Fenced(_))));
+        assert_eq!(store.scan::<SpendSample>().unwrap().len(), 1);
     }
 }
