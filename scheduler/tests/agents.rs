@@ -11,7 +11,7 @@ use scheduler::agents::protocol::{
 use scheduler::agents::{AgentConfig, AgentError, AgentKeys, AgentMetrics, AgentService, LogCursor, LogFilter};
 use scheduler::clock::{Clock, ManualClock};
 use scheduler::model::{Attempt, AttemptState, Job, JobSpec, JobState, Priority, fleet_name};
-use state::Store;
+use state::{Fence, Store, StoreError};
 
 const T0: i64 = 1_800_000_000_000;
 
@@ -19,6 +19,8 @@ struct World {
     store: Store,
     clock: Arc<ManualClock>,
     svc: AgentService,
+    /// The fence of this server's lease (the leader's; the sweep writes under it).
+    fence: Fence,
 }
 
 fn world_on(store: Store, config: AgentConfig) -> World {
@@ -32,7 +34,11 @@ fn world_on(store: Store, config: AgentConfig) -> World {
         AgentMetrics::unregistered(),
         Arc::new(tokio::sync::Notify::new()),
     );
-    World { store, clock, svc }
+    let fence = Fence::new();
+    if let Some(grant) = store.acquire_lease("this-server", Duration::from_secs(3600)).unwrap() {
+        fence.hold(&grant);
+    }
+    World { store, clock, svc, fence }
 }
 
 fn world() -> World {
@@ -391,16 +397,16 @@ fn silent_vms_are_declared_lost_and_missing_agents_noted_for_the_control_loop() 
     let hb = Heartbeat { phase: Phase::Running, restart: Some(0), gpus: None };
     w.clock.advance_ms(20_000);
     w.svc.heartbeat(&a, 0, hb.clone()).unwrap();
-    assert_eq!(w.svc.sweep_silent().unwrap(), 0, "within the timeout");
+    assert_eq!(w.svc.sweep_silent(&w.fence).unwrap(), 0, "within the timeout");
     w.clock.advance_ms(20_000);
     w.svc.heartbeat(&a, 0, hb).unwrap();
-    assert_eq!(w.svc.sweep_silent().unwrap(), 1, "rank 1 has been quiet for 40 s");
+    assert_eq!(w.svc.sweep_silent(&w.fence).unwrap(), 1, "rank 1 has been quiet for 40 s");
     let work =
         w.store.get::<scheduler::agents::records::AttemptWork>(&scheduler::records::attempt_key("g", 1)).unwrap();
     let work = work.unwrap();
     assert_eq!(work.needs_replacement(), Some("a VM whose agent stopped sending heartbeats"));
     assert!(matches!(w.svc.work_now(&a, 0).unwrap().order.unwrap().action, Action::Stop { .. }), "the gang stops");
-    assert_eq!(w.svc.sweep_silent().unwrap(), 0, "declared once");
+    assert_eq!(w.svc.sweep_silent(&w.fence).unwrap(), 0, "declared once");
     // The lost rank may be taken by a new VM.
     assert_eq!(w.svc.register(&a, reg("vm-c", "10.0.0.6")).unwrap().rank, 1);
 
@@ -408,9 +414,87 @@ fn silent_vms_are_declared_lost_and_missing_agents_noted_for_the_control_loop() 
     w.svc.register(&half, reg("vm-x", "10.0.1.4")).unwrap();
     w.clock.advance_ms(16 * 60_000);
     w.svc.heartbeat(&half, 0, Heartbeat { phase: Phase::Waiting, restart: None, gpus: None }).unwrap();
-    w.svc.sweep_silent().unwrap();
+    w.svc.sweep_silent(&w.fence).unwrap();
     let work = w.store.get::<scheduler::agents::records::AttemptWork>(&scheduler::records::attempt_key("half", 1));
     assert_eq!(work.unwrap().unwrap().needs_replacement(), Some("VMs whose agents never registered"));
     let events = w.store.by_index::<scheduler::jobs::JobEvent>("job", "half").unwrap();
     assert!(events.iter().any(|e| e.kind == "agents_missing" && e.message.contains("1 of 2")), "{events:?}");
+}
+
+/// What a sweep may have written about `job`: its ranks' lost marks, its attempt's work, its events.
+fn swept(store: &Store, job: &str) -> (Vec<bool>, Option<scheduler::agents::records::AttemptWork>, usize) {
+    let mut nodes = store.by_index::<scheduler::agents::records::NodeRecord>("job", job).unwrap();
+    nodes.sort_by_key(|n| n.rank);
+    let work = store.get(&scheduler::records::attempt_key(job, 1)).unwrap();
+    let events = store.by_index::<scheduler::jobs::JobEvent>("job", job).unwrap();
+    (nodes.iter().map(|n| n.lost).collect(), work, events.iter().filter(|e| e.kind == "vm_lost").count())
+}
+
+/// A server that is not (or no longer) the leader sweeps: its verdicts are refused as a whole and
+/// nothing is written. On every store a cleared fence refuses; on PostgreSQL a leader paused past
+/// its lease, whose fence still names its old epoch, is refused by the database in the same
+/// transaction, after another server took the lease and can sweep.
+#[test]
+fn a_deposed_leaders_silent_vm_sweep_writes_nothing() {
+    let w = world();
+    let a = job(&w, "g", 2, "");
+    w.svc.register(&a, reg("vm-a", "10.0.0.4")).unwrap();
+    w.svc.register(&a, reg("vm-b", "10.0.0.5")).unwrap();
+    w.clock.advance_ms(40_000);
+    let before = swept(&w.store, "g");
+    w.fence.clear();
+    let err = w.svc.sweep_silent(&w.fence).unwrap_err();
+    assert!(matches!(err, StoreError::Fenced(_)), "{err}");
+    assert_eq!(swept(&w.store, "g"), before, "a server without the lease wrote its verdicts");
+
+    let Some(url) = postgres_url("deposed_sweep") else { return };
+    let location: state::StoreLocation = url.parse().unwrap();
+    let (old_server, new_server) = (Store::open_location(&location).unwrap(), Store::open_location(&location).unwrap());
+    let old = world_on(old_server.clone(), AgentConfig { durable: false, ..AgentConfig::default() });
+    let old_grant = old_server.lease_holder().unwrap().expect("world_on took the lease");
+    let a = job(&old, "g", 2, "");
+    old.svc.register(&a, reg("vm-a", "10.0.0.4")).unwrap();
+    old.svc.register(&a, reg("vm-b", "10.0.0.5")).unwrap();
+    old.clock.advance_ms(40_000);
+    // The old leader pauses past its lease; another server takes it with the next epoch.
+    old_server.release_lease(&state::LeaseGrant { holder: old_grant.holder.clone(), epoch: old_grant.epoch }).unwrap();
+    let new_grant =
+        new_server.acquire_lease("new-leader", Duration::from_secs(30)).unwrap().expect("the lease is free");
+    assert_eq!(new_grant.epoch, old_grant.epoch + 1);
+    let before = swept(&new_server, "g");
+    assert_eq!(before.0, vec![false, false]);
+    // The old leader resumes, its fence still naming its epoch: both ranks look silent to it.
+    assert_eq!(old.fence.epoch(), Some(old_grant.epoch));
+    let err = old.svc.sweep_silent(&old.fence).unwrap_err();
+    assert!(matches!(err, StoreError::Fenced(_)), "{err}");
+    assert_eq!(swept(&new_server, "g"), before, "the deposed leader's sweep was written");
+    // The new leader's sweep goes through.
+    let new = world_on(new_server.clone(), AgentConfig { durable: false, ..AgentConfig::default() });
+    new.fence.hold(&new_grant);
+    new.clock.advance_ms(40_000 + new.svc.config().heartbeat_timeout_ms);
+    assert_eq!(new.svc.sweep_silent(&new.fence).unwrap(), 2);
+    let (lost, work, events) = swept(&new_server, "g");
+    assert_eq!((lost, events), (vec![true, true], 2));
+    assert!(work.unwrap().needs_replacement().is_some());
+}
+
+/// A fresh, empty database on the test server (`SPILLWAY_TEST_POSTGRES`, a superuser URL; set by
+/// `.ci/with-postgres`, as `.ci/run` does), as a store URL; `None`, with a note, when it is not set.
+fn postgres_url(name: &str) -> Option<String> {
+    let Ok(admin) = std::env::var("SPILLWAY_TEST_POSTGRES") else {
+        eprintln!(
+            "skipping the PostgreSQL part of `{name}`: SPILLWAY_TEST_POSTGRES is not set (see .ci/with-postgres)"
+        );
+        return None;
+    };
+    let db = format!("spw_agents_{name}_{}", std::process::id());
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let (client, conn) = tokio_postgres::connect(&admin, tokio_postgres::NoTls).await.expect("test server");
+        tokio::spawn(conn);
+        client.batch_execute(&format!("DROP DATABASE IF EXISTS {db}")).await.unwrap();
+        client.batch_execute(&format!("CREATE DATABASE {db}")).await.unwrap();
+    });
+    let (base, query) = admin.split_once('?').map_or((admin.as_str(), String::new()), |(b, q)| (b, format!("?{q}")));
+    Some(format!("{}/{db}{query}", base.rsplit_once('/').map_or(base, |(b, _)| b)))
 }

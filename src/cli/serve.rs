@@ -721,6 +721,7 @@ fn heartbeat_persist_ms(store: &Store, heartbeat_timeout_ms: i64, speed: f64) ->
 /// Every two seconds, on the leader, declares the VMs whose agents went silent lost (and notes
 /// attempts whose agents never came), for the control loop to move their work. Followers do not:
 /// one server deciding is enough, and a follower may have been away while the agents reported.
+/// The sweep writes under the leader's fence, so a leader deposed mid-sweep writes nothing.
 async fn sweep_silent_agents(agents: AgentService, replica: Replica, mut stop: tokio::sync::watch::Receiver<bool>) {
     loop {
         tokio::select! {
@@ -730,10 +731,13 @@ async fn sweep_silent_agents(agents: AgentService, replica: Replica, mut stop: t
         if !replica.is_leader() {
             continue;
         }
-        let a = agents.clone();
-        match tokio::task::spawn_blocking(move || a.sweep_silent()).await {
+        let (a, fence) = (agents.clone(), replica.fence().clone());
+        match tokio::task::spawn_blocking(move || a.sweep_silent(&fence)).await {
             Ok(Ok(0)) => {}
             Ok(Ok(n)) => tracing::warn!(lost = n, "VMs counted as lost: their agents stopped sending heartbeats"),
+            Ok(Err(state::StoreError::Fenced(why))) => {
+                tracing::info!(reason = %why, "silent-agent sweep not written: this server no longer leads")
+            }
             Ok(Err(e)) => tracing::warn!(error = %e, "cannot look for silent agents; retrying"),
             Err(e) => tracing::warn!(error = %e, "silent-agent sweep failed"),
         }

@@ -1175,11 +1175,17 @@ impl AgentService {
     /// gang's other ranks are stopped), and a running attempt of a job with `run` still missing
     /// agents `registration_timeout_ms` after it started is marked. Both mark the attempt's work
     /// ([`AttemptWork::needs_replacement`]) for the control loop, which places the work anew.
-    /// Returns how many ranks were declared lost. Run it every few seconds.
-    pub fn sweep_silent(&self) -> Result<u32, StoreError> {
+    /// Returns how many ranks were declared lost. Run it every few seconds, on the leader only.
+    ///
+    /// Its writes go through the store fenced by `fence` (the leader's, [`state::Store::fenced`]):
+    /// a server that lost the lease while sweeping (paused, cut off) writes nothing, and gets
+    /// [`StoreError::Fenced`], even if it still believes it leads. Otherwise two servers could both
+    /// declare a VM lost and the new leader's placements race a deposed one's verdicts.
+    pub fn sweep_silent(&self, fence: &state::Fence) -> Result<u32, StoreError> {
         let now = self.now();
         let cfg = &self.inner.config;
         let store = &self.inner.store;
+        let writer = store.fenced(fence);
         let mut lost = 0;
         let mut changed = false;
         for a in store.by_index::<Attempt>("state", "running")? {
@@ -1219,7 +1225,7 @@ impl AgentService {
             changed = true;
             lost += silent.len() as u32;
             let gang = decide::is_gang(&job);
-            store.transaction(|tx| {
+            writer.transaction(|tx| {
                 let Some(job) = tx.get::<Job>(&a.job_id)? else { return Ok(()) };
                 let mut w = tx.get::<AttemptWork>(&akey)?.unwrap_or_else(|| new_attempt_work(&a));
                 for (rank, vm, quiet_ms) in &silent {
