@@ -7,6 +7,7 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -238,4 +239,125 @@ fn bad_locations_fail_with_one_clear_line() {
     } else {
         eprintln!("the test server does not ask spillway_pw for a password (see .ci/with-postgres); got: {err}");
     }
+}
+
+/// The test server with TLS on, under certificates made here, until dropped (TLS off again).
+struct TlsServer {
+    admin: String,
+    dir: std::path::PathBuf,
+}
+
+impl TlsServer {
+    /// Turns TLS on with `cert` and `key` (PEM); the files are made readable by the server's user
+    /// (the owner of its data directory: `.ci/with-postgres` runs the server as `postgres` when the
+    /// tests run as root). Waits until new connections are offered TLS.
+    fn start(admin: &str, cert: &str, key: &str) -> TlsServer {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = std::env::temp_dir().join(format!("spillway-pg-tls-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let data_dir = common::admin_query(admin, "SHOW data_directory");
+        let owner = std::fs::metadata(&data_dir).unwrap_or_else(|e| panic!("data directory {data_dir}: {e}"));
+        for (name, pem) in [("server.crt", cert), ("server.key", key)] {
+            let path = dir.join(name);
+            std::fs::write(&path, pem).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+            std::os::unix::fs::chown(&path, Some(owner.uid()), Some(owner.gid())).unwrap();
+        }
+        // One statement at a time: ALTER SYSTEM refuses to run in a (multi-statement) transaction.
+        for sql in [
+            format!("ALTER SYSTEM SET ssl_cert_file = '{}'", dir.join("server.crt").display()),
+            format!("ALTER SYSTEM SET ssl_key_file = '{}'", dir.join("server.key").display()),
+            "ALTER SYSTEM SET ssl = on".to_string(),
+            "SELECT pg_reload_conf()".to_string(),
+        ] {
+            common::admin_sql(admin, &sql);
+        }
+        // The postmaster reloads on its own time; a new session shows the setting once it has.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while common::admin_query(admin, "SHOW ssl") != "on" {
+            assert!(Instant::now() < deadline, "the test server did not turn TLS on: see its log");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        TlsServer { admin: admin.to_string(), dir }
+    }
+}
+
+impl Drop for TlsServer {
+    fn drop(&mut self) {
+        for sql in [
+            "ALTER SYSTEM RESET ssl",
+            "ALTER SYSTEM RESET ssl_cert_file",
+            "ALTER SYSTEM RESET ssl_key_file",
+            "SELECT pg_reload_conf()",
+        ] {
+            common::admin_sql(&self.admin, sql);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A certificate authority made for the test: its certificate (PEM) and its issuer.
+fn test_ca(name: &str) -> (String, rcgen::Issuer<'static, rcgen::KeyPair>) {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.distinguished_name.push(rcgen::DnType::CommonName, name);
+    params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::CrlSign];
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    (cert.pem(), rcgen::Issuer::new(params, key))
+}
+
+/// `sslmode=verify-full` end to end: the server presents a certificate for `localhost` signed by a
+/// CA made here. The store connects to `localhost` trusting that CA (and the connection is
+/// encrypted), and refuses with one clear line, naming the problem, a server reached by a name its
+/// certificate does not carry (`127.0.0.1`) and a server whose certificate another CA signed.
+#[test]
+fn verify_full_connects_to_the_right_server_and_refuses_the_wrong_one() {
+    let Some(url) = common::postgres_url("tls") else { return };
+    let admin = std::env::var(common::POSTGRES_ENV).unwrap();
+    let (ca_pem, ca) = test_ca("spillway test CA");
+    let (other_ca_pem, _) = test_ca("some other CA");
+    let server_key = rcgen::KeyPair::generate().unwrap();
+    let server_cert =
+        rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap().signed_by(&server_key, &ca).unwrap();
+    let _tls = TlsServer::start(&admin, &server_cert.pem(), &server_key.serialize_pem());
+    let dir = std::env::temp_dir().join(format!("spillway-pg-tls-client-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (ca_file, other_file) = (dir.join("ca.pem"), dir.join("other-ca.pem"));
+    std::fs::write(&ca_file, &ca_pem).unwrap();
+    std::fs::write(&other_file, &other_ca_pem).unwrap();
+
+    let (host_port, _) = url.split_once('@').unwrap().1.split_once('/').unwrap();
+    let port = host_port.rsplit_once(':').unwrap().1;
+    let with = |host: &str, roots: &Path| {
+        let u = url.replacen(host_port, &format!("{host}:{port}"), 1);
+        let sep = if u.contains('?') { '&' } else { '?' };
+        format!("{u}{sep}sslmode=verify-full&sslrootcert={}&connect_timeout=5", roots.display())
+    };
+
+    let store = Store::open_location(&with("localhost", &ca_file).parse().unwrap()).unwrap();
+    store.put(&job("over-tls", "queued")).unwrap();
+    assert!(store.get::<Job>("over-tls").unwrap().is_some());
+    let ssl_sessions = common::admin_query(
+        &admin,
+        &format!(
+            "SELECT count(*) FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) WHERE ssl AND datname = '{}'",
+            url.split('?').next().unwrap().rsplit('/').next().unwrap()
+        ),
+    );
+    assert_ne!(ssl_sessions, "0", "the store's connections are not encrypted");
+    drop(store);
+
+    let err = Store::open_location(&with("127.0.0.1", &ca_file).parse().unwrap()).err().expect("wrong name accepted");
+    let err = err.to_string();
+    eprintln!("wrong host name: {err}");
+    assert!(err.contains("does not match the host name \"127.0.0.1\"") && !err.contains('\n'), "{err}");
+    let err = Store::open_location(&with("localhost", &other_file).parse().unwrap()).err().expect("wrong CA accepted");
+    let err = err.to_string();
+    eprintln!("wrong CA: {err}");
+    assert!(err.contains("not signed by a certificate authority in") && err.contains("other-ca.pem"), "{err}");
+    assert!(!err.contains('\n'), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

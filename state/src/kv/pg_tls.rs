@@ -26,14 +26,15 @@ use tokio_rustls::rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, S
 const SYSTEM_ROOTS: [&str; 3] =
     ["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"];
 
-/// How connections are encrypted: `None` for plain only.
+/// How connections are encrypted: `None` for plain only. With verification, the file of roots
+/// the certificate is checked against, to name it when a server is refused.
 #[derive(Clone, Default)]
-pub(crate) struct TlsSetup(Option<Arc<ClientConfig>>);
+pub(crate) struct TlsSetup(Option<Arc<ClientConfig>>, Option<Arc<str>>);
 
 impl TlsSetup {
     /// Plain connections only (`sslmode=disable`).
     pub fn plain() -> TlsSetup {
-        TlsSetup(None)
+        TlsSetup(None, None)
     }
 
     /// Encrypts without checking the certificate (`prefer`, `require`).
@@ -45,7 +46,7 @@ impl TlsSetup {
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
             .with_no_client_auth();
-        Ok(TlsSetup(Some(Arc::new(config))))
+        Ok(TlsSetup(Some(Arc::new(config)), None))
     }
 
     /// Checks the certificate against `roots` (a PEM file) or the system's roots.
@@ -76,7 +77,7 @@ impl TlsSetup {
             .map_err(|e| e.to_string())?
             .with_root_certificates(store)
             .with_no_client_auth();
-        Ok(TlsSetup(Some(Arc::new(config))))
+        Ok(TlsSetup(Some(Arc::new(config)), Some(file.display().to_string().into())))
     }
 }
 
@@ -127,7 +128,7 @@ impl MakeTlsConnect<Socket> for TlsSetup {
     fn make_tls_connect(&mut self, domain: &str) -> Result<TlsConnectOne, Self::Error> {
         let Some(config) = &self.0 else { return Err("TLS is disabled (sslmode=disable)".into()) };
         let name = ServerName::try_from(domain.to_string())?;
-        Ok(TlsConnectOne { connector: TlsConnector::from(config.clone()), name })
+        Ok(TlsConnectOne { connector: TlsConnector::from(config.clone()), name, roots: self.1.clone() })
     }
 }
 
@@ -135,6 +136,32 @@ impl MakeTlsConnect<Socket> for TlsSetup {
 pub(crate) struct TlsConnectOne {
     connector: TlsConnector,
     name: ServerName<'static>,
+    roots: Option<Arc<str>>,
+}
+
+/// Says in the operator's terms why a verified handshake refused the server (rustls' own words
+/// are `UnknownIssuer` and the like), keeping its detail.
+fn explain(e: io::Error, name: &ServerName<'_>, roots: Option<&str>) -> io::Error {
+    use tokio_rustls::rustls::{CertificateError, Error};
+    let Some(Error::InvalidCertificate(cert)) = e.get_ref().and_then(|inner| inner.downcast_ref::<Error>()) else {
+        return e;
+    };
+    let roots = roots.unwrap_or("the system's roots");
+    let host = name.to_str();
+    let why = match cert {
+        CertificateError::UnknownIssuer | CertificateError::BadSignature => format!(
+            "the server's certificate is not signed by a certificate authority in {roots} (sslrootcert): \
+             refusing {host}, which may not be the database you meant ({cert:?})"
+        ),
+        CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => format!(
+            "the server's certificate does not match the host name {host:?} (sslmode=verify-full checks it): {cert}"
+        ),
+        CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
+            format!("the server's certificate has expired: {cert}")
+        }
+        other => format!("the server's certificate was refused: {other}"),
+    };
+    io::Error::new(io::ErrorKind::InvalidData, why)
 }
 
 impl TlsConnect<Socket> for TlsConnectOne {
@@ -143,7 +170,13 @@ impl TlsConnect<Socket> for TlsConnectOne {
     type Future = Pin<Box<dyn Future<Output = io::Result<TlsStream>> + Send>>;
 
     fn connect(self, stream: Socket) -> Self::Future {
-        Box::pin(async move { Ok(TlsStream(self.connector.connect(self.name, stream).await?)) })
+        Box::pin(async move {
+            let (name, roots) = (self.name.clone(), self.roots);
+            match self.connector.connect(self.name, stream).await {
+                Ok(s) => Ok(TlsStream(s)),
+                Err(e) => Err(explain(e, &name, roots.as_deref())),
+            }
+        })
     }
 }
 

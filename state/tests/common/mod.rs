@@ -143,6 +143,22 @@ pub fn admin_sql(admin: &str, sql: &str) {
     });
 }
 
+/// The first column of the first row of `sql` run as the test server's administrator, as text.
+pub fn admin_query(admin: &str, sql: &str) -> String {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let (client, conn) = tokio_postgres::connect(admin, tokio_postgres::NoTls).await.expect("test server");
+        tokio::spawn(conn);
+        let rows = client.simple_query(sql).await.unwrap();
+        rows.iter()
+            .find_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => Some(r.get(0).unwrap_or_default().to_string()),
+                _ => None,
+            })
+            .unwrap_or_default()
+    })
+}
+
 /// A store on a fresh PostgreSQL database (see [`postgres_url`]).
 pub fn postgres_store(name: &str) -> Option<state::Store> {
     let url = postgres_url(name)?;
