@@ -111,6 +111,8 @@ enum Command {
     Capacity(cli::capacity::CapacityArgs),
     /// Create, list and revoke API tokens (admin).
     Token(cli::token::TokenArgs),
+    /// Set or clear a tenant's budget in USD (admin), or list every tenant's spend and budget.
+    Budget(cli::budget::BudgetArgs),
     /// Print the link that opens the web dashboard signed in (the token in the URL fragment).
     DashboardUrl(cli::dashboard_url::DashboardUrlArgs),
     /// Serve a simulated cloud with Azure Resource Manager's API on loopback (for testing Azure clients).
@@ -161,6 +163,7 @@ fn main() -> ExitCode {
         Command::Capacity(a) => cli::capacity::run(a),
         Command::Token(a) => cli::token::run(a),
         Command::DashboardUrl(a) => cli::dashboard_url::run(a),
+        Command::Budget(a) => cli::budget::run(a),
         Command::EmulateArm(a) => cli::emulate_arm::run(&catalog, a),
         Command::Logs(a) => cli::logs::run(a),
         Command::Agent(a) => cli::agent::run(a),

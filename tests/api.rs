@@ -475,6 +475,7 @@ async fn openapi_lists_every_route() {
         ("get", "/v1/plan"),
         ("get", "/v1/events"),
         ("get", "/v1/spend"),
+        ("put", "/v1/tenants/{name}/budget"),
         ("get", "/v1/whoami"),
         ("post", "/v1/tokens"),
         ("get", "/v1/tokens"),
@@ -492,7 +493,12 @@ async fn openapi_lists_every_route() {
     assert_eq!(count, expected.len(), "the document lists exactly the served routes");
     // Every documented route is really served (no 404 from the router for any of them).
     for (method, path) in expected {
-        let path = path.replace("{id}", "x").replace("{job}", "x").replace("{attempt}", "1").replace("{rank}", "0");
+        let path = path
+            .replace("{id}", "x")
+            .replace("{name}", "x")
+            .replace("{job}", "x")
+            .replace("{attempt}", "1")
+            .replace("{rank}", "0");
         let m = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
         let r = s.req(m, &path, Some(&s.admin)).await.timeout(Duration::from_secs(5)).send().await.unwrap();
         if !path.starts_with("/v1/jobs/x") && path != "/v1/tokens/x" {
@@ -777,6 +783,145 @@ async fn listing_pages_return_the_newest_jobs_oldest_first_with_the_total() {
     let (_, whole) = s.get("/v1/jobs?tenant=research", &s.admin).await;
     assert_eq!(page_ids(&whole), vec![ids[1].clone(), ids[3].clone(), ids[5].clone()]);
     assert_eq!((whole["total"].as_u64(), whole["truncated"].as_bool()), (Some(3), Some(false)));
+}
+
+/// Issue #18: past the newest page, `next` pages back through the history by an opaque cursor
+/// that jobs submitted meanwhile do not shift; filters and tenant scoping hold on every page.
+#[tokio::test]
+async fn listing_pages_back_by_cursor_without_repeats_or_gaps_while_jobs_arrive() {
+    let s = Server::start("list-cursor", &[]);
+    let mut ids = Vec::new();
+    for i in 0..11 {
+        let tenant = if i % 3 == 0 { "ml" } else { "research" };
+        let (st, job) = s.submit(&long_job(&format!("cur-{i}"), tenant), &s.admin).await;
+        assert_eq!(st, StatusCode::CREATED);
+        ids.push(job["id"].as_str().unwrap().to_string());
+    }
+    let page_ids = |v: &Value| -> Vec<String> {
+        v["jobs"].as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap().to_string()).collect()
+    };
+    let (st, first) = s.get("/v1/jobs?limit=4", &s.admin).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!((first["total"].as_u64(), first["truncated"].as_bool()), (Some(11), Some(true)));
+    let mut seen = page_ids(&first);
+    let mut next = first["next"].as_str().expect("a next cursor while older jobs exist").to_string();
+    assert!(!ids.iter().any(|id| next.contains(id.as_str())), "the cursor is opaque: {next}");
+    let mut pages = 1;
+    let mut added = Vec::new();
+    loop {
+        // Jobs arriving between pages land above every page already read.
+        let (_, job) = s.submit(&long_job(&format!("late-{pages}"), "ml"), &s.admin).await;
+        added.push(job["id"].as_str().unwrap().to_string());
+        let (st, page) = s.get(&format!("/v1/jobs?limit=4&cursor={next}"), &s.admin).await;
+        assert_eq!(st, StatusCode::OK, "{page}");
+        let got = page_ids(&page);
+        assert!(got.len() <= 4 && !got.is_empty(), "{page}");
+        assert!(got.iter().all(|id| seen.iter().all(|s| id < s)), "each page is older than the ones before");
+        seen.extend(got);
+        pages += 1;
+        match page["next"].as_str() {
+            Some(n) => next = n.to_string(),
+            None => {
+                assert_eq!(page["truncated"], false);
+                break;
+            }
+        }
+    }
+    assert_eq!(pages, 3, "11 jobs in pages of 4");
+    let mut all = seen.clone();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), seen.len(), "no job on two pages");
+    let mut want = ids.clone();
+    want.sort();
+    assert_eq!(all, want, "every job that existed is on a page; none that came later");
+    assert!(added.iter().all(|a| !seen.contains(a)));
+
+    // A filter pages the same way: ml has cur-0, 3, 6, 9 and the late ones.
+    let (_, ml) = s.get("/v1/jobs?tenant=ml&limit=3", &s.admin).await;
+    let (_, older) =
+        s.get(&format!("/v1/jobs?tenant=ml&limit=3&cursor={}", ml["next"].as_str().unwrap()), &s.admin).await;
+    let both: Vec<String> = page_ids(&older).into_iter().chain(page_ids(&ml)).collect();
+    assert_eq!(both.len(), 6);
+    assert!(both.iter().all(|id| ids.iter().position(|i| i == id).is_none_or(|p| p % 3 == 0)), "{both:?}");
+    assert_eq!(ml["total"].as_u64(), Some(4 + added.len() as u64));
+
+    // A viewer bound to research pages through research's jobs only.
+    let viewer = s.token("viewer", Some("research")).await;
+    let (_, mine) = s.get("/v1/jobs?limit=5", &viewer).await;
+    let (_, rest) = s.get(&format!("/v1/jobs?limit=5&cursor={}", mine["next"].as_str().unwrap()), &viewer).await;
+    let theirs: Vec<String> = page_ids(&rest).into_iter().chain(page_ids(&mine)).collect();
+    let research: Vec<String> = ids.iter().enumerate().filter(|(i, _)| i % 3 != 0).map(|(_, id)| id.clone()).collect();
+    let mut sorted = theirs.clone();
+    sorted.sort();
+    assert_eq!(sorted, research);
+    assert!(rest["next"].is_null());
+
+    // A cursor this API did not hand out is refused, naming the field.
+    let long = format!("k{}", "6a".repeat(600));
+    for bad in ["zz", "k", "k0", "kzz", "kff", long.as_str()] {
+        let (st, body) = s.get(&format!("/v1/jobs?cursor={bad}"), &s.admin).await;
+        assert_eq!(st, StatusCode::BAD_REQUEST, "{bad}: {body}");
+        assert_eq!(body["problems"][0]["field"], "cursor", "{body}");
+    }
+}
+
+/// Issue #18: an admin sets and clears a tenant's budget over the API; /v1/spend shows it; anyone
+/// else is refused, and a bad body or name gets a 4xx naming the field and changes nothing.
+#[tokio::test]
+async fn budgets_are_set_by_admins_with_every_bad_input_named() {
+    let s = Server::start("budget", &[]);
+    let put = |path: String, token: String, body: Value| {
+        let url = format!("{}{path}", s.url);
+        async move {
+            let r = Server::client().put(url).bearer_auth(token).json(&body).send().await.unwrap();
+            let st = r.status();
+            (st, r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let admin = s.admin.clone();
+    let (st, b) = put("/v1/tenants/ml/budget".into(), admin.clone(), json!({"budget_usd": 250.5})).await;
+    assert_eq!(st, StatusCode::OK, "{b}");
+    assert_eq!(b, json!({"tenant": "ml", "budget_usd": 250.5, "spent_usd": 0.0, "left_usd": 250.5}));
+    let budget_of = |v: &Value, t: &str| {
+        v["tenants"].as_array().unwrap().iter().find(|x| x["tenant"] == t).map(|x| x["budget_usd"].clone())
+    };
+    let (_, spend) = s.get("/v1/spend", &s.admin).await;
+    assert_eq!(budget_of(&spend, "ml"), Some(json!(250.5)), "{spend}");
+
+    for (role, tenant) in [("viewer", Some("ml")), ("submitter", Some("ml")), ("viewer", None)] {
+        let t = s.token(role, tenant).await;
+        let (st, body) = put("/v1/tenants/ml/budget".into(), t, json!({"budget_usd": 1e9})).await;
+        assert_eq!(st, StatusCode::FORBIDDEN, "{role}: {body}");
+    }
+    let bad = [
+        ("/v1/tenants/ml/budget", json!({"budget_usd": -1}), "budget_usd"),
+        ("/v1/tenants/ml/budget", json!({"budget_usd": 1e13}), "budget_usd"),
+        ("/v1/tenants/ml/budget", json!({"budget_usd": "lots"}), "budget_usd"),
+        ("/v1/tenants/ml/budget", json!({}), "budget_usd"),
+        ("/v1/tenants/ml/budget", json!({"budget_usd": 5, "currency": "EUR"}), "currency"),
+        ("/v1/tenants/ml/budget", json!([5]), ""),
+        ("/v1/tenants/a%20b/budget", json!({"budget_usd": 5}), "name"),
+        (&format!("/v1/tenants/{}/budget", "x".repeat(64)), json!({"budget_usd": 5}), "name"),
+    ];
+    for (path, body, field) in bad {
+        let (st, err) = put(path.to_string(), admin.clone(), body.clone()).await;
+        assert!(st.is_client_error(), "{path} {body}: {st} {err}");
+        let fields: Vec<&str> =
+            err["problems"].as_array().unwrap().iter().map(|p| p["field"].as_str().unwrap()).collect();
+        assert!(fields.iter().any(|f| f.contains(field)), "{path} {body}: {err}");
+    }
+    let (_, spend) = s.get("/v1/spend", &s.admin).await;
+    assert_eq!(budget_of(&spend, "ml"), Some(json!(250.5)), "nothing changed: {spend}");
+
+    // null clears it; a tenant with no jobs yet can be given one.
+    let (st, b) = put("/v1/tenants/ml/budget".into(), admin.clone(), json!({"budget_usd": null})).await;
+    assert_eq!((st, &b["budget_usd"], &b["left_usd"]), (StatusCode::OK, &Value::Null, &Value::Null), "{b}");
+    let (st, _) = put("/v1/tenants/new-team/budget".into(), admin.clone(), json!({"budget_usd": 0})).await;
+    assert_eq!(st, StatusCode::OK);
+    let (_, spend) = s.get("/v1/spend", &s.admin).await;
+    assert_eq!(budget_of(&spend, "new-team"), Some(json!(0.0)), "{spend}");
+    assert_eq!(budget_of(&spend, "ml"), Some(Value::Null), "{spend}");
 }
 
 /// Reads `/metrics` with an `Accept` header; returns the content type and the text.

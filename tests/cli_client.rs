@@ -158,6 +158,31 @@ fn submit_wait_jobs_status_and_cancel_through_the_cli() {
     let running = json(&s.cli(&["jobs", "--state", "succeeded", "--output", "json"]));
     let ids: Vec<&str> = running["jobs"].as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap()).collect();
     assert_eq!(ids, vec![id.as_str()]);
+    // Paging (#18): --limit shows the newest and says how to see the rest; --all follows the
+    // server's cursor page by page back to the oldest job.
+    let newest = stdout(&s.cli(&["jobs", "--limit", "1"]));
+    assert!(newest.contains("(1 of 3 jobs shown, the newest; --all for every one"), "{newest}");
+    let every = json(&s.cli(&["jobs", "--limit", "1", "--all", "--output", "json"]));
+    let listed: Vec<&str> = every["jobs"].as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap()).collect();
+    assert_eq!(listed, vec![id.as_str(), long_id.as_str(), svc["id"].as_str().unwrap()], "every job, oldest first");
+    assert_eq!((every["total"].as_u64(), every["truncated"].as_bool()), (Some(3), Some(false)));
+    let table = stdout(&s.cli(&["jobs", "--limit", "2", "--all"]));
+    assert!(table.contains(&id) && table.contains("cli-svc") && !table.contains("shown"), "{table}");
+
+    // Budgets (#18): set, shown, refused with the field named, cleared.
+    let o = s.cli(&["budget", "set", "ml", "120.5"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("ml: budget $120.50, spent $"), "{}", stdout(&o));
+    let listed = stdout(&s.cli(&["budget", "list"]));
+    let row = listed.lines().find(|l| l.starts_with("ml ")).unwrap_or_else(|| panic!("{listed}"));
+    assert!(row.contains("120.50"), "{listed}");
+    let o = s.cli(&["budget", "set", "ml", "-5"]);
+    assert!(!o.status.success());
+    let o = s.cli(&["budget", "set", "no such team", "5"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("name"), "{}", stderr(&o));
+    let v = json(&s.cli(&["budget", "clear", "ml", "--output", "json"]));
+    assert!(v["budget_usd"].is_null(), "{v}");
 
     let o = s.cli(&["cancel", &long_id]);
     assert!(o.status.success(), "{}", stderr(&o));

@@ -174,9 +174,20 @@ async fn page_text(b: &Browser) -> String {
 
 /// The page fits the window: nothing sticks out sideways (tables scroll inside their cards).
 async fn assert_fits(b: &Browser, what: &str) {
-    let v = b.exec("return [document.documentElement.scrollWidth, window.innerWidth]", json!([])).await;
-    let (w, inner) = (v[0].as_u64().unwrap(), v[1].as_u64().unwrap());
-    assert!(w <= inner + 1, "{what}: the page is {w} px wide in a {inner} px window");
+    let v = b
+        .exec(
+            "return [document.documentElement.scrollWidth, document.body.scrollWidth, window.innerWidth, \
+             [...document.querySelectorAll('main *')].filter(e => e.getBoundingClientRect().right > window.innerWidth + 1 \
+             && !e.closest('.scroll')).slice(0, 5).map(e => e.tagName + '.' + e.className + '#' + e.id)]",
+            json!([]),
+        )
+        .await;
+    let (w, body, inner) = (v[0].as_u64().unwrap(), v[1].as_u64().unwrap(), v[2].as_u64().unwrap());
+    assert!(
+        w <= inner + 1 && body <= inner + 1,
+        "{what}: the page is {w} px ({body} px body) wide in a {inner} px window; sticking out: {}",
+        v[3]
+    );
 }
 
 #[tokio::test]
@@ -498,6 +509,27 @@ async fn browser_demo_jobs_job_timeline_filters_views_and_screenshots() {
     b.goto(&format!("{}/#/capacity", s.url)).await;
     b.wait_for("capacity on a phone", 30, || async { (count(&b, ".region .pool").await >= 1).then_some(()) }).await;
     assert_fits(&b, "capacity at phone width").await;
+    // A job (its timeline, attempts, events and logs), cost (tables and charts) and the plan fit a
+    // phone's width too: wide tables scroll inside their cards, the page itself never sideways.
+    b.goto(&format!("{}/#/job/{stuck}", s.url)).await;
+    b.wait_text("#job-name", "h100-pretrain", 30).await;
+    assert_fits(&b, "a waiting job at phone width").await;
+    b.goto(&format!("{}/#/jobs", s.url)).await;
+    b.click_on("tr.row[data-state=running] a.joblink, tr.row[data-state=succeeded] a.joblink", 30).await;
+    b.wait_element("#timeline rect[data-phase=running]", 30).await;
+    b.wait_element("#job-events tr[data-kind]", 30).await;
+    assert_fits(&b, "a job at phone width").await;
+    screenshot(&b, &dir, "dashboard-phone-job.png").await;
+    b.goto(&format!("{}/#/cost", s.url)).await;
+    b.wait_for("cost on a phone", 30, || async {
+        (count(&b, "#tenants tr[data-tenant]").await >= 1 && count(&b, "#chart-tenantSpent path.line").await >= 1)
+            .then_some(())
+    })
+    .await;
+    assert_fits(&b, "cost at phone width").await;
+    b.goto(&format!("{}/#/plan", s.url)).await;
+    b.wait_text(&format!("#plan-waiting tr[data-job='{stuck}']"), "needs", 30).await;
+    assert_fits(&b, "plan at phone width").await;
 
     // Sign out: the token is gone and the sign-in form is back.
     b.click_on("#signout", 5).await;
@@ -537,12 +569,18 @@ async fn browser_tenant_viewer_quota_bar_and_escaped_names() {
                 Ok(())
             })
             .unwrap();
-        store
-            .put(&scheduler::records::Tenant { name: "team-a".into(), budget_usd: Some(50.0), spent_usd: 0.0 })
-            .unwrap();
         store.flush().unwrap();
     }
     let s = Server::start(server_dir, &[]);
+    // team-a's budget, set as an admin sets it (the cost view shows it below).
+    let r = Server::http()
+        .put(format!("{}/v1/tenants/team-a/budget", s.url))
+        .bearer_auth(&s.admin)
+        .json(&json!({"budget_usd": 50}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
     let a_id = s.submit(long_job("a-job", "team-a", "eastus2")).await;
     let b_id = s.submit(long_job("b-job", "team-b", "eastus2")).await;
     let viewer = s.token("viewer", "team-a").await;
@@ -624,6 +662,68 @@ async fn browser_tenant_viewer_quota_bar_and_escaped_names() {
     )
     .await;
     assert!(segs_after > segs_before, "the bar draws the new use: {segs_before} -> {segs_after} segments");
+    assert_clean_console(&b).await;
+}
+
+/// Issue #18: more jobs than one read of the list (1,000): the jobs view says how many it has read,
+/// reads the older ones by the API's cursor when asked, and then searches and counts them all.
+#[tokio::test]
+async fn browser_pages_past_the_newest_thousand_jobs() {
+    let dir = temp_dir("paging");
+    let Some(b) = Browser::start(&dir, 1280, 800).await else { return };
+    let server_dir = dir.join("server");
+    const OLD: i64 = 1_040;
+    let oldest_id;
+    {
+        // History from before this server: finished jobs, with ids as the server makes them
+        // (submission time first), an hour old.
+        let store = state::Store::open(&server_dir.join("data")).unwrap();
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+        let id = |i: i64| format!("j-{:011x}{:06x}", now - 3_600_000 + i * 1_000, i);
+        oldest_id = id(0);
+        for i in 0..OLD {
+            let spec: scheduler::model::JobSpec = serde_json::from_value(json!({
+                "name": format!("old-{i:04}"), "tenant": "archive", "kind": "batch", "gpus": 1,
+                "sizes": ["Standard_NC4as_T4_v3"], "spot": "never", "duration_hours": 1.0
+            }))
+            .unwrap();
+            let at = now - 3_600_000 + i * 1_000;
+            let mut job = scheduler::model::Job::new(id(i), spec, at);
+            job.state = scheduler::model::JobState::Cancelled;
+            job.finished_at_ms = Some(at + 500);
+            store.put(&job).unwrap();
+        }
+        store.flush().unwrap();
+    }
+    let s = Server::start(server_dir, &[]);
+    let fresh = s.submit(long_job("fresh", "team-a", "eastus2")).await;
+
+    b.goto(&format!("{}/#token={}", s.url, s.admin)).await;
+    b.wait_for("the newest job", 30, || async { b.find(&format!("tr.row[data-id='{fresh}']")).await }).await;
+    let info = b.wait_text("#page-info", "read)", 30).await;
+    assert!(info.contains(&format!("the newest 1000 of {} read", OLD + 1)), "{info}");
+    // The oldest job is not among the newest 1,000: searching for it finds nothing yet.
+    let search = b.wait_element("#filter-text", 5).await;
+    b.type_into(&search, "old-0000").await;
+    b.wait_element("#no-jobs", 10).await;
+    let more = b.wait_text("#load-older", "", 5).await;
+    assert_eq!(more, format!("Read {} older jobs", OLD + 1 - 1000));
+    b.click_on("#load-older", 5).await;
+    b.wait_for("the oldest job", 30, || async { b.find(&format!("tr.row[data-id='{oldest_id}']")).await }).await;
+    assert_eq!(count(&b, "tr.row").await, 1);
+    assert!(b.find("#load-older").await.is_none(), "everything is read");
+    // Every job once: the whole list counts them all, none twice.
+    b.exec(
+        "const e = document.querySelector('#filter-text'); e.value = ''; e.dispatchEvent(new Event('input'))",
+        json!([]),
+    )
+    .await;
+    let info = b.wait_text("#page-info", &format!("of {} jobs", OLD + 1), 30).await;
+    assert!(!info.contains("read)"), "{info}");
+    // The list stays whole when it refreshes (a new job arrives and the view reads again).
+    let later = s.submit(long_job("later", "team-a", "eastus2")).await;
+    b.wait_for("the later job", 30, || async { b.find(&format!("tr.row[data-id='{later}']")).await }).await;
+    b.wait_text("#page-info", &format!("of {} jobs", OLD + 2), 30).await;
     assert_clean_console(&b).await;
 }
 

@@ -65,6 +65,17 @@ impl Record for JobEvent {
     }
 }
 
+/// A page of jobs ([`JobService::page`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobPage {
+    /// The jobs, oldest first.
+    pub jobs: Vec<Job>,
+    /// How many jobs match the filter in all, on every page.
+    pub total: usize,
+    /// Where the next (older) page begins: the `before` to ask with; `None` on the last page.
+    pub next: Option<String>,
+}
+
 /// Everything about one job, for `GET /v1/jobs/{id}` and `spillway status`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct JobDetail {
@@ -285,25 +296,56 @@ impl JobService {
         tenant: Option<&str>,
         limit: usize,
     ) -> Result<(Vec<Job>, usize), JobError> {
+        let page = self.page(state, tenant, None, limit)?;
+        Ok((page.jobs, page.total))
+    }
+
+    /// A page of jobs going back in time: the `limit` last job ids below `before` (the newest jobs
+    /// with `None`), oldest first among them, filtered by state or tenant. `next` is the `before`
+    /// of the page after it (older jobs), `None` on the last page.
+    ///
+    /// Pages are cut by job id, not by position: jobs submitted while a client pages get larger
+    /// ids (ids begin with the submission time), so they never push a job into a page already
+    /// read, and every job that existed when paging began is on exactly one page (unless it
+    /// changes state between pages and the client filters by state).
+    pub fn page(
+        &self,
+        state: Option<JobState>,
+        tenant: Option<&str>,
+        before: Option<&str>,
+        limit: usize,
+    ) -> Result<JobPage, JobError> {
+        // One more than asked: whether there is an older job decides `next`.
+        let n = limit.saturating_add(1);
         let (mut page, total) = match (state, tenant) {
             // No index has both: filter one of them (a state's jobs of one tenant are few).
             (Some(_), Some(_)) => {
                 let mut all = self.list(state, tenant)?;
                 let total = all.len();
-                (all.split_off(total.saturating_sub(limit)), total)
+                all.retain(|j| before.is_none_or(|b| j.id.as_str() < b));
+                all.sort_by(|a, b| a.id.cmp(&b.id));
+                (all.split_off(all.len().saturating_sub(n)), total)
             }
             (Some(s), None) => (
-                self.store.last_by_index::<Job>("state", s.as_str(), limit)?,
+                self.store.last_by_index_before::<Job>("state", s.as_str(), before, n)?,
                 self.store.count_by_index::<Job>("state", s.as_str())?,
             ),
-            (None, Some(t)) => {
-                (self.store.last_by_index::<Job>("tenant", t, limit)?, self.store.count_by_index::<Job>("tenant", t)?)
-            }
-            (None, None) => (self.store.last::<Job>(limit)?, self.store.count::<Job>()?),
+            (None, Some(t)) => (
+                self.store.last_by_index_before::<Job>("tenant", t, before, n)?,
+                self.store.count_by_index::<Job>("tenant", t)?,
+            ),
+            (None, None) => (self.store.last_before::<Job>(before, n)?, self.store.count::<Job>()?),
+        };
+        // In key order here: the first is the oldest id.
+        let next = if page.len() > limit {
+            page.remove(0);
+            page.first().map(|j| j.id.clone())
+        } else {
+            None
         };
         page.sort_by(|a, b| (a.submitted_at_ms, &a.id).cmp(&(b.submitted_at_ms, &b.id)));
         let total = total.max(page.len());
-        Ok((page, total))
+        Ok(JobPage { jobs: page, total, next })
     }
 
     /// A job with its attempts and events.

@@ -1,4 +1,5 @@
-//! `spillway jobs [--state S] [--tenant T]`: a table of jobs. GPUS is what a job wants in all
+//! `spillway jobs [--state S] [--tenant T] [--limit N] [--all]`: a table of jobs, the newest N, or
+//! with `--all` every one (read page by page, following the API's `next` cursor). GPUS is what a job wants in all
 //! (replicas × GPUs for an inference service), FLEETS the fleets created for it (one per attempt:
 //! a placement, a top-up or a failover), MOVES its failovers.
 
@@ -18,9 +19,12 @@ pub struct JobsArgs {
     /// Only this tenant's jobs.
     #[arg(long)]
     pub tenant: Option<String>,
-    /// At most this many of the newest jobs.
+    /// At most this many of the newest jobs (with --all: jobs read per request).
     #[arg(long, default_value_t = 200)]
     pub limit: usize,
+    /// Every job, read page by page back to the oldest (the server lists at most 100,000 at a time).
+    #[arg(long)]
+    pub all: bool,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -48,7 +52,19 @@ async fn list(args: JobsArgs) -> Result<ExitCode, ClientError> {
     if let Some(t) = &args.tenant {
         q.push(format!("tenant={}", encode(t)));
     }
-    let page = client.get(&format!("/v1/jobs?{}", q.join("&"))).await?;
+    let mut page = client.get(&format!("/v1/jobs?{}", q.join("&"))).await?;
+    if args.all {
+        // Pages come newest first, each oldest first: prepend each older page.
+        let mut jobs = page["jobs"].as_array().cloned().unwrap_or_default();
+        while let Some(next) = page["next"].as_str().map(str::to_string) {
+            page = client.get(&format!("/v1/jobs?{}&cursor={}", q.join("&"), encode(&next))).await?;
+            let mut older = page["jobs"].as_array().cloned().unwrap_or_default();
+            older.append(&mut jobs);
+            jobs = older;
+        }
+        page["jobs"] = serde_json::Value::Array(jobs);
+        page["truncated"] = false.into();
+    }
     if args.client.output == Output::Json {
         print_json(&page);
         return Ok(ExitCode::SUCCESS);
@@ -93,7 +109,7 @@ async fn list(args: JobsArgs) -> Result<ExitCode, ClientError> {
     // The column names are short; what they count is not obvious.
     println!("(GPUS: wanted in all, replicas × GPUs for inference; FLEETS: fleets created; MOVES: failovers)");
     if page["truncated"].as_bool() == Some(true) {
-        println!("({} of {} jobs shown; use --limit)", jobs.len(), page["total"]);
+        println!("({} of {} jobs shown, the newest; --all for every one, or --limit)", jobs.len(), page["total"]);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -2,6 +2,7 @@
 
 pub mod advise;
 pub mod agent;
+pub mod budget;
 pub mod cancel;
 pub mod capacity;
 pub mod catalog;

@@ -415,7 +415,7 @@ impl Store {
     /// The records whose index `index` has the value `value` (see [`IndexDef`](crate::IndexDef) for
     /// how values are written), in key order.
     pub fn by_index<R: Record>(&self, index: &str, value: &str) -> Result<Vec<R>, StoreError> {
-        self.page_by_index(index, value, usize::MAX, false)
+        self.page_by_index(index, value, None, usize::MAX, false)
     }
 
     /// How many records the index lists under `value`, without reading the records: cheap enough for
@@ -434,7 +434,20 @@ impl Store {
     /// end of the index: a page of the newest records costs `n` reads, not the whole history, when
     /// keys grow with time (as generated job ids do).
     pub fn last_by_index<R: Record>(&self, index: &str, value: &str, n: usize) -> Result<Vec<R>, StoreError> {
-        let mut out = self.page_by_index(index, value, n, true)?;
+        self.last_by_index_before(index, value, None, n)
+    }
+
+    /// [`Store::last_by_index`] among the records whose key is below `before` (all of them with
+    /// `None`): the page after one that ended at `before`, however many records were added since
+    /// above it.
+    pub fn last_by_index_before<R: Record>(
+        &self,
+        index: &str,
+        value: &str,
+        before: Option<&str>,
+        n: usize,
+    ) -> Result<Vec<R>, StoreError> {
+        let mut out = self.page_by_index(index, value, before, n, true)?;
         out.reverse();
         Ok(out)
     }
@@ -442,13 +455,14 @@ impl Store {
     /// The first `n` records (in key order) whose index `index` has the value `value`: the oldest,
     /// when keys grow with time.
     pub fn first_by_index<R: Record>(&self, index: &str, value: &str, n: usize) -> Result<Vec<R>, StoreError> {
-        self.page_by_index(index, value, n, false)
+        self.page_by_index(index, value, None, n, false)
     }
 
     fn page_by_index<R: Record>(
         &self,
         index: &str,
         value: &str,
+        before: Option<&str>,
         n: usize,
         from_end: bool,
     ) -> Result<Vec<R>, StoreError> {
@@ -467,7 +481,8 @@ impl Store {
                 return Ok(out);
             }
             let table = &reg.trees[h.tree];
-            reg.trees[h.indexes[pos]].visit_index(&index_prefix(value), table, from_end, n, |key, bytes| {
+            let before = before.map(str::as_bytes);
+            reg.trees[h.indexes[pos]].visit_index(&index_prefix(value), before, table, from_end, n, |key, bytes| {
                 let Ok(key) = std::str::from_utf8(key) else { return Ok(ControlFlow::Continue(())) };
                 // A transaction may be committing between the index read and this one; only records that
                 // have the value now are returned.
@@ -515,12 +530,17 @@ impl Store {
 
     /// The last `n` records of a table, in key order.
     pub fn last<R: Record>(&self, n: usize) -> Result<Vec<R>, StoreError> {
+        self.last_before(None, n)
+    }
+
+    /// The last `n` records of a table whose key is below `before` (all with `None`), in key order.
+    pub fn last_before<R: Record>(&self, before: Option<&str>, n: usize) -> Result<Vec<R>, StoreError> {
         self.watch((|| {
             let reg = self.ensure_table(&R::TABLE)?;
             let h = &reg.tables[R::TABLE.name];
             let mut out = Vec::new();
             if n > 0 {
-                reg.trees[h.tree].visit(b"", true, |k, v| {
+                reg.trees[h.tree].visit_range(b"", before.map(str::as_bytes), true, |k, v| {
                     out.push(decode(v, R::TABLE.name, &String::from_utf8_lossy(k))?);
                     Ok(if out.len() >= n { ControlFlow::Break(()) } else { ControlFlow::Continue(()) })
                 })?;

@@ -236,6 +236,18 @@ fn the_last_records_of_an_index_and_of_a_table_are_read_from_the_end() {
         assert_eq!(store.count_by_index::<Job>("state", "pending").unwrap(), 16);
         assert!(matches!(store.last_by_index::<Job>("nope", "x", 1), Err(StoreError::UnknownIndex { .. })));
         assert_eq!(ids(store.first_by_index::<Job>("state", "running", 2).unwrap()), ["j00", "j02"]);
+        // Below a key (a listing cursor): the page before it, whatever was added above it.
+        store.put(&job("j99", "running")).unwrap();
+        assert_eq!(
+            ids(store.last_by_index_before::<Job>("state", "running", Some("j22"), 3).unwrap()),
+            ["j16", "j18", "j20"]
+        );
+        assert_eq!(ids(store.last_by_index_before::<Job>("state", "running", Some("j03"), 5).unwrap()), ["j00", "j02"]);
+        assert!(store.last_by_index_before::<Job>("state", "running", Some("j00"), 5).unwrap().is_empty());
+        assert_eq!(ids(store.last_by_index_before::<Job>("state", "pending", None, 1).unwrap()), ["j29"]);
+        assert_eq!(ids(store.last_before::<Job>(Some("j10"), 2).unwrap()), ["j08", "j09"]);
+        assert_eq!(ids(store.last_before::<Job>(Some("j99"), 1).unwrap()), ["j29"]);
+        assert_eq!(ids(store.last_before::<Job>(None, 1).unwrap()), ["j99"]);
     });
 }
 

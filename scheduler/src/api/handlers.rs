@@ -31,7 +31,11 @@ const MAX_IDEMPOTENCY_KEY: usize = 200;
 const MAX_SEQ: u64 = i64::MAX as u64;
 
 /// Reads a request body up to the configured limit.
-async fn read_body(state: &ApiState, headers: &HeaderMap, body: Body) -> Result<axum::body::Bytes, ApiError> {
+pub(super) async fn read_body(
+    state: &ApiState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<axum::body::Bytes, ApiError> {
     let limit = state.config().max_body_bytes;
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
@@ -50,7 +54,7 @@ async fn read_body(state: &ApiState, headers: &HeaderMap, body: Body) -> Result<
 
 /// Parses a body as JSON; malformed JSON is a 400 naming where it broke, a key given twice a 422
 /// naming the key (a client must not get a job other than the one it reviewed).
-fn parse_json(bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
+pub(super) fn parse_json(bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::bad_field("body", "empty body: send a JSON object"));
     }
@@ -179,12 +183,40 @@ pub(crate) struct ListQuery {
     state: Option<String>,
     /// Only this tenant's jobs.
     tenant: Option<String>,
-    /// At most this many of the newest jobs (default 1000, at most 100000).
+    /// At most this many jobs: the newest, or the newest older than `cursor` (default 1000, at
+    /// most 100000).
     #[param(minimum = 1, maximum = 100000)]
     limit: Option<usize>,
+    /// Where to continue: the `next` of the page before (each page holds older jobs than the one
+    /// before it). Opaque; stable while jobs are submitted, so paging neither repeats nor skips a job.
+    #[param(pattern = "^k([0-9a-f]{2})+$", max_length = 1025)]
+    cursor: Option<String>,
 }
 
-/// List jobs, oldest first; a tenant-bound token sees only its tenant's.
+/// The `cursor` of `GET /v1/jobs` for a page that continues below job id `id`.
+fn list_cursor(id: &str) -> String {
+    let mut c = String::with_capacity(1 + 2 * id.len());
+    c.push('k');
+    for b in id.bytes() {
+        c.push_str(&format!("{b:02x}"));
+    }
+    c
+}
+
+/// The job id a `cursor` continues below, or what is wrong with it.
+fn parse_list_cursor(c: &str) -> Result<String, ApiError> {
+    let bad = || ApiError::bad_field("cursor", "not a cursor of this API: pass the `next` of the page before");
+    let hex = c.strip_prefix('k').filter(|h| !h.is_empty() && h.len() % 2 == 0 && h.len() <= 1024).ok_or_else(bad)?;
+    let bytes: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|i| hex.get(i..i + 2).and_then(|b| u8::from_str_radix(b, 16).ok()))
+        .collect::<Option<_>>()
+        .ok_or_else(bad)?;
+    String::from_utf8(bytes).map_err(|_| bad())
+}
+
+/// List jobs, newest pages first (each page oldest first); a tenant-bound token sees only its
+/// tenant's. Follow `next` (as `cursor`) to page back through the history.
 #[utoipa::path(
     get, path = "/v1/jobs", tag = "jobs", params(ListQuery),
     responses((status = 200, body = JobListView), (status = 400, body = ErrorBody))
@@ -203,19 +235,26 @@ pub(crate) async fn list_jobs(
     if limit == 0 || limit > 100_000 {
         return Err(ApiError::bad_field("limit", "must be between 1 and 100000"));
     }
+    let before = q.cursor.as_deref().filter(|c| !c.is_empty()).map(parse_list_cursor).transpose()?;
     let tenant = match (caller.tenant.clone(), q.tenant.filter(|t| !t.is_empty())) {
         (Some(own), Some(asked)) if own != asked => {
-            return Ok(Json(JobListView { jobs: Vec::new(), total: 0, truncated: false, clock: state.clock_view() }));
+            return Ok(Json(JobListView {
+                jobs: Vec::new(),
+                total: 0,
+                truncated: false,
+                next: None,
+                clock: state.clock_view(),
+            }));
         }
         (Some(own), _) => Some(own),
         (None, asked) => asked,
     };
     let jobs = state.jobs().clone();
-    let (page, total) = blocking(move || {
-        let (page, total) = jobs.newest(job_state, tenant.as_deref(), limit).map_err(ApiError::from)?;
+    let (page, total, next) = blocking(move || {
+        let page = jobs.page(job_state, tenant.as_deref(), before.as_deref(), limit).map_err(ApiError::from)?;
         // One direct read per job: the newest attempt's key follows from the job's attempt count.
-        let mut items = Vec::with_capacity(page.len());
-        for job in &page {
+        let mut items = Vec::with_capacity(page.jobs.len());
+        for job in &page.jobs {
             let placement = if job.attempts == 0 {
                 None
             } else {
@@ -224,10 +263,11 @@ pub(crate) async fn list_jobs(
             };
             items.push(ListedJobView { job: JobView::from(job), placement });
         }
-        Ok::<_, ApiError>((items, total))
+        Ok::<_, ApiError>((items, page.total, page.next))
     })
     .await?;
-    Ok(Json(JobListView { jobs: page, total, truncated: total > limit, clock: state.clock_view() }))
+    let next = next.as_deref().map(list_cursor);
+    Ok(Json(JobListView { jobs: page, total, truncated: next.is_some(), next, clock: state.clock_view() }))
 }
 
 /// One job with its placement, attempts, events, cost so far and, while pending, why.

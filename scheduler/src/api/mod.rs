@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! POST   /v1/jobs                 submit (201 once durable; Idempotency-Key → same job, 200)
-//! GET    /v1/jobs[?state=&tenant=&limit=]
+//! GET    /v1/jobs[?state=&tenant=&limit=&cursor=]   newest first, paged back by `next`
 //! GET    /v1/jobs/{id}            job, placement, attempts, events, cost, pending reasons
 //! DELETE /v1/jobs/{id}            cancel
 //! POST   /v1/jobs/{id}/complete   mark a running job's work done
@@ -11,6 +11,7 @@
 //! GET    /v1/plan                 what the solver would do now
 //! GET    /v1/events[?from=&job=&kinds=]   server-sent events, resumable (Last-Event-ID)
 //! GET    /v1/spend[?hours=&tenant=]       spend per tenant and region, budgets, spend over time
+//! PUT    /v1/tenants/{name}/budget   set or clear a tenant's budget, USD (admin)
 //! GET    /v1/whoami               the calling token's id, role and tenant
 //! POST   /v1/tokens, GET /v1/tokens, DELETE /v1/tokens/{id}   (admin)
 //! GET    /metrics                 Prometheus (text 0.0.4, or OpenMetrics when asked for)
@@ -42,6 +43,7 @@
 
 pub mod agent_routes;
 pub mod auth;
+pub mod budget;
 pub mod cursor;
 pub mod dashboard;
 pub mod error;
@@ -306,6 +308,7 @@ fn protected_routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(plan))
         .routes(routes!(events))
         .routes(routes!(spend::spend))
+        .routes(routes!(budget::set_budget))
         .routes(routes!(whoami::whoami))
         .routes(routes!(create_token, list_tokens))
         .routes(routes!(revoke_token))

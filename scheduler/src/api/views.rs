@@ -395,10 +395,12 @@ pub struct ListedJobView {
 pub struct JobListView {
     /// The jobs, oldest first, each with `placement` once it has an attempt.
     pub jobs: Vec<ListedJobView>,
-    /// How many jobs matched before `limit`.
+    /// How many jobs match the filter in all (on every page).
     pub total: usize,
-    /// True when older jobs were left out because of `limit`.
+    /// True when there are older jobs than this page's: `next` reads them.
     pub truncated: bool,
+    /// The `cursor` that reads the next page (older jobs); null on the last page.
+    pub next: Option<String>,
     /// The clock the times are on.
     pub clock: ClockView,
 }

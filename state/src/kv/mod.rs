@@ -323,18 +323,7 @@ impl Tree {
         }
     }
 
-    /// Calls `f` with each entry from `from` on, in key order (or in reverse), until it breaks.
-    /// `f` must not write to this tree (in memory it runs under the tree's read lock).
-    pub fn visit(
-        &self,
-        from: &[u8],
-        reverse: bool,
-        f: impl FnMut(&[u8], &IVec) -> Result<ControlFlow<()>, StoreError>,
-    ) -> Result<(), StoreError> {
-        self.visit_range(from, None, reverse, f)
-    }
-
-    /// [`Tree::visit`] over the keys that start with `prefix`.
+    /// [`Tree::visit_range`] over the keys that start with `prefix`.
     pub fn visit_prefix(
         &self,
         prefix: &[u8],
@@ -353,7 +342,9 @@ impl Tree {
         self.visit_range(b"", None, false, f)
     }
 
-    /// Entries with `from <= key < to` (`to` `None`: to the end).
+    /// Calls `f` with each entry with `from <= key < to` (`to` `None`: to the end), in key order (or
+    /// in reverse), until it breaks. `f` must not write to this tree (in memory it runs under the
+    /// tree's read lock).
     pub fn visit_range(
         &self,
         from: &[u8],
@@ -406,19 +397,25 @@ impl Tree {
     /// Walks the entries of this index tree that start with `prefix` (each key is `prefix` followed
     /// by a primary key of `table`) and calls `f` with the primary key and the record it names in
     /// `table` (`None` if there is none), until `f` breaks. On PostgreSQL one query reads a page of
-    /// entries with their records; elsewhere each record is a lookup.
+    /// entries with their records; elsewhere each record is a lookup. With `before`, only primary
+    /// keys below it are walked (a cursor's page).
     pub fn visit_index(
         &self,
         prefix: &[u8],
+        before: Option<&[u8]>,
         table: &Tree,
         reverse: bool,
         limit: usize,
         mut f: impl FnMut(&[u8], Option<IVec>) -> Result<ControlFlow<()>, StoreError>,
     ) -> Result<(), StoreError> {
         if let (Tree::Postgres(ix), Tree::Postgres(t)) = (self, table) {
-            return ix.visit_index(prefix, t, reverse, limit, f);
+            return ix.visit_index(prefix, before, t, reverse, limit, f);
         }
-        self.visit_prefix(prefix, reverse, |k, _| {
+        let end = match before {
+            Some(b) => Some([prefix, b].concat()),
+            None => prefix_end(prefix),
+        };
+        self.visit_range(prefix, end.as_deref(), reverse, |k, _| {
             let key = &k[prefix.len()..];
             f(key, table.get(key)?)
         })

@@ -1142,6 +1142,7 @@ impl PgTree {
     pub fn visit_index(
         &self,
         prefix: &[u8],
+        before: Option<&[u8]>,
         table: &PgTree,
         reverse: bool,
         limit: usize,
@@ -1152,7 +1153,10 @@ impl PgTree {
         let offset = (prefix.len() + 1) as i32;
         let page = limit.clamp(1, PAGE) as i64;
         let mut lo = prefix.to_vec();
-        let mut hi = super::prefix_end(prefix);
+        let mut hi = match before {
+            Some(b) => Some([prefix, b].concat()),
+            None => super::prefix_end(prefix),
+        };
         loop {
             let rows = {
                 let mut u = self.db.use_conn()?;

@@ -596,6 +596,8 @@
       page: Math.max(0, parseInt(r.params.get('page') || '0', 10) || 0),
       list: null,
       counts: null,
+      // Pages of LIST_LIMIT jobs read from the server, newest first (more once "older" is asked for).
+      chunks: 1,
     };
     const bound = S.who && S.who.tenant;
     const remember = () => {
@@ -616,6 +618,7 @@
     stateSel.addEventListener('change', () => {
       st.state = stateSel.value;
       st.page = 0;
+      st.chunks = 1;
       remember();
       refresh();
     });
@@ -637,6 +640,7 @@
         tenantTimer = setTimeout(() => {
           st.tenant = tenantIn.value.trim();
           st.page = 0;
+          st.chunks = 1;
           remember();
           refresh();
         }, 300);
@@ -729,8 +733,32 @@
       fill(pager,
         h('button', { type: 'button', class: 'ghost', disabled: st.page === 0, on: { click: () => { st.page--; remember(); draw(); } } }, '‹ Newer'),
         h('span', { class: 'muted', id: 'page-info' }, from + '–' + (st.page * PAGE_SIZE + shown.length) + ' of ' + plural(rows.length, 'job') + (st.list.truncated ? ' (the newest ' + st.list.jobs.length + ' of ' + st.list.total + ' read)' : '')),
-        h('button', { type: 'button', class: 'ghost', disabled: st.page >= pages - 1, on: { click: () => { st.page++; remember(); draw(); } } }, 'Older ›')
+        h('button', { type: 'button', class: 'ghost', disabled: st.page >= pages - 1, on: { click: () => { st.page++; remember(); draw(); } } }, 'Older ›'),
+        st.list.next
+          ? h('button', { type: 'button', class: 'ghost', id: 'load-older', on: { click: readOlder } }, 'Read ' + Math.min(LIST_LIMIT, st.list.total - st.list.jobs.length) + ' older jobs')
+          : null
       );
+    }
+
+    // Past the newest LIST_LIMIT jobs: the server's `next` cursor reads the next older page, which
+    // joins the table (sorting and searching cover every job read).
+    async function readOlder() {
+      st.chunks++;
+      st.sig = null;
+      await refresh();
+    }
+
+    // The newest st.chunks pages, each from the one before's `next`: a refresh reads the same
+    // span of history again, so jobs submitted meanwhile leave no gap between pages.
+    async function readList(tenant) {
+      const first = await api('/v1/jobs' + q({ limit: LIST_LIMIT, state: st.state, tenant }));
+      let page = first;
+      let jobs = first.jobs;
+      for (let i = 1; i < st.chunks && page.next; i++) {
+        page = await api('/v1/jobs' + q({ limit: LIST_LIMIT, state: st.state, tenant, cursor: page.next }));
+        jobs = page.jobs.concat(jobs);
+      }
+      return { jobs, total: first.total, truncated: !!page.next, next: page.next, clock: first.clock };
     }
 
     function drawCounts() {
@@ -761,7 +789,7 @@
       const tenant = bound ? '' : st.tenant;
       // Counts cost one request per state: read at most every 10 s (and when the tenant changes).
       const fresh = countsKey !== tenant || performance.now() - countsAt > 10000;
-      const [list, ...n] = await Promise.all([api('/v1/jobs' + q({ limit: LIST_LIMIT, state: st.state, tenant })), ...(fresh ? STATES.map((x) => api('/v1/jobs' + q({ limit: 1, state: x, tenant }))) : [])]);
+      const [list, ...n] = await Promise.all([readList(tenant), ...(fresh ? STATES.map((x) => api('/v1/jobs' + q({ limit: 1, state: x, tenant }))) : [])]);
       let counted = st.counts;
       if (fresh) {
         counted = {};
