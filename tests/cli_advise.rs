@@ -149,3 +149,110 @@ fn a_scenario_gets_confirmed_advice_ready_to_file_and_an_advised_copy_that_simul
     assert!(text.contains("PENDING AT END") && text.contains("az quota update"), "{text}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `--apply` against the ARM emulator on loopback: the advised increase is filed with
+/// `Microsoft.Quota` over the limit Azure reports, followed to its end, and shows in the usages;
+/// an increase Azure will not grant automatically is reported as escalated, exit 3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_files_the_advice_with_azure_and_reports_each_answer() {
+    use std::sync::Arc;
+
+    use scheduler::cloud::Cloud;
+    use simulator::arm_emulator::{EmulatorConfig, serve};
+
+    const TOKEN: &str = "advise-apply-token";
+    let family = "standardNCADSA100v4Family";
+    for (auto_approve, granted) in [(1000u64, true), (100, false)] {
+        let clock = Arc::new(scheduler::clock::ManualClock::new(1_700_000_000_000));
+        let sim = simulator::SimCloud::new(
+            simulator::SimCloudConfig::modest(["eastus", "westus3"]),
+            scheduler::Catalog::builtin(),
+            clock,
+        )
+        .unwrap();
+        let sim = Arc::new(sim);
+        let mut cfg = EmulatorConfig::new(TOKEN);
+        cfg.retry_after_seconds = 0;
+        cfg.quota_request_seconds = 0;
+        cfg.quota_auto_approve_vcpus = auto_approve;
+        let emulator = serve(cfg, sim.clone()).await.unwrap();
+        let dir = std::env::temp_dir().join(format!("spillway-advise-apply-{}-{auto_approve}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let settings = dir.join("azure.toml");
+        std::fs::write(
+            &settings,
+            format!(
+                "[azure]\nsubscription_id = \"{}\"\nresource_group = \"spillway\"\nmanagement_endpoint = \"{}\"\n\
+                 credential = \"static_token\"\ntoken = \"{TOKEN}\"\n",
+                emulator.subscription(),
+                emulator.base_url()
+            ),
+        )
+        .unwrap();
+        let settings = settings.to_str().unwrap().to_string();
+        let args: Vec<String> =
+            ["advise", "--problem", PROBLEM, "--max", "1", "--apply", "--config", &settings].map(String::from).to_vec();
+        let mut json_args = args.clone();
+        json_args.extend(["--output".to_string(), "json".to_string()]);
+        let run = |a: Vec<String>| move || spillway(&a.iter().map(String::as_str).collect::<Vec<_>>());
+        let out = tokio::task::spawn_blocking(run(json_args)).await.unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let r: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+        let applied = &r["applied"][0];
+        assert_eq!(applied["region"], "westus3", "{r:#}");
+        assert_eq!(applied["resource_name"], family);
+        // The problem says 96 free; the emulated subscription's limit is 96 too: 96 + 216.
+        assert_eq!((applied["limit_before"].as_u64(), applied["requested_limit"].as_u64()), (Some(96), Some(312)));
+        let limit =
+            sim.quota("westus3").await.unwrap().into_iter().find(|q| q.pool.name() == family).map(|q| q.limit).unwrap();
+        if granted {
+            assert_eq!(out.status.code(), Some(0), "{stderr}");
+            assert_eq!(applied["state"], "Succeeded");
+            assert_eq!(applied["limit_after"], 312);
+            assert_eq!(limit, 312, "the subscription's limit was raised");
+        } else {
+            assert_eq!(out.status.code(), Some(3), "{stderr}");
+            assert_eq!(applied["state"], "Escalated");
+            assert!(applied["message"].as_str().unwrap().contains("support ticket"));
+            assert_eq!(limit, 96, "nothing changed");
+            let table = tokio::task::spawn_blocking(run(args)).await.unwrap();
+            let text = String::from_utf8_lossy(&table.stdout);
+            assert!(text.contains("filed with Azure") && text.contains("Escalated"), "{text}");
+            assert!(text.contains("1 of 1 requests were not granted automatically"), "{text}");
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+#[test]
+fn apply_refuses_a_subscription_that_disagrees_with_the_settings() {
+    let dir = std::env::temp_dir().join(format!("spillway-advise-apply-sub-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let settings = dir.join("azure.toml");
+    std::fs::write(
+        &settings,
+        "[azure]\nsubscription_id = \"11111111-2222-3333-4444-555555555555\"\nresource_group = \"rg\"\ncredential = \"static_token\"\ntoken = \"t\"\n",
+    )
+    .unwrap();
+    let out = spillway(&[
+        "advise",
+        "--problem",
+        PROBLEM,
+        "--apply",
+        "--config",
+        settings.to_str().unwrap(),
+        "--subscription",
+        "sub-b",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "--subscription sub-b differs from the Azure settings' subscription_id 11111111-2222-3333-4444-555555555555"
+        ),
+        "{err}"
+    );
+    let scenario = spillway(&["advise", "--scenario", "scenarios/default.toml", "--apply"]);
+    assert_eq!(scenario.status.code(), Some(2), "a what-if week is not filed with Azure");
+    let _ = std::fs::remove_dir_all(dir);
+}

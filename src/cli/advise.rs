@@ -3,12 +3,20 @@
 //! Sources: a plan problem (`--problem FILE`: its waiting jobs) or a what-if scenario (`--scenario
 //! FILE`: the advice that would have helped that week, confirmed by simulating the week again). The
 //! running server as a third source (`GET /v1/advice`) is not built yet: the command says so.
+//!
+//! `--apply` (with a problem) files the increases with `Microsoft.Quota` under the `[azure]`
+//! settings `serve --cloud azure` uses, and follows each request to its end. Each pool is raised by
+//! the advised vCPUs over the limit Azure reports *now* (a problem lists free vCPUs, not limits, and
+//! a limit is never lowered by advice).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
 use scheduler::advice::{AdviceReport, Filing, KnownPools, MANAGEMENT_ENDPOINT, SUBSCRIPTION_PLACEHOLDER};
+use scheduler::cloud::azure::AzureCloud;
+use scheduler::cloud::azure::AzureConfig;
+use scheduler::cloud::azure::quota::{QuotaRequestOutcome, QuotaRequestState};
 use scheduler::model::FieldErrors;
 use simulator::whatif::advise::{WeekAdvice, WeekAdviceOptions, advise_week, write_advised_scenario};
 
@@ -38,14 +46,27 @@ pub struct AdviseArgs {
     /// `spillway simulate` to see the difference).
     #[arg(long, requires = "scenario")]
     pub write_scenario: Option<PathBuf>,
+    /// With --problem: file every advised increase with Azure (`Microsoft.Quota`) and wait for
+    /// each request's answer. Azure settings come from `[azure]` in --config and `SPILLWAY_AZURE_*`.
+    #[arg(long)]
+    pub apply: bool,
+    /// With --apply: a TOML file with an `[azure]` table (the file `serve --cloud azure` takes).
+    #[arg(long, requires = "apply")]
+    pub config: Option<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value_t)]
     pub output: Output,
 }
 
 /// Runs `spillway advise`: exit 0 with the advice (also when there is none), 1 when the input is
-/// refused (unknown region or pool, invalid scenario), 2 when a problem file is malformed.
+/// refused (unknown region or pool, invalid scenario) or Azure cannot be reached, 2 when a problem
+/// file is malformed, 3 when `--apply` filed requests and Azure did not grant them all.
 pub fn run(catalog: &scheduler::Catalog, args: AdviseArgs) -> ExitCode {
+    if args.apply && args.problem.is_none() {
+        // Advice on a what-if week describes a simulated cloud: nothing to file with Azure.
+        eprintln!("error: --apply files the advice on a --problem; a --scenario's advice is about a simulated week");
+        return ExitCode::from(2);
+    }
     if let Some(path) = &args.problem {
         return run_problem(catalog, path, &args);
     }
@@ -265,14 +286,136 @@ fn run_problem(catalog: &scheduler::Catalog, path: &Path, args: &AdviseArgs) -> 
         eprintln!("error: {shown}: refused:\n{errors}");
         return ExitCode::from(1);
     }
+    let azure = match args.apply.then(|| azure_settings(args)).transpose() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
     let options = solver::advise::AdviseOptions { max_recommendations: args.max, ..Default::default() };
     let advice = solver::advise::advise(&problem, &[], &options);
-    let report = AdviceReport::new(&format!("problem {shown}"), advice, &args.endpoint, &subscription(args));
-    match args.output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default()),
-        Output::Table => print!("{}", render(&report)),
+    let (endpoint, sub) = match &azure {
+        Some(a) => (a.endpoint().to_string(), a.subscription_id.clone()),
+        None => (args.endpoint.clone(), subscription(args)),
+    };
+    let report = AdviceReport::new(&format!("problem {shown}"), advice, &endpoint, &sub);
+    let Some(azure) = azure else {
+        match args.output {
+            Output::Json => println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default()),
+            Output::Table => print!("{}", render(&report)),
+        }
+        return ExitCode::SUCCESS;
+    };
+    if matches!(args.output, Output::Table) {
+        print!("{}", render(&report));
     }
-    ExitCode::SUCCESS
+    let applied = match apply(catalog, azure, &report.requests) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let granted = applied.iter().all(|o| o.state == QuotaRequestState::Succeeded);
+    match args.output {
+        Output::Json => {
+            #[derive(serde::Serialize)]
+            struct Applied<'a> {
+                #[serde(flatten)]
+                report: &'a AdviceReport,
+                applied: &'a [QuotaRequestOutcome],
+            }
+            let out = Applied { report: &report, applied: &applied };
+            println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        }
+        Output::Table => print!("{}", render_applied(&applied)),
+    }
+    if granted { ExitCode::SUCCESS } else { ExitCode::from(3) }
+}
+
+/// The `[azure]` settings `--apply` files under; `--subscription` and `--endpoint`, when given,
+/// must agree with them (a request must not go where the user did not mean).
+fn azure_settings(args: &AdviseArgs) -> Result<AzureConfig, String> {
+    let config = AzureConfig::load(args.config.as_deref())
+        .map_err(|e| format!("--apply needs Azure settings ([azure] in --config, SPILLWAY_AZURE_*):\n{e}"))?;
+    if let Some(sub) = args.subscription.as_deref().filter(|s| !s.trim().is_empty())
+        && sub != config.subscription_id
+    {
+        return Err(format!(
+            "--subscription {sub} differs from the Azure settings' subscription_id {}: --apply files under the \
+             settings' subscription; drop --subscription or make them agree",
+            config.subscription_id
+        ));
+    }
+    if args.endpoint.trim_end_matches('/') != MANAGEMENT_ENDPOINT
+        && args.endpoint.trim_end_matches('/') != config.endpoint()
+    {
+        return Err(format!(
+            "--endpoint {} differs from the Azure settings' management_endpoint {}: --apply sends to the settings' \
+             endpoint",
+            args.endpoint,
+            config.endpoint()
+        ));
+    }
+    Ok(config)
+}
+
+/// Files each request: the pool's limit as Azure reports it now, raised by the advised increase.
+fn apply(
+    catalog: &scheduler::Catalog,
+    azure: AzureConfig,
+    requests: &[Filing],
+) -> Result<Vec<QuotaRequestOutcome>, String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let cloud = AzureCloud::new(azure, catalog.clone()).map_err(|e| format!("cannot set up Azure: {e}"))?;
+    runtime.block_on(async {
+        let mut out = Vec::new();
+        for f in requests {
+            eprintln!("filing: {} in {}, +{} vCPUs…", f.resource_name, f.region, f.increase_vcpus);
+            let now = cloud
+                .quota_limit(&f.region, &f.resource_name)
+                .await
+                .map_err(|e| format!("reading the {} limit in {}: {e}", f.resource_name, f.region))?;
+            let outcome = cloud
+                .request_quota_limit(&f.region, &f.resource_name, now.saturating_add(f.increase_vcpus))
+                .await
+                .map_err(|e| format!("filing {} in {}: {e}", f.resource_name, f.region))?;
+            out.push(outcome);
+        }
+        Ok(out)
+    })
+}
+
+fn render_applied(applied: &[QuotaRequestOutcome]) -> String {
+    let rows: Vec<Vec<String>> = applied
+        .iter()
+        .map(|o| {
+            vec![
+                o.region.clone(),
+                o.resource_name.clone(),
+                o.limit_before.to_string(),
+                o.requested_limit.to_string(),
+                o.state.as_str().to_string(),
+                o.limit_after.to_string(),
+                o.message.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    let mut out = String::from("\nfiled with Azure (Microsoft.Quota):\n");
+    out.push_str(&table::render(&["REGION", "POOL", "LIMIT", "ASKED", "STATE", "LIMIT NOW", "MESSAGE"], &rows));
+    let refused = applied.iter().filter(|o| o.state != QuotaRequestState::Succeeded).count();
+    if refused > 0 {
+        out.push_str(&format!(
+            "{refused} of {} requests were not granted automatically: see MESSAGE (an escalated request needs a \
+             support ticket)\n",
+            applied.len()
+        ));
+    }
+    out
 }
 
 /// Checks every quota row names a region and a pool Azure knows, and rewrites pool names in the

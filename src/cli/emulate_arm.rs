@@ -53,6 +53,13 @@ pub struct EmulateArmArgs {
     /// How long (simulated seconds) a deleted fleet shows `Deleting` before it is gone.
     #[arg(long, default_value_t = 10)]
     pub delete_seconds: u64,
+    /// The largest quota increase (vCPUs over the limit) `Microsoft.Quota` grants without a support
+    /// ticket; a larger request ends `Escalated`.
+    #[arg(long, default_value_t = 1000)]
+    pub quota_auto_approve_vcpus: u64,
+    /// How long (simulated seconds) a quota request runs before it is decided.
+    #[arg(long, default_value_t = 30)]
+    pub quota_request_seconds: u64,
     /// How much faster than real time the simulated cloud runs (provisioning, evictions).
     #[arg(long, default_value_t = 1.0)]
     pub speedup: f64,
@@ -107,6 +114,8 @@ fn run_inner(catalog: &scheduler::Catalog, args: EmulateArmArgs) -> Result<(), S
     emu.retry_after_seconds = args.retry_after;
     emu.page_size = args.page_size;
     emu.delete_seconds = args.delete_seconds;
+    emu.quota_auto_approve_vcpus = args.quota_auto_approve_vcpus;
+    emu.quota_request_seconds = args.quota_request_seconds;
     emu.faults = FaultConfig {
         throttle_rate: args.throttle_rate,
         error_rate: args.error_rate,

@@ -14,6 +14,7 @@
 //! | `GET /subscriptions/{sub}/providers/Microsoft.AzureFleet/locations/{region}/operationStatuses/{op}` | `{status: InProgress\|Succeeded\|Failed\|Canceled, error, startTime, endTime}` |
 //! | `GET /subscriptions/{sub}/providers/Microsoft.AzureFleet/locations/{region}/operationResults/{op}` | `Location` monitors: 202 while running; then 204 (delete), 200 + the fleet (PATCH) or the error |
 //! | `GET /subscriptions/{sub}/providers/Microsoft.Compute/locations/{region}/usages` | quota pages |
+//! | `…/locations/{region}/providers/Microsoft.Quota/{quotas, quotas/{name}, operationsStatus/{id}, quotaRequests/{id}}` | limits read and raised at 2025-09-01, requests decided on the simulated clock (`quota.rs`) |
 //! | `GET /subscriptions/{sub}/providers/Microsoft.Compute/skus?$filter=location eq '{region}'` | SKU pages with restrictions |
 //! | `GET /_emulator/stats` | request counts per route and status, and a log of recent requests (no token needed) |
 //! | `/_imds/{vm}/metadata/…`, `POST /_emulator/fleets/{name}/evict` | Scheduled Events and the VMs' agents ([`scheduled_events`]) |
@@ -39,6 +40,7 @@
 
 mod errors;
 pub mod fleet_body;
+mod quota;
 mod routes;
 pub mod scheduled_events;
 
@@ -79,6 +81,16 @@ pub struct EmulatorConfig {
     pub usage_api_versions: Vec<String>,
     /// Api-versions accepted on Compute SKUs.
     pub sku_api_versions: Vec<String>,
+    /// Api-versions accepted on `Microsoft.Quota`.
+    #[serde(default = "default_quota_api_versions")]
+    pub quota_api_versions: Vec<String>,
+    /// The largest increase (vCPUs over the current limit) a quota request is granted without a
+    /// support ticket; a larger one ends `Escalated`.
+    #[serde(default = "default_quota_auto_approve_vcpus")]
+    pub quota_auto_approve_vcpus: u64,
+    /// How long (simulated seconds) a quota request runs before it is decided.
+    #[serde(default = "default_quota_request_seconds")]
+    pub quota_request_seconds: u64,
     /// Items per page on every list (small values exercise `nextLink`).
     pub page_size: usize,
     /// `Retry-After` (seconds) on accepted PUTs, DELETEs and operations still in progress.
@@ -141,6 +153,9 @@ impl EmulatorConfig {
                 .map(String::from)
                 .to_vec(),
             sku_api_versions: vec!["2021-07-01".into()],
+            quota_api_versions: default_quota_api_versions(),
+            quota_auto_approve_vcpus: default_quota_auto_approve_vcpus(),
+            quota_request_seconds: default_quota_request_seconds(),
             page_size: 100,
             retry_after_seconds: 1,
             delete_seconds: 10,
@@ -174,6 +189,20 @@ impl EmulatorConfig {
         }
         Ok(())
     }
+}
+
+fn default_quota_api_versions() -> Vec<String> {
+    vec![scheduler::cloud::azure::quota::QUOTA_API_VERSION.to_string()]
+}
+
+/// Azure grants modest increases automatically and sends larger ones to a support engineer; where
+/// the line falls is Azure's choice per subscription and size. 1,000 vCPUs is a round stand-in.
+fn default_quota_auto_approve_vcpus() -> u64 {
+    1000
+}
+
+fn default_quota_request_seconds() -> u64 {
+    30
 }
 
 /// Requests counted per route and status.
@@ -272,6 +301,7 @@ pub(crate) struct AppState {
     writes_left: AtomicU64,
     reads_left: AtomicU64,
     deletes_left: AtomicU64,
+    quota_requests: Mutex<BTreeMap<String, quota::QuotaRequest>>,
 }
 
 impl AppState {
@@ -403,6 +433,7 @@ pub async fn serve(config: EmulatorConfig, cloud: Arc<SimCloud>) -> std::io::Res
         writes_left: AtomicU64::new(1199),
         reads_left: AtomicU64::new(11999),
         deletes_left: AtomicU64::new(14999),
+        quota_requests: Mutex::new(BTreeMap::new()),
         cfg: config,
     });
     let (app, vms) = scheduled_events::attach(routes::router(state.clone()), &state, agents);

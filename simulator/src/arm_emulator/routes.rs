@@ -40,7 +40,7 @@ type St = State<Arc<AppState>>;
 type Q = Query<HashMap<String, String>>;
 
 pub(crate) fn router(state: Arc<AppState>) -> Router {
-    Router::new()
+    let router = Router::new()
         .route(&format!("{FLEETS_RG}/{{name}}"), get(get_fleet).put(put_fleet).patch(patch_fleet).delete(delete_fleet))
         .route(FLEETS_RG, get(list_rg))
         .route("/subscriptions/{sub}/providers/Microsoft.AzureFleet/fleets", get(list_sub))
@@ -55,7 +55,8 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
             get(op_result),
         )
         .route("/subscriptions/{sub}/providers/Microsoft.Compute/locations/{region}/usages", get(usages))
-        .route("/subscriptions/{sub}/providers/Microsoft.Compute/skus", get(skus))
+        .route("/subscriptions/{sub}/providers/Microsoft.Compute/skus", get(skus));
+    super::quota::routes(router)
         .route_layer(middleware::from_fn_with_state(state.clone(), gate))
         .route("/_emulator/stats", get(stats))
         .route("/_emulator/fleets/{name}/evict-now", axum::routing::post(evict_now))
@@ -69,21 +70,21 @@ fn error_response(status: StatusCode, error: ErrorDetail) -> Response {
     (status, axum::Json(ErrorResponse { error })).into_response()
 }
 
-fn err(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
+pub(super) fn err(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
     error_response(status, ErrorDetail::new(code, message))
 }
 
-fn json<T: Serialize>(status: StatusCode, body: &T) -> Response {
+pub(super) fn json<T: Serialize>(status: StatusCode, body: &T) -> Response {
     (status, axum::Json(body)).into_response()
 }
 
-fn set_header(resp: &mut Response, name: &'static str, value: &str) {
+pub(super) fn set_header(resp: &mut Response, name: &'static str, value: &str) {
     if let Ok(v) = HeaderValue::from_str(value) {
         resp.headers_mut().insert(name, v);
     }
 }
 
-fn rfc3339(ms: i64) -> String {
+pub(super) fn rfc3339(ms: i64) -> String {
     time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
         .ok()
         .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
@@ -102,7 +103,7 @@ fn http_date(ms: i64) -> String {
 }
 
 /// A GUID-shaped id, unique per emulator and counter value.
-fn guid(seed: u64, n: u64) -> String {
+pub(super) fn guid(seed: u64, n: u64) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ seed;
     for b in n.to_le_bytes() {
         h ^= u64::from(b);
@@ -162,6 +163,12 @@ fn resource_type(route: &str) -> &'static str {
         "locations/operationResults"
     } else if route.contains("Microsoft.AzureFleet") {
         "fleets"
+    } else if route.contains("Microsoft.Quota/quotaRequests") {
+        "quotaRequests"
+    } else if route.contains("Microsoft.Quota/operationsStatus") {
+        "operationsStatus"
+    } else if route.contains("Microsoft.Quota") {
+        "quotas"
     } else if route.ends_with("/usages") {
         "locations/usages"
     } else {
@@ -250,6 +257,7 @@ async fn gate_inner(st: &AppState, route: &str, req: Request, next: Next) -> Res
             st.cfg.fleet_api_versions.iter().filter(|v| fleet_body::is_2026(v)).cloned().collect()
         }
         "locations/usages" => st.cfg.usage_api_versions.clone(),
+        "quotas" | "quotaRequests" | "operationsStatus" => st.cfg.quota_api_versions.clone(),
         "skus" => st.cfg.sku_api_versions.clone(),
         _ => st.cfg.fleet_api_versions.clone(),
     };
@@ -354,7 +362,12 @@ fn api_version(q: &HashMap<String, String>) -> &str {
 
 /// One page of `items` per `$skipToken` (any case: the fleet VM list spells it `$skiptoken`), with
 /// an absolute `nextLink` that keeps the other query parameters as the client sent them.
-fn paged<T: Serialize + Clone>(st: &AppState, uri: &Uri, q: &HashMap<String, String>, items: &[T]) -> Response {
+pub(super) fn paged<T: Serialize + Clone>(
+    st: &AppState,
+    uri: &Uri,
+    q: &HashMap<String, String>,
+    items: &[T],
+) -> Response {
     let token = q.iter().find(|(k, _)| k.eq_ignore_ascii_case("$skipToken")).map(|(_, v)| v);
     let skip = match token.map(|s| s.parse::<usize>()) {
         None => 0,
@@ -949,12 +962,22 @@ async fn op_status(State(st): St, Path((sub, _region, op)): Path<(String, String
 
 // ---- compute ----
 
-fn cloud_error(e: &CloudError) -> Response {
+pub(super) fn cloud_error(e: &CloudError) -> Response {
     let (status, detail) = arm_error(e, &ArmErrorContext::default());
     error_response(status, detail)
 }
 
+/// A pool's display name, as the usages API spells it.
+pub(super) fn localized(pool: &QuotaPool) -> String {
+    match pool {
+        QuotaPool::Cores => "Total Regional vCPUs".to_string(),
+        QuotaPool::LowPriorityCores => "Total Regional Low-priority vCPUs".to_string(),
+        QuotaPool::Family(f) => format!("{f} vCPUs"),
+    }
+}
+
 async fn usages(State(st): St, Path((_sub, region)): Path<(String, String)>, uri: Uri, Query(q): Q) -> Response {
+    super::quota::settle(&st);
     let quota = match st.cloud.quota(&region).await {
         Ok(q) => q,
         Err(e) => return cloud_error(&e),
@@ -962,11 +985,7 @@ async fn usages(State(st): St, Path((_sub, region)): Path<(String, String)>, uri
     let rows: Vec<Usage> = quota
         .into_iter()
         .map(|qu| {
-            let localized = match &qu.pool {
-                QuotaPool::Cores => "Total Regional vCPUs".to_string(),
-                QuotaPool::LowPriorityCores => "Total Regional Low-priority vCPUs".to_string(),
-                QuotaPool::Family(f) => format!("{f} vCPUs"),
-            };
+            let localized = localized(&qu.pool);
             Usage {
                 unit: "Count".into(),
                 current_value: i64::try_from(qu.usage).unwrap_or(i64::MAX),

@@ -239,6 +239,20 @@ impl SimCloud {
         Ok(())
     }
 
+    /// A region's quota pools with their limits and usage: what [`Cloud::quota`] answers, without
+    /// an `await` (the ARM emulator decides quota requests while holding its own locks).
+    pub fn quota_of(&self, region: &str) -> Result<Vec<Quota>, CloudError> {
+        let w = self.world();
+        check_region(&w, region)?;
+        let pools = w.quota_pools(region);
+        let usages = w.quota_usages(region, &pools);
+        Ok(pools
+            .into_iter()
+            .zip(usages)
+            .map(|(pool, usage)| Quota { region: region.to_string(), limit: w.quota_limit(region, &pool), usage, pool })
+            .collect())
+    }
+
     /// Sets a quota limit (a what-if: "96 more A100 vCPUs in westus3").
     pub fn set_quota_limit(&self, region: &str, pool: &QuotaPool, limit: u64) -> Result<(), CloudError> {
         let mut w = self.world();
@@ -380,15 +394,7 @@ impl Cloud for SimCloud {
     }
 
     async fn quota(&self, region: &str) -> Result<Vec<Quota>, CloudError> {
-        let w = self.world();
-        check_region(&w, region)?;
-        let pools = w.quota_pools(region);
-        let usages = w.quota_usages(region, &pools);
-        Ok(pools
-            .into_iter()
-            .zip(usages)
-            .map(|(pool, usage)| Quota { region: region.to_string(), limit: w.quota_limit(region, &pool), usage, pool })
-            .collect())
+        self.quota_of(region)
     }
 
     async fn restrictions(&self, region: &str) -> Result<Vec<SizeRestriction>, CloudError> {

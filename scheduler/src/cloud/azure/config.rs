@@ -78,6 +78,8 @@ pub struct ApiVersions {
     pub skus: String,
     /// `computeProfile.computeApiVersion` of the fleets' scale sets.
     pub compute: String,
+    /// `Microsoft.Quota` (reading and raising quota limits: `spillway advise --apply`).
+    pub quota: String,
 }
 
 /// The Compute Fleet api-version that first lists a fleet's VMs.
@@ -100,6 +102,7 @@ impl Default for ApiVersions {
             usages: "2024-07-01".into(),
             skus: "2021-07-01".into(),
             compute: "2024-03-01".into(),
+            quota: super::quota::QUOTA_API_VERSION.into(),
         }
     }
 }

@@ -12,9 +12,21 @@
 //!
 //! The resource name of a compute pool is its usages `name.value`: `cores`, `lowPriorityCores`, or a
 //! family (`standardNCADSA100v4Family`). Limits are int32 vCPU counts.
+//!
+//! A PUT answered 202 is followed through its `Location` (the official example's
+//! `…/providers/Microsoft.Quota/operationsStatus/{id}`): 202 while the request runs, then 200 with
+//! the [`QuotaRequestDetails`] whose `provisioningState` says how it ended (`Succeeded`; `Failed` or
+//! `Invalid` with a message; `Escalated`: Azure would not grant it automatically and a support
+//! ticket is needed). The limit in effect afterwards is read back with `Quota_Get`.
 
+use std::time::{Duration, Instant};
+
+use azure_core::http::Method;
 use serde::{Deserialize, Serialize};
 
+use super::classify::ErrorContext;
+use super::{AzureCloud, header, parse_body, retry_after};
+use crate::cloud::CloudError;
 use crate::model::QuotaPool;
 
 /// The Microsoft.Quota api-version spoken.
@@ -283,6 +295,144 @@ pub struct ServiceErrorDetail {
     /// Message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+}
+
+/// How one quota request ended, as `spillway advise --apply` reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuotaRequestOutcome {
+    /// Region.
+    pub region: String,
+    /// The Quota API's resource name.
+    pub resource_name: String,
+    /// The limit before the request, vCPUs (read with `Quota_Get`).
+    pub limit_before: u64,
+    /// The limit asked for, vCPUs.
+    pub requested_limit: u64,
+    /// How the request ended.
+    pub state: QuotaRequestState,
+    /// Azure's message, when it gave one (why a request failed or was escalated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The limit in effect afterwards, vCPUs (read back with `Quota_Get`).
+    pub limit_after: u64,
+    /// The request's id (`QuotaRequestStatus_Get` reads it again), when Azure named one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+}
+
+impl AzureCloud {
+    fn quota_url(&self, region: &str, resource_name: &str) -> Result<azure_core::http::Url, CloudError> {
+        for (field, v) in [("region", region), ("resource name", resource_name)] {
+            if v.is_empty() || v.contains(['/', '?', '#', '%']) {
+                return Err(CloudError::Permanent {
+                    code: "InvalidQuotaResource".into(),
+                    message: format!("quota {field} {v:?}"),
+                });
+            }
+        }
+        let path = quota_path(&self.config.subscription_id, region, resource_name);
+        self.url(&format!("{}{path}", self.config.endpoint()), &self.config.api_versions.quota, &[])
+    }
+
+    /// The limit of one pool (`Quota_Get`), vCPUs.
+    pub async fn quota_limit(&self, region: &str, resource_name: &str) -> Result<u64, CloudError> {
+        let url = self.quota_url(region, resource_name)?;
+        let ctx = ErrorContext {
+            region: Some(region.to_string()),
+            resource: Some(format!("quota {resource_name} in {region}")),
+            ..ErrorContext::default()
+        };
+        let body: CurrentQuotaLimitBase = self.get_json(&url, &ctx).await?;
+        limit_of(&body, &url)
+    }
+
+    /// Asks for `new_limit` vCPUs on one pool (`Quota_CreateOrUpdate`) and follows the request to
+    /// its end, waiting `Retry-After` between reads, at most the operation timeout. A request Azure
+    /// refuses or escalates is an outcome, not an error; errors are the call's own (authorization,
+    /// an unknown pool, transport).
+    pub async fn request_quota_limit(
+        &self,
+        region: &str,
+        resource_name: &str,
+        new_limit: u64,
+    ) -> Result<QuotaRequestOutcome, CloudError> {
+        let url = self.quota_url(region, resource_name)?;
+        let ctx = ErrorContext {
+            region: Some(region.to_string()),
+            resource: Some(format!("quota {resource_name} in {region}")),
+            ..ErrorContext::default()
+        };
+        let limit_before = self.quota_limit(region, resource_name).await?;
+        let body = serde_json::to_vec(&limit_request(resource_name, new_limit))
+            .map_err(|e| CloudError::Permanent { code: "InvalidRequest".into(), message: e.to_string() })?;
+        let reply = self.call(Method::Put, &url, Some(&body), &[200, 201, 202], &ctx).await?;
+        let mut outcome = QuotaRequestOutcome {
+            region: region.to_string(),
+            resource_name: resource_name.to_string(),
+            limit_before,
+            requested_limit: new_limit,
+            state: QuotaRequestState::Succeeded,
+            message: None,
+            limit_after: limit_before,
+            request_id: None,
+        };
+        if reply.status == 202 {
+            let Some(location) = header(&reply.headers, "location") else {
+                return Err(CloudError::Transient {
+                    message: format!("PUT {}: 202 without a Location to follow", url.path()),
+                });
+            };
+            let monitor = self.server_url(&location)?;
+            outcome.request_id = monitor.path_segments().and_then(|mut s| s.next_back()).map(str::to_string);
+            let deadline = Instant::now() + self.operation_timeout;
+            let mut wait = retry_after(&reply.headers).unwrap_or(Duration::from_secs(1));
+            let details = loop {
+                if Instant::now() + wait > deadline {
+                    return Err(CloudError::Transient {
+                        message: format!(
+                            "quota request for {resource_name} in {region}: not finished after {:?}",
+                            self.operation_timeout
+                        ),
+                    });
+                }
+                tokio::time::sleep(wait).await;
+                let poll = self.call(Method::Get, &monitor, None, &[200, 202], &ctx).await?;
+                if poll.status == 202 {
+                    wait = retry_after(&poll.headers).unwrap_or(Duration::from_secs(1));
+                    continue;
+                }
+                let details: QuotaRequestDetails = parse_body(&poll.body, &monitor)?;
+                let state = details.properties.as_ref().and_then(|p| p.provisioning_state.clone());
+                match state {
+                    Some(s) if !s.is_final() => wait = retry_after(&poll.headers).unwrap_or(Duration::from_secs(1)),
+                    _ => break details,
+                }
+            };
+            if let Some(p) = &details.properties {
+                outcome.state = p.provisioning_state.clone().unwrap_or(QuotaRequestState::Succeeded);
+                outcome.message = p
+                    .error
+                    .as_ref()
+                    .and_then(|e| e.message.clone())
+                    .or_else(|| p.value.iter().find_map(|v| v.message.clone()))
+                    .or_else(|| p.message.clone());
+            }
+            if let Some(id) = details.name {
+                outcome.request_id = Some(id);
+            }
+        }
+        outcome.limit_after = self.quota_limit(region, resource_name).await?;
+        Ok(outcome)
+    }
+}
+
+fn limit_of(body: &CurrentQuotaLimitBase, url: &azure_core::http::Url) -> Result<u64, CloudError> {
+    match body.limit_value() {
+        Some(v) if v >= 0 => Ok(v as u64),
+        other => Err(CloudError::Transient {
+            message: format!("{}: the answer has no usable properties.limit.value ({other:?})", url.path()),
+        }),
+    }
 }
 
 #[cfg(test)]
