@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use e2e_support::{Server, client, job_detail, temp_dir, wait_state};
+use e2e_support::{Server, admin_get, client, job_detail, temp_dir, wait_state};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -218,15 +218,7 @@ async fn a_log_flood_is_cut_and_capped_and_the_job_still_ends_by_its_exit_code()
     assert_eq!(d["job"]["state"], "succeeded", "{d:#}");
     assert_eq!(d["nodes"][0]["log_truncated"], true, "{d:#}");
     assert!(d["nodes"][0]["log_bytes"].as_u64().unwrap() <= 65536, "{d:#}");
-    let page: Value = client()
-        .get(format!("{}/v1/jobs/{id}/logs", s.url))
-        .bearer_auth(&s.admin)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let page = admin_get(&s, &format!("/v1/jobs/{id}/logs")).await;
     let lines: Vec<&str> = page["lines"].as_array().unwrap().iter().map(|l| l["text"].as_str().unwrap()).collect();
     let long = lines.iter().find(|l| l.starts_with("xxxx")).expect("the long line is kept, cut");
     assert!(long.ends_with("more bytes]") && long.len() < 20_000, "{}", &long[long.len() - 40..]);

@@ -10,7 +10,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use e2e_support::{EMULATOR_TOKEN, Emulator, FAST_SCENARIO, Server, client, quick_job, temp_dir};
+use e2e_support::{EMULATOR_TOKEN, Emulator, FAST_SCENARIO, Server, admin_get, client, quick_job, temp_dir};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
@@ -33,15 +33,7 @@ fn sim_server(name: &str) -> (std::path::PathBuf, Server) {
 #[tokio::test]
 async fn every_route_but_health_needs_a_valid_token() {
     let (dir, s) = sim_server("sec-auth");
-    let doc: Value = client()
-        .get(format!("{}/openapi.json", s.url))
-        .bearer_auth(&s.admin)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc = admin_get(&s, "/openapi.json").await;
     let mut checked = 0;
     for (path, ops) in doc["paths"].as_object().unwrap() {
         for method in ops.as_object().unwrap().keys() {
@@ -111,15 +103,7 @@ fn assert_browser_headers(what: &str, h: &reqwest::header::HeaderMap) {
 #[tokio::test]
 async fn every_answer_carries_a_strict_content_security_policy_and_no_framing() {
     let (dir, s) = sim_server("sec-headers");
-    let doc: Value = client()
-        .get(format!("{}/openapi.json", s.url))
-        .bearer_auth(&s.admin)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc = admin_get(&s, "/openapi.json").await;
     let mut checked = 0;
     // Every operation the API lists, signed in and not (successes, 401s, 404s and 400s alike); an
     // event stream is judged by its headers, then dropped.

@@ -236,9 +236,14 @@ pub fn is_final(j: &Value) -> bool {
     matches!(j["state"].as_str(), Some("succeeded" | "failed" | "cancelled"))
 }
 
+/// `GET path` with the admin token, read as JSON.
+pub async fn admin_get(s: &Server, path: &str) -> Value {
+    client().get(format!("{}{path}", s.url)).bearer_auth(&s.admin).send().await.unwrap().json().await.unwrap()
+}
+
 /// A job's detail (`GET /v1/jobs/{id}`), admin view.
 pub async fn job_detail(s: &Server, id: &str) -> Value {
-    client().get(format!("{}/v1/jobs/{id}", s.url)).bearer_auth(&s.admin).send().await.unwrap().json().await.unwrap()
+    admin_get(s, &format!("/v1/jobs/{id}")).await
 }
 
 /// Waits until the job is in one of `states`; fails with the job and the server's log otherwise.
