@@ -10,7 +10,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{FieldErrors, Priority, VmSize};
+use crate::model::{FieldErrors, Priority, SizeCatalog, VmSize};
 
 const BUILTIN: &str = include_str!("../catalog/azure.toml");
 
@@ -282,6 +282,35 @@ impl Catalog {
         set.into_iter().cloned().collect()
     }
 
+    /// Sizes to rank in a fleet for the same demand: the chosen size first, then sizes with the same
+    /// GPU model and the same GPUs per VM (and InfiniBand when the chosen one has it), sold in the
+    /// region at a known price for the priority; same quota family first, then catalog order. At
+    /// most `max` sizes in all. (The fleet may fall back to them; both the control loop and the
+    /// Azure fleet body use this one rule.)
+    pub fn ranked_sizes(&self, chosen: &str, region: &str, priority: Priority, max: usize) -> Vec<String> {
+        let Some(c) = self.size(chosen) else { return vec![chosen.to_string()] };
+        let mut same_family = Vec::new();
+        let mut other_family = Vec::new();
+        for s in self.sizes() {
+            if s.name.eq_ignore_ascii_case(&c.name)
+                || s.gpus != c.gpus
+                || s.is_fractional() != c.is_fractional()
+                || s.gpu_fraction != c.gpu_fraction
+                || !s.gpu_model.eq_ignore_ascii_case(&c.gpu_model)
+                || (c.infiniband && !s.infiniband)
+                || self.price(&s.name, region).and_then(|p| p.for_priority(priority)).is_none()
+            {
+                continue;
+            }
+            if s.family.eq_ignore_ascii_case(&c.family) {
+                same_family.push(s.name.clone());
+            } else {
+                other_family.push(s.name.clone());
+            }
+        }
+        std::iter::once(c.name.clone()).chain(same_family).chain(other_family).take(max.max(1)).collect()
+    }
+
     /// Every GPU model, sorted.
     pub fn gpu_models(&self) -> Vec<String> {
         let set: BTreeSet<&String> = self.sizes.iter().map(|s| &s.gpu_model).collect();
@@ -319,6 +348,21 @@ impl Catalog {
             }
         }
         out
+    }
+}
+
+impl SizeCatalog for Catalog {
+    fn sizes(&self) -> &[VmSize] {
+        Catalog::sizes(self)
+    }
+    fn size(&self, name: &str) -> Option<&VmSize> {
+        Catalog::size(self, name)
+    }
+    fn regions(&self) -> Vec<String> {
+        Catalog::regions(self)
+    }
+    fn is_priced(&self, size: &str, region: &str) -> bool {
+        self.price(size, region).is_some()
     }
 }
 

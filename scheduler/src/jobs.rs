@@ -8,13 +8,13 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use serde::{Deserialize, Serialize};
-use state::{Event, EventDraft, Record, Store, StoreError, TableDef, Tx, TxAbort};
+use serde::Serialize;
+use state::{Event, EventDraft, Store, StoreError, Tx, TxAbort};
 
 use crate::catalog::Catalog;
 use crate::clock::Clock;
-use crate::model::{Attempt, FieldErrors, Job, JobSpec, JobState};
-use crate::records::{IdempotencyRecord, Tenant};
+use crate::model::{Attempt, EventKind, FieldErrors, Job, JobSpec, JobState};
+use crate::records::{AttemptsBy, EventsOfJob, IdempotencyRecord, JobsBy, Lookup, Tenant};
 
 /// Why a job operation was refused.
 #[derive(Debug, thiserror::Error)]
@@ -42,28 +42,8 @@ pub struct Submitted {
     pub created: bool,
 }
 
-/// An event about one job, indexed by job so `GET /v1/jobs/{id}` need not scan the whole log.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct JobEvent {
-    /// The job.
-    pub job_id: String,
-    /// The event's sequence number in the global log.
-    pub seq: u64,
-    /// When, Unix milliseconds.
-    pub at_ms: i64,
-    /// What kind of event (`submitted`, `placed`, `running`, `provisioning_failed`, …).
-    pub kind: String,
-    /// What happened, for people.
-    pub message: String,
-}
-
-impl Record for JobEvent {
-    const TABLE: TableDef =
-        TableDef { name: "job_events", indexes: &[state::IndexDef { name: "job", pointer: "/job_id" }] };
-    fn key(&self) -> String {
-        format!("{}/{:012}", self.job_id, self.seq)
-    }
-}
+/// Job events are records of the domain model; re-exported where they are written.
+pub use crate::model::JobEvent;
 
 /// A page of jobs ([`JobService::page`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -92,20 +72,20 @@ pub fn record_event(
     tx: &mut Tx,
     job: &Job,
     at_ms: i64,
-    kind: &str,
+    kind: EventKind,
     message: impl Into<String>,
     data: serde_json::Value,
 ) -> Result<u64, TxAbort> {
     let message = message.into();
     let seq = tx.append_event(EventDraft {
         at_ms,
-        kind: kind.to_string(),
+        kind: kind.as_str().to_string(),
         job_id: Some(job.id.clone()),
         tenant: Some(job.spec.tenant.clone()),
         message: message.clone(),
         data,
     })?;
-    tx.put(&JobEvent { job_id: job.id.clone(), seq, at_ms, kind: kind.to_string(), message })?;
+    tx.put(&JobEvent { job_id: job.id.clone(), seq, at_ms, kind, message })?;
     Ok(seq)
 }
 
@@ -255,7 +235,7 @@ impl JobService {
                 return Ok(Err(format!("a job with id {} exists already", job.id)));
             }
             tx.put(&job)?;
-            record_event(tx, &job, now, "submitted", submitted_message(&job), serde_json::Value::Null)?;
+            record_event(tx, &job, now, EventKind::Submitted, submitted_message(&job), serde_json::Value::Null)?;
             Ok(Ok(Submitted { job: job.clone(), created: true }))
         })?;
         let submitted = outcome.map_err(JobError::Conflict)?;
@@ -274,8 +254,8 @@ impl JobService {
     /// Jobs, filtered by state and tenant, oldest first.
     pub fn list(&self, state: Option<JobState>, tenant: Option<&str>) -> Result<Vec<Job>, JobError> {
         let mut jobs = match (state, tenant) {
-            (Some(s), _) => self.store.by_index::<Job>("state", s.as_str())?,
-            (None, Some(t)) => self.store.by_index::<Job>("tenant", t)?,
+            (Some(s), _) => self.store.find(JobsBy::State(s))?,
+            (None, Some(t)) => self.store.find(JobsBy::Tenant(t))?,
             (None, None) => self.store.scan::<Job>()?,
         };
         if let Some(t) = tenant {
@@ -327,12 +307,12 @@ impl JobService {
                 (all.split_off(all.len().saturating_sub(n)), total)
             }
             (Some(s), None) => (
-                self.store.last_by_index_before::<Job>("state", s.as_str(), before, n)?,
-                self.store.count_by_index::<Job>("state", s.as_str())?,
+                self.store.last_where_before(JobsBy::State(s), before, n)?,
+                self.store.count_where(JobsBy::State(s))?,
             ),
             (None, Some(t)) => (
-                self.store.last_by_index_before::<Job>("tenant", t, before, n)?,
-                self.store.count_by_index::<Job>("tenant", t)?,
+                self.store.last_where_before(JobsBy::Tenant(t), before, n)?,
+                self.store.count_where(JobsBy::Tenant(t))?,
             ),
             (None, None) => (self.store.last_before::<Job>(before, n)?, self.store.count::<Job>()?),
         };
@@ -351,9 +331,9 @@ impl JobService {
     /// A job with its attempts and events.
     pub fn detail(&self, id: &str) -> Result<Option<JobDetail>, JobError> {
         let Some(job) = self.get(id)? else { return Ok(None) };
-        let mut attempts = self.store.by_index::<Attempt>("job", id)?;
+        let mut attempts = self.store.find(AttemptsBy::Job(id))?;
         attempts.sort_by_key(|a| a.number);
-        let mut events = self.store.by_index::<JobEvent>("job", id)?;
+        let mut events = self.store.find(EventsOfJob(id))?;
         events.sort_by_key(|e| e.seq);
         Ok(Some(JobDetail { job, attempts, events }))
     }
@@ -390,7 +370,9 @@ impl JobService {
             job.set_state(to, now);
             job.end_reason = Some(why.clone());
             tx.put(&job)?;
-            record_event(tx, &job, now, to.as_str(), why.clone(), serde_json::Value::Null)?;
+            if let Some(kind) = EventKind::of_final_state(to) {
+                record_event(tx, &job, now, kind, why.clone(), serde_json::Value::Null)?;
+            }
             Ok(Ok(job))
         })?;
         match outcome {

@@ -4,6 +4,7 @@
 //! Everything here sees the cloud only through the `Cloud` trait and time only through a `Clock`,
 //! so the simulator can drive the very same code in virtual time.
 
+pub mod accounting;
 pub mod advice;
 pub mod agents;
 pub mod api;

@@ -1,30 +1,42 @@
-//! How the scheduler's types are stored: each is a `state::Record` with its table and indexes.
+//! How the scheduler's types are stored: each is a `state::Record` with its table and indexes, and
+//! every index read goes through a typed query ([`JobsBy`], [`AttemptsBy`], …, read with
+//! [`Lookup`]), so that an index name or the type of the value looked up cannot be misspelled.
 //!
 //! Index pointers are JSON pointers into the stored record, so the store can verify indexes
 //! (`spillway state check`) without knowing these Rust types.
 
-use serde::{Deserialize, Serialize};
-use state::{IndexDef, Record, TableDef};
+use std::borrow::Cow;
 
-use crate::model::{Attempt, BlockedOffer, Job};
+use serde::{Deserialize, Serialize};
+use state::{IndexDef, Record, Store, StoreError, TableDef};
+
+use crate::model::{Attempt, AttemptState, BlockedOffer, Job, JobEvent, JobState};
+
+const JOB_STATE: IndexDef = IndexDef { name: "state", pointer: "/state" };
+const JOB_TENANT: IndexDef = IndexDef { name: "tenant", pointer: "/spec/tenant" };
+const ATTEMPT_JOB: IndexDef = IndexDef { name: "job", pointer: "/job_id" };
+const ATTEMPT_STATE: IndexDef = IndexDef { name: "state", pointer: "/state" };
+const EVENT_JOB: IndexDef = IndexDef { name: "job", pointer: "/job_id" };
+const IDEMPOTENCY_JOB: IndexDef = IndexDef { name: "job", pointer: "/job_id" };
 
 impl Record for Job {
-    const TABLE: TableDef = TableDef {
-        name: "jobs",
-        indexes: &[IndexDef { name: "state", pointer: "/state" }, IndexDef { name: "tenant", pointer: "/spec/tenant" }],
-    };
+    const TABLE: TableDef = TableDef { name: "jobs", indexes: &[JOB_STATE, JOB_TENANT] };
     fn key(&self) -> String {
         self.id.clone()
     }
 }
 
 impl Record for Attempt {
-    const TABLE: TableDef = TableDef {
-        name: "attempts",
-        indexes: &[IndexDef { name: "job", pointer: "/job_id" }, IndexDef { name: "state", pointer: "/state" }],
-    };
+    const TABLE: TableDef = TableDef { name: "attempts", indexes: &[ATTEMPT_JOB, ATTEMPT_STATE] };
     fn key(&self) -> String {
         attempt_key(&self.job_id, self.number)
+    }
+}
+
+impl Record for JobEvent {
+    const TABLE: TableDef = TableDef { name: "job_events", indexes: &[EVENT_JOB] };
+    fn key(&self) -> String {
+        format!("{}/{:012}", self.job_id, self.seq)
     }
 }
 
@@ -78,7 +90,7 @@ pub struct IdempotencyRecord {
 
 impl Record for IdempotencyRecord {
     /// Indexed by job so that retention forgets a key with the job it named.
-    const TABLE: TableDef = TableDef { name: "idempotency", indexes: &[IndexDef { name: "job", pointer: "/job_id" }] };
+    const TABLE: TableDef = TableDef { name: "idempotency", indexes: &[IDEMPOTENCY_JOB] };
     fn key(&self) -> String {
         self.scope_key.clone()
     }
@@ -86,4 +98,160 @@ impl Record for IdempotencyRecord {
 
 /// Every table the scheduler defines, for `spillway state check`.
 pub const TABLES: &[TableDef] =
-    &[Job::TABLE, Attempt::TABLE, BlockedOffer::TABLE, Tenant::TABLE, IdempotencyRecord::TABLE];
+    &[Job::TABLE, Attempt::TABLE, BlockedOffer::TABLE, Tenant::TABLE, IdempotencyRecord::TABLE, JobEvent::TABLE];
+
+/// A typed read of one secondary index: which table, which index, which value.
+pub trait IndexQuery {
+    /// The records the index points to.
+    type Record: Record;
+    /// The index, one of `Self::Record::TABLE.indexes`.
+    fn index(&self) -> IndexDef;
+    /// The value looked up, as the index stores it.
+    fn value(&self) -> Cow<'_, str>;
+}
+
+/// Jobs by state or by tenant.
+#[derive(Debug, Clone, Copy)]
+pub enum JobsBy<'a> {
+    /// Jobs in one state.
+    State(JobState),
+    /// Jobs of one tenant.
+    Tenant(&'a str),
+}
+
+impl IndexQuery for JobsBy<'_> {
+    type Record = Job;
+    fn index(&self) -> IndexDef {
+        match self {
+            JobsBy::State(_) => JOB_STATE,
+            JobsBy::Tenant(_) => JOB_TENANT,
+        }
+    }
+    fn value(&self) -> Cow<'_, str> {
+        match self {
+            JobsBy::State(s) => Cow::Borrowed(s.as_str()),
+            JobsBy::Tenant(t) => Cow::Borrowed(t),
+        }
+    }
+}
+
+/// Attempts by job or by state.
+#[derive(Debug, Clone, Copy)]
+pub enum AttemptsBy<'a> {
+    /// Every attempt of one job, in attempt order.
+    Job(&'a str),
+    /// Attempts in one state.
+    State(AttemptState),
+}
+
+impl IndexQuery for AttemptsBy<'_> {
+    type Record = Attempt;
+    fn index(&self) -> IndexDef {
+        match self {
+            AttemptsBy::Job(_) => ATTEMPT_JOB,
+            AttemptsBy::State(_) => ATTEMPT_STATE,
+        }
+    }
+    fn value(&self) -> Cow<'_, str> {
+        match self {
+            AttemptsBy::Job(j) => Cow::Borrowed(j),
+            AttemptsBy::State(s) => Cow::Borrowed(s.as_str()),
+        }
+    }
+}
+
+/// A job's events, oldest first.
+#[derive(Debug, Clone, Copy)]
+pub struct EventsOfJob<'a>(pub &'a str);
+
+impl IndexQuery for EventsOfJob<'_> {
+    type Record = JobEvent;
+    fn index(&self) -> IndexDef {
+        EVENT_JOB
+    }
+    fn value(&self) -> Cow<'_, str> {
+        Cow::Borrowed(self.0)
+    }
+}
+
+/// The idempotency keys that named a job.
+#[derive(Debug, Clone, Copy)]
+pub struct IdempotencyKeysOfJob<'a>(pub &'a str);
+
+impl IndexQuery for IdempotencyKeysOfJob<'_> {
+    type Record = IdempotencyRecord;
+    fn index(&self) -> IndexDef {
+        IDEMPOTENCY_JOB
+    }
+    fn value(&self) -> Cow<'_, str> {
+        Cow::Borrowed(self.0)
+    }
+}
+
+/// Typed index reads (see [`IndexQuery`]); the store's string-named reads stay below this.
+pub trait Lookup {
+    /// Every record the query finds, in key order.
+    fn find<Q: IndexQuery>(&self, query: Q) -> Result<Vec<Q::Record>, StoreError>;
+    /// How many records the query finds.
+    fn count_where<Q: IndexQuery>(&self, query: Q) -> Result<usize, StoreError>;
+    /// The first `n` records the query finds, in key order.
+    fn first_where<Q: IndexQuery>(&self, query: Q, n: usize) -> Result<Vec<Q::Record>, StoreError>;
+    /// The last `n` records the query finds, in key order.
+    fn last_where<Q: IndexQuery>(&self, query: Q, n: usize) -> Result<Vec<Q::Record>, StoreError>;
+    /// The last `n` records the query finds whose key sorts before `before` (all of them for `None`).
+    fn last_where_before<Q: IndexQuery>(
+        &self,
+        query: Q,
+        before: Option<&str>,
+        n: usize,
+    ) -> Result<Vec<Q::Record>, StoreError>;
+}
+
+impl Lookup for Store {
+    fn find<Q: IndexQuery>(&self, query: Q) -> Result<Vec<Q::Record>, StoreError> {
+        self.by_index::<Q::Record>(query.index().name, &query.value())
+    }
+    fn count_where<Q: IndexQuery>(&self, query: Q) -> Result<usize, StoreError> {
+        self.count_by_index::<Q::Record>(query.index().name, &query.value())
+    }
+    fn first_where<Q: IndexQuery>(&self, query: Q, n: usize) -> Result<Vec<Q::Record>, StoreError> {
+        self.first_by_index::<Q::Record>(query.index().name, &query.value(), n)
+    }
+    fn last_where<Q: IndexQuery>(&self, query: Q, n: usize) -> Result<Vec<Q::Record>, StoreError> {
+        self.last_by_index::<Q::Record>(query.index().name, &query.value(), n)
+    }
+    fn last_where_before<Q: IndexQuery>(
+        &self,
+        query: Q,
+        before: Option<&str>,
+        n: usize,
+    ) -> Result<Vec<Q::Record>, StoreError> {
+        self.last_by_index_before::<Q::Record>(query.index().name, &query.value(), before, n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn declared<Q: IndexQuery>(q: Q) {
+        let def = q.index();
+        assert!(Q::Record::TABLE.indexes.contains(&def), "{} has no index {}", Q::Record::TABLE.name, def.name);
+    }
+
+    #[test]
+    fn every_typed_query_names_an_index_of_its_table() {
+        for s in JobState::ALL {
+            declared(JobsBy::State(s));
+        }
+        declared(JobsBy::Tenant("t"));
+        declared(AttemptsBy::Job("j"));
+        for s in AttemptState::ALL {
+            declared(AttemptsBy::State(s));
+            // The index stores the serialized state: the typed value must be the same text.
+            assert_eq!(serde_json::to_value(s).unwrap(), serde_json::Value::String(s.as_str().to_string()));
+        }
+        declared(EventsOfJob("j"));
+        declared(IdempotencyKeysOfJob("j"));
+    }
+}

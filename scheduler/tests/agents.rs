@@ -155,7 +155,7 @@ fn a_capacity_only_jobs_agents_run_nothing_but_still_watch_idleness() {
     w.clock.advance_ms(61_000);
     w.svc.heartbeat(&a, 0, idle).unwrap();
     let events = w.store.by_index::<scheduler::jobs::JobEvent>("job", "cap").unwrap();
-    assert!(events.iter().any(|e| e.kind == "idle"), "{events:?}");
+    assert!(events.iter().any(|e| e.kind.as_str() == "idle"), "{events:?}");
     assert_eq!(job_of(&w, "cap").state, JobState::Running, "notify only: the job goes on");
 }
 
@@ -418,7 +418,7 @@ fn silent_vms_are_declared_lost_and_missing_agents_noted_for_the_control_loop() 
     let work = w.store.get::<scheduler::agents::records::AttemptWork>(&scheduler::records::attempt_key("half", 1));
     assert_eq!(work.unwrap().unwrap().needs_replacement(), Some("VMs whose agents never registered"));
     let events = w.store.by_index::<scheduler::jobs::JobEvent>("job", "half").unwrap();
-    assert!(events.iter().any(|e| e.kind == "agents_missing" && e.message.contains("1 of 2")), "{events:?}");
+    assert!(events.iter().any(|e| e.kind.as_str() == "agents_missing" && e.message.contains("1 of 2")), "{events:?}");
 }
 
 /// What a sweep may have written about `job`: its ranks' lost marks, its attempt's work, its events.

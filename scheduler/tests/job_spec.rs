@@ -61,7 +61,7 @@ fn type_errors_missing_fields_and_range_errors_are_all_reported_together() {
     assert_eq!(fields(&errs), ["kind", "gpus", "spot"], "{errs:?}");
     assert!(errs[0].contains("one of training, batch, inference"), "{errs:?}");
     assert_eq!(errs[1], "gpus: must be ≥ 1 (got -4)");
-    assert_eq!(errs[2], "spot: must be one of never, allowed, preferred (got \"sometimes\")");
+    assert_eq!(errs[2], "spot: must be one of never, allowed, preferred, only (got \"sometimes\")");
     // Type errors on several fields, plus a semantic problem on a field that could be read.
     let errs = JobSpec::parse_checked(
         r#"{"name": "x y", "kind": "batch", "gpus": "eight", "gang": "yes", "regions": ["eastus", 5],

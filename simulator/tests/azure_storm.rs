@@ -195,7 +195,7 @@ async fn run(s: &Side) -> Outcome {
         s.store.scan::<Job>().expect("jobs").into_iter().map(|j| (j.id, j.spec.name.clone())).collect();
     let mut events: BTreeMap<String, Vec<(i64, String)>> = BTreeMap::new();
     for e in s.store.scan::<JobEvent>().expect("events") {
-        events.entry(names[&e.job_id].clone()).or_default().push((minute(e.at_ms), e.kind));
+        events.entry(names[&e.job_id].clone()).or_default().push((minute(e.at_ms), e.kind.to_string()));
     }
     Outcome { jobs, placements, fleet_hours, events, blocks }
 }

@@ -44,7 +44,7 @@ impl Harness {
     }
 
     fn event_kinds(&self, id: &str) -> Vec<String> {
-        self.detail(id).events.into_iter().map(|e| e.kind).collect()
+        self.detail(id).events.into_iter().map(|e| e.kind.to_string()).collect()
     }
 
     fn live_fleets(&self) -> Vec<simulator::sim_cloud::FleetSnapshot> {
@@ -598,4 +598,41 @@ async fn running_costs_are_settled_every_interval_and_a_restart_loses_nothing() 
     assert!((progress(&eager, &a.id) - progress(&h, &b.id)).abs() < 1e-9);
     let spent = |x: &Harness| x.store.get::<scheduler::records::Tenant>("research").unwrap().unwrap().spent_usd;
     assert!((spent(&eager) - spent(&h)).abs() < 1e-6 * e, "tenant spend {} vs {}", spent(&eager), spent(&h));
+}
+
+#[tokio::test]
+async fn the_cloud_is_reconciled_every_few_minutes_and_a_refilling_orphan_is_deleted() {
+    let h = harness("reconcile", two_regions());
+    let job = h.submit(A100_GANG);
+    h.round().await;
+    h.step(61).await;
+    assert_eq!(h.job(&job.id).state, JobState::Running);
+    // A tagged fleet no live attempt owns, created with `maintain` (it refills itself): what a
+    // deletion lost with a crash, or a lost store, leaves behind.
+    let ghost = FleetRequest {
+        name: "spw-ghost-a3".into(),
+        region: "westus3".into(),
+        priority: Priority::Regular,
+        sizes: vec!["Standard_NC24ads_A100_v4".into()],
+        vms: 1,
+        min_vms: 1,
+        max_price_per_vm: None,
+        zones: vec![],
+        tags: [(TAG_JOB.to_string(), "ghost".to_string()), (TAG_ATTEMPT.to_string(), "3".to_string())]
+            .into_iter()
+            .collect(),
+        regular: None,
+    };
+    h.cloud.begin_create(&ghost, &simulator::sim_cloud::CreateOptions::default()).unwrap();
+    let r = h.step(60).await;
+    assert_eq!(r.orphans, 0, "not due yet: the first round reconciled a minute ago: {r:?}");
+    assert_eq!(h.live_fleets().len(), 2);
+    h.clock.advance_ms(ControlConfig::default().reconcile_cloud_ms);
+    let r = h.round().await;
+    assert_eq!((r.orphans, r.fleets_deleted), (1, 1), "{r:?}");
+    let names: Vec<String> = h.live_fleets().into_iter().map(|f| f.name).collect();
+    assert_eq!(names, [h.detail(&job.id).attempts[0].fleet_name.clone()], "only the live attempt's fleet is left");
+    let events = h.store.events_from(0, 1000).unwrap();
+    assert_eq!(events.iter().filter(|e| e.kind == "orphan_fleet").count(), 1, "recorded once: {events:#?}");
+    assert_eq!(h.job(&job.id).state, JobState::Running, "the live work is untouched");
 }

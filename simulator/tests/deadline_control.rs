@@ -114,7 +114,10 @@ async fn a_deadline_job_on_spot_meets_its_deadline_for_less_than_the_same_job_on
     assert_eq!(done.state, JobState::Succeeded, "{:?}", d.events.iter().map(|e| &e.message).collect::<Vec<_>>());
     assert!(done.finished_at_ms.unwrap() <= deadline_ms(deadline), "finished after the deadline");
     assert!(d.attempts.iter().any(|a| a.priority == Priority::Spot), "{:?}", d.attempts);
-    assert!(d.events.iter().any(|e| e.kind == "deadline_choice"), "the policy's choices are recorded");
+    assert!(
+        d.events.iter().any(|e| e.kind == scheduler::model::EventKind::DeadlineChoice),
+        "the policy's choices are recorded"
+    );
 
     let regular = harness("never", evicting_west(), DeadlinePolicyKind::Spillway);
     let job = regular.submit("never", work, deadline);

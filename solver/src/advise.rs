@@ -33,6 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{EPS, gang_vms, mismatch, run_cost};
 use crate::problem::{Priority, Problem, QuotaLimit, normalize_pool};
+use crate::quota_pools::QuotaPool;
 use crate::{Plan, SolveOptions, solve};
 
 /// Placed weight is a sum of integers: differences below this are rounding.
@@ -259,11 +260,10 @@ impl<'a> Advisor<'a> {
             .offers
             .iter()
             .map(|o| {
-                let names = match o.priority {
-                    Priority::Regular => vec![normalize_pool(&o.family), "cores".to_string()],
-                    Priority::Spot => vec!["lowprioritycores".to_string()],
-                };
-                names.into_iter().filter_map(|n| rows.get(&(o.region.clone(), n)).copied()).collect()
+                QuotaPool::keys_drawn_by(o.priority, &o.family)
+                    .into_iter()
+                    .filter_map(|n| rows.get(&(o.region.clone(), n)).copied())
+                    .collect()
             })
             .collect();
         // One VM of the smallest size any job could use from the pool: a step below that buys nothing.

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use crate::model::{DEFAULT_EGRESS_USD_PER_GB, EVICTION_OVERHEAD_HOURS};
 use crate::plan::Plan;
 use crate::problem::{Priority, Problem, SpotPolicy, normalize_pool};
+use crate::quota_pools::QuotaPool;
 
 const TOL: f64 = 1e-6;
 
@@ -102,17 +103,9 @@ pub fn check(problem: &Problem, plan: &Plan) -> Result<(), Vec<String>> {
         if !close(cost, pl.expected_cost) {
             errs.push(format!("{at}: expected_cost {} but the definitions give {cost}", pl.expected_cost));
         }
-        match offer.priority {
-            Priority::Regular => {
-                for pool in [normalize_pool(&offer.family), "cores".to_string()] {
-                    *pool_used.entry((offer.region.clone(), pool)).or_default() +=
-                        u64::from(pl.vms) * u64::from(offer.vcpus_per_vm);
-                }
-            }
-            Priority::Spot => {
-                *pool_used.entry((offer.region.clone(), "lowprioritycores".to_string())).or_default() +=
-                    u64::from(pl.vms) * u64::from(offer.vcpus_per_vm);
-            }
+        for pool in QuotaPool::keys_drawn_by(offer.priority, &offer.family) {
+            *pool_used.entry((offer.region.clone(), pool)).or_default() +=
+                u64::from(pl.vms) * u64::from(offer.vcpus_per_vm);
         }
         cap_used[o] += u64::from(pl.vms);
         job_gpus[j] += u64::from(pl.gpus);

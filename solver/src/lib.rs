@@ -41,6 +41,7 @@ mod milp;
 mod model;
 mod plan;
 mod problem;
+mod quota_pools;
 
 use std::time::Instant;
 
@@ -50,6 +51,7 @@ pub use plan::{Method, Placement, Plan, SolveOptions, Unplaced};
 pub use problem::{
     Egress, FieldIssue, JobDemand, Offer, Priority, Problem, ProblemError, QuotaLimit, SpotPolicy, normalize_pool,
 };
+pub use quota_pools::{CORES_KEY, LOW_PRIORITY_CORES_KEY, QuotaPool, normalize_family};
 
 use model::{Instance, Sol, better, priority_order};
 

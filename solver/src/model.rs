@@ -5,6 +5,7 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
 use crate::problem::{JobDemand, Offer, Priority, Problem, SpotPolicy, normalize_pool};
+use crate::quota_pools::QuotaPool;
 
 /// Hours of a VM's price lost per eviction: re-provisioning plus the work since the last checkpoint.
 ///
@@ -157,11 +158,10 @@ impl<'a> Instance<'a> {
             .offers
             .iter()
             .map(|o| {
-                let names = match o.priority {
-                    Priority::Regular => vec![normalize_pool(&o.family), "cores".to_string()],
-                    Priority::Spot => vec!["lowprioritycores".to_string()],
-                };
-                names.into_iter().filter_map(|n| pool_index.get(&(o.region.clone(), n)).copied()).collect()
+                QuotaPool::keys_drawn_by(o.priority, &o.family)
+                    .into_iter()
+                    .filter_map(|n| pool_index.get(&(o.region.clone(), n)).copied())
+                    .collect()
             })
             .collect();
         let mut inst = Instance {

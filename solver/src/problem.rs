@@ -23,8 +23,10 @@ pub struct Problem {
     pub egress: Vec<Egress>,
 }
 
-/// Spot or regular (Azure's "priority"; "tier" in prose).
+/// Spot or regular (Azure's "priority"; "tier" in prose). The one definition in the workspace: the
+/// scheduler and the simulator use this type (`scheduler::model::Priority` re-exports it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Priority {
     /// Pay-as-you-go VMs: counted against the family pool and the region's `cores` pool.
@@ -46,6 +48,17 @@ impl Priority {
 impl fmt::Display for Priority {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Priority {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "regular" => Ok(Priority::Regular),
+            "spot" => Ok(Priority::Spot),
+            _ => Err(format!("unknown priority {s:?}: expected regular or spot")),
+        }
     }
 }
 
@@ -92,8 +105,10 @@ pub struct QuotaLimit {
     pub vcpus: u64,
 }
 
-/// When a job may use spot VMs.
+/// When a job may use spot VMs. The one definition in the workspace: a job spec's `spot` field is this
+/// type (`scheduler::model::SpotPolicy` re-exports it).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum SpotPolicy {
     /// Regular VMs only.
@@ -103,8 +118,8 @@ pub enum SpotPolicy {
     Allowed,
     /// Spot or regular; spot wins ties.
     Preferred,
-    /// Spot VMs only: what a deadline policy asks for while the job has slack to ride spot, so
-    /// that it waits rather than lands on regular capacity it chose not to pay for.
+    /// Spot VMs only: the job waits for spot rather than run on regular capacity it chose not to pay
+    /// for (also what a deadline policy asks for while the job has slack to ride spot).
     Only,
 }
 
@@ -285,9 +300,10 @@ impl fmt::Display for ProblemError {
     }
 }
 
-/// Lower-cased with spaces removed: how Azure quota pool and family names are compared.
+/// Lower-cased with spaces removed: how Azure quota pool and family names are compared (the same
+/// rule as [`crate::normalize_family`]).
 pub fn normalize_pool(name: &str) -> String {
-    name.chars().filter(|c| !c.is_whitespace()).flat_map(char::to_lowercase).collect()
+    crate::quota_pools::normalize_family(name)
 }
 
 impl Problem {

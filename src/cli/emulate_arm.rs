@@ -35,6 +35,9 @@ pub struct EmulateArmArgs {
     /// Share of requests answered 500 (0–1).
     #[arg(long, default_value_t = 0.0)]
     pub error_rate: f64,
+    /// Share of DELETE requests answered 500, on top of --error-rate (0–1).
+    #[arg(long, default_value_t = 0.0)]
+    pub delete_error_rate: f64,
     /// Share of fleet creations whose operation ends Failed (0–1).
     #[arg(long, default_value_t = 0.0)]
     pub lro_failure_rate: f64,
@@ -119,6 +122,7 @@ fn run_inner(catalog: &scheduler::Catalog, args: EmulateArmArgs) -> Result<(), S
     emu.faults = FaultConfig {
         throttle_rate: args.throttle_rate,
         error_rate: args.error_rate,
+        delete_error_rate: args.delete_error_rate,
         lro_failure_rate: args.lro_failure_rate,
         latency_ms: args.latency_ms.map(|r| (r.0, r.1)).unwrap_or((0, 0)),
         seed: args.seed,

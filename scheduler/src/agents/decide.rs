@@ -4,12 +4,13 @@
 
 use super::protocol::Action;
 use super::records::{AttemptWork, ExitRecord, JobWork, NodeRecord};
-use crate::model::{Job, JobKind};
+use crate::model::Job;
 
 /// True when the job's ranks are one gang: a failure or a notice on one stops all of them, and
 /// one attempt finishing finishes the job. Inference replicas and splittable batch work are not.
 pub fn is_gang(job: &Job) -> bool {
-    job.spec.is_gang() && job.spec.kind != JobKind::Inference
+    // `JobSpec::is_gang` is the one home of "gang, never for inference".
+    job.spec.is_gang()
 }
 
 /// What a rank should do now.

@@ -37,6 +37,7 @@ use super::records::{AttemptWork, ExitRecord, JobWork, LogChunk, NodeRecord, Not
 use crate::catalog::Catalog;
 use crate::clock::Clock;
 use crate::jobs::record_event;
+use crate::model::EventKind;
 use crate::model::{Attempt, FieldErrors, Job, JobState, OnIdle};
 use crate::records::attempt_key;
 
@@ -519,7 +520,7 @@ impl AgentService {
                     tx,
                     &job,
                     now,
-                    "work_started",
+                    EventKind::WorkStarted,
                     format!(
                         "attempt {}: all {} VMs registered; run starts (SPILLWAY_RESTART={restart})",
                         a.number, work.num_nodes
@@ -871,7 +872,7 @@ impl AgentService {
                 tx,
                 &j,
                 now,
-                "idle",
+                EventKind::Idle,
                 if stop { format!("{what}; stopping the job (on_idle = \"stop\")") } else { what.clone() },
                 serde_json::json!({"attempt": a.number, "idle_minutes": minutes}),
             )?;
@@ -884,7 +885,7 @@ impl AgentService {
                     tx,
                     &j,
                     now,
-                    "cancelled",
+                    EventKind::Cancelled,
                     j.end_reason.clone().unwrap_or_default(),
                     serde_json::Value::Null,
                 )?;
@@ -961,7 +962,7 @@ impl AgentService {
                         tx,
                         &job,
                         now,
-                        "preemption_notice",
+                        EventKind::PreemptionNotice,
                         format!(
                             "{event_type} notice for {} (attempt {}, rank {rank}){}; SIGTERM sent to the work",
                             node.vm_name,
@@ -1072,7 +1073,7 @@ impl AgentService {
                     if work.num_nodes == 1 { "" } else { "s" }
                 ));
                 tx.put(&job)?;
-                record_event(tx, &job, now, "succeeded", job.end_reason.clone().unwrap_or_default(), data)?;
+                record_event(tx, &job, now, EventKind::Succeeded, job.end_reason.clone().unwrap_or_default(), data)?;
                 true
             }
             ExitVerdict::Restart => {
@@ -1088,7 +1089,7 @@ impl AgentService {
                     tx,
                     &job,
                     now,
-                    "restarted",
+                    EventKind::Restarted,
                     with_tail(format!(
                         "{}; starting run again (restart {} of at most {}, SPILLWAY_RESTART={restart})",
                         exit.describe(rank),
@@ -1117,11 +1118,11 @@ impl AgentService {
                 job.end_reason = Some(summary.clone());
                 job.last_failure = Some(summary.clone());
                 tx.put(&job)?;
-                record_event(tx, &job, now, "failed", with_tail(summary), data)?;
+                record_event(tx, &job, now, EventKind::Failed, with_tail(summary), data)?;
                 true
             }
             ExitVerdict::AlreadyCounted => {
-                record_event(tx, &job, now, "rank_exited", with_tail(exit.describe(rank)), data)?;
+                record_event(tx, &job, now, EventKind::RankExited, with_tail(exit.describe(rank)), data)?;
                 false
             }
         };
@@ -1241,7 +1242,7 @@ impl AgentService {
                         tx,
                         &job,
                         now,
-                        "vm_lost",
+                        EventKind::VmLost,
                         format!(
                             "rank {rank} of attempt {} ({vm}) sent no heartbeat for {:.0} s: its VM counts as lost",
                             a.number,
@@ -1256,7 +1257,7 @@ impl AgentService {
                         tx,
                         &job,
                         now,
-                        "agents_missing",
+                        EventKind::AgentsMissing,
                         format!(
                             "attempt {}: {registered} of {num_nodes} VMs started the agent within {:.0} min of \
                              running (does the image have the spillway binary, and can the VMs reach the \

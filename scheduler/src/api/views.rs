@@ -240,8 +240,7 @@ pub struct JobEventView {
     /// When, Unix milliseconds on the server's clock.
     pub at_ms: i64,
     /// What happened.
-    #[schema(value_type = EventKind)]
-    pub kind: String,
+    pub kind: EventKind,
     /// What happened, in words.
     pub message: String,
 }
@@ -249,47 +248,13 @@ pub struct JobEventView {
 impl JobEventView {
     /// The view of a stored event, with its position as `seq`.
     pub fn new(e: &JobEvent, seq: u64) -> JobEventView {
-        JobEventView { seq, at_ms: e.at_ms, kind: e.kind.clone(), message: e.message.clone() }
+        JobEventView { seq, at_ms: e.at_ms, kind: e.kind, message: e.message.clone() }
     }
 }
 
-/// Every kind of event the scheduler records (the `kind` of events and of event-stream frames).
-// Until the control loop's own event-kind enum lands, this is the list of what it records, for the
-// document only; the live-schema test (tests/openapi_schemas.rs) fails on any kind missing here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum EventKind {
-    /// Accepted.
-    Submitted,
-    /// A placement was chosen and its fleet asked for.
-    Placed,
-    /// A fleet reached its minimum: the job (or this part of it) runs.
-    Running,
-    /// A fleet could not be created; `data.class` says why.
-    ProvisioningFailed,
-    /// The job moves to a new placement after a failure or an eviction.
-    Failover,
-    /// Spot VMs were taken back.
-    Evicted,
-    /// The job is being moved; its old placement still runs.
-    Migrating,
-    /// A degraded fleet is back to its size.
-    Recovered,
-    /// Why a job waits changed.
-    Waiting,
-    /// A deadline policy changed its choice (spot, regular, region).
-    DeadlineChoice,
-    /// A fleet was deleted and its cost settled.
-    FleetDeleted,
-    /// A tagged fleet no attempt knows was found (and deleted).
-    OrphanFleet,
-    /// The work is done.
-    Succeeded,
-    /// The job gave up (budget, …).
-    Failed,
-    /// A user cancelled the job.
-    Cancelled,
-}
+/// Every kind of event the scheduler records (the `kind` of events and of event-stream frames);
+/// the one definition is the model's.
+pub use crate::model::EventKind;
 
 /// Which clock the times in a response are on.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]

@@ -1,13 +1,11 @@
 //! Classified cloud errors: what went wrong, in the terms the scheduler reacts to.
 
-use std::time::Duration;
-
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Priority, QuotaPool};
+use crate::model::{FailureClass, Priority, QuotaPool};
 
 /// A failure at the cloud boundary, already classified. The control loop decides what to block
-/// and for how long from the variant alone.
+/// and for how long from the variant alone (`control::error_policy`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
 #[serde(tag = "class", rename_all = "snake_case")]
 pub enum CloudError {
@@ -95,56 +93,6 @@ fn quota_numbers(limit: Option<u64>, usage: Option<u64>, required: Option<u64>) 
     }
 }
 
-/// The coarse classes used for metrics, circuit breakers and block durations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FailureClass {
-    /// Quota exhausted.
-    Quota,
-    /// No capacity.
-    Capacity,
-    /// Size not available.
-    SizeUnavailable,
-    /// Spot price above cap.
-    PriceAboveCap,
-    /// Throttled.
-    Throttled,
-    /// Transient.
-    Transient,
-    /// Permanent.
-    Permanent,
-    /// Not found.
-    NotFound,
-}
-
-impl FailureClass {
-    /// Every class, so that a dashboard sees each one (at 0) before the first failure.
-    pub const ALL: [FailureClass; 8] = [
-        FailureClass::Quota,
-        FailureClass::Capacity,
-        FailureClass::SizeUnavailable,
-        FailureClass::PriceAboveCap,
-        FailureClass::Throttled,
-        FailureClass::Transient,
-        FailureClass::Permanent,
-        FailureClass::NotFound,
-    ];
-
-    /// The lower-case name used in metrics and events.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FailureClass::Quota => "quota",
-            FailureClass::Capacity => "capacity",
-            FailureClass::SizeUnavailable => "size_unavailable",
-            FailureClass::PriceAboveCap => "price_above_cap",
-            FailureClass::Throttled => "throttled",
-            FailureClass::Transient => "transient",
-            FailureClass::Permanent => "permanent",
-            FailureClass::NotFound => "not_found",
-        }
-    }
-}
-
 impl CloudError {
     /// The error's class.
     pub fn class(&self) -> FailureClass {
@@ -160,35 +108,8 @@ impl CloudError {
         }
     }
 
-    /// True when the failure says something about the region's health (its circuit breaker
-    /// counts it): no capacity, or the service failing. Quota and price are our own limits.
-    pub fn counts_against_region(&self) -> bool {
-        matches!(self, CloudError::Capacity { .. } | CloudError::Transient { .. })
-    }
-
     /// True when retrying the same call later may succeed without changing anything.
     pub fn is_retryable(&self) -> bool {
         matches!(self, CloudError::Throttled { .. } | CloudError::Transient { .. })
-    }
-
-    /// How long to block the offer that failed, per the reference values in NOTES.md (from an AKS
-    /// node provisioner in production): allocation failures 1 h; `SkuNotAvailable` 1 h for spot and
-    /// 23 h for regular; family quota 10 min (1 h when the limit is 0); spot quota 1 h. `None` for
-    /// failures that say nothing about the offer (throttling, transient, not found).
-    pub fn block_for(&self) -> Option<Duration> {
-        const MIN: u64 = 60;
-        const HOUR: u64 = 3600;
-        let secs = match self {
-            CloudError::Quota { pool: QuotaPool::LowPriorityCores, .. } => HOUR,
-            CloudError::Quota { limit: Some(0), .. } => HOUR,
-            CloudError::Quota { .. } => 10 * MIN,
-            CloudError::Capacity { .. } => HOUR,
-            CloudError::SizeUnavailable { priority: Some(Priority::Spot), .. } => HOUR,
-            CloudError::SizeUnavailable { .. } => 23 * HOUR,
-            CloudError::PriceAboveCap { .. } => 10 * MIN,
-            CloudError::Permanent { .. } => 23 * HOUR,
-            CloudError::Throttled { .. } | CloudError::Transient { .. } | CloudError::NotFound { .. } => return None,
-        };
-        Some(Duration::from_secs(secs))
     }
 }

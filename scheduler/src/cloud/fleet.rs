@@ -6,6 +6,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::error::CloudError;
+pub use crate::model::FleetOperation;
 use crate::model::Priority;
 
 /// Tag carrying the job id on every fleet spillway creates.
@@ -171,18 +172,6 @@ pub struct Fleet {
     /// A mixed fleet's regular part; `None` for a one-priority fleet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub regular: Option<FleetPartStatus>,
-}
-
-/// A create operation in flight: enough to poll it later, even from another process after a
-/// restart (it is stored with the attempt).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FleetOperation {
-    /// The fleet being created.
-    pub fleet_name: String,
-    /// Where to poll (`Azure-AsyncOperation` or `Location`); `None` when the cloud finished at once.
-    pub status_url: Option<String>,
-    /// How long the cloud asked us to wait before polling, in milliseconds.
-    pub retry_after_ms: u64,
 }
 
 /// Where a create operation is.

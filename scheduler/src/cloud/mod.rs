@@ -12,7 +12,8 @@ pub mod azure;
 mod error;
 mod fleet;
 
-pub use error::{CloudError, FailureClass};
+pub use crate::model::FailureClass;
+pub use error::CloudError;
 pub use fleet::{
     Fleet, FleetOperation, FleetPart, FleetPartStatus, FleetRequest, OperationStatus, ProvisioningState, ScaleSet,
     SizeRestriction, TAG_ATTEMPT, TAG_JOB,

@@ -7,24 +7,21 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
-use solver::Priority;
-use state::StoreError;
-
+use super::LoopState;
 use super::demand::RESTART_MARGIN_HOURS;
-use super::world::{SpotHistory, our_usage};
-use super::{Controller, LoopState, RoundReport};
-use crate::cloud::FailureClass;
+use super::feasibility::{Feasibility, OurUsage};
+use super::world::SpotHistory;
+use crate::catalog::Catalog;
 use crate::deadline::{Choice, DeadlinePolicy, DeadlinePolicyKind, RegionTick, TickView};
-use crate::jobs::record_event;
-use crate::model::{Attempt, AttemptState, Job, JobKind, SpotPolicy, normalize_family};
-use crate::records::Tenant;
+use crate::model::{Attempt, AttemptState, FailureClass, Job, JobKind, OfferFilter, Priority, SpotPolicy};
 
 /// True when the loop runs the configured deadline policy for this job: it has a deadline, known
-/// work (`duration_hours`), may use spot, and is not an inference service (which has no end).
+/// work (`duration_hours`), may use spot or regular (a spot-only job has nothing to choose), and is
+/// not an inference service (which has no end).
 pub fn deadline_managed(job: &Job) -> bool {
     job.spec.deadline.is_some()
         && job.spec.duration_hours.is_some()
-        && job.spec.spot_policy() != SpotPolicy::Never
+        && matches!(job.spec.spot_policy(), SpotPolicy::Allowed | SpotPolicy::Preferred)
         && job.spec.kind != JobKind::Inference
 }
 
@@ -107,23 +104,17 @@ impl DeadlineState {
     /// True when `a` holds something other than what its job's policy chose (and the policy chose
     /// to run somewhere): the job is placed again, and `a` is retired once the new attempt runs.
     pub(crate) fn retiring(&self, a: &Attempt) -> bool {
-        self.choices.get(&a.job_id).is_some_and(|c| c.hold.is_some() && !c.allows(&a.region, to_solver(a.priority)))
+        self.choices.get(&a.job_id).is_some_and(|c| c.hold.is_some() && !c.allows(&a.region, a.priority))
     }
 
     /// True when `new`, now running, carries out its job's choice and `old` does not: make before
     /// break, `old` goes now.
     pub(crate) fn replaces(&self, new: &Attempt, old: &Attempt) -> bool {
         new.job_id == old.job_id
-            && self.choices.get(&new.job_id).is_some_and(|c| {
-                c.allows(&new.region, to_solver(new.priority)) && !c.allows(&old.region, to_solver(old.priority))
-            })
-    }
-}
-
-fn to_solver(p: crate::model::Priority) -> Priority {
-    match p {
-        crate::model::Priority::Regular => Priority::Regular,
-        crate::model::Priority::Spot => Priority::Spot,
+            && self
+                .choices
+                .get(&new.job_id)
+                .is_some_and(|c| c.allows(&new.region, new.priority) && !c.allows(&old.region, old.priority))
     }
 }
 
@@ -137,289 +128,240 @@ struct TierOffer {
     usable: bool,
 }
 
-impl Controller {
-    /// Observes spot availability for this round, then asks each deadline job's policy what the
-    /// job holds this round (recorded in `st.deadline.choices`; `plan_input` narrows the job's
-    /// demands to it). A change of choice is recorded as a `deadline_choice` event.
-    ///
-    /// Returns the open jobs it read (in planning order) when it changed none of them, so that the
-    /// plan that follows need not read them again.
-    pub(crate) async fn decide_deadlines(
-        &self,
-        st: &mut LoopState,
-        now: i64,
-        report: &mut RoundReport,
-    ) -> Result<Option<Vec<Job>>, StoreError> {
-        let tick_ms = self.config.deadline_tick_ms.max(1);
-        // The rule of `SpotHistory`: a spot GPU offer with room is listed, no capacity block covers
-        // a spot offer there, and none of our spot fleets there lost VMs this round.
-        let mut available: BTreeMap<String, bool> = BTreeMap::new();
-        for o in &st.world.offers {
-            let listed = o.priority == crate::model::Priority::Spot
-                && o.price_per_hour.is_some()
-                && o.capacity_vms != Some(0)
-                && self.catalog.size(&o.size).is_some_and(|s| s.gpus > 0);
-            let e = available.entry(o.region.clone()).or_insert(false);
-            *e |= listed;
-        }
-        for (region, up) in available.iter_mut() {
-            let blocked = st.world.blocked.iter().any(|b| {
-                b.is_active(now)
-                    && b.zone.is_none()
-                    && &b.region == region
-                    && b.class == FailureClass::Capacity
-                    && b.priority.is_none_or(|p| p == crate::model::Priority::Spot)
-            });
-            if blocked || st.deadline.evicted_spot.contains(region) {
-                *up = false;
-            }
-        }
-        st.deadline.evicted_spot.clear();
-        st.deadline.history.observe(now, tick_ms, &available);
+/// A region's cheapest regular and spot offer for a job.
+type Tiers = (Option<TierOffer>, Option<TierOffer>);
 
-        let open_jobs = self.open_jobs()?;
-        let jobs: Vec<Job> = open_jobs.iter().filter(|j| deadline_managed(j)).cloned().collect();
-        let open: BTreeSet<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
-        st.deadline.policies.retain(|id, _| open.contains(id.as_str()));
-        let previous = std::mem::take(&mut st.deadline.choices);
-        if jobs.is_empty() {
-            return Ok(Some(open_jobs));
-        }
-        let active = self.active_attempts()?;
-        let ours = our_usage(active.iter());
-        let mut unchanged = true;
-        for job in jobs {
-            let attempts = self.store.by_index::<Attempt>("job", &job.id)?;
-            let Some(choice) = self.choose_for(st, &job, &attempts, &ours, now, tick_ms) else { continue };
-            if previous.get(&job.id) != Some(&choice) {
-                let msg = format!("{} deadline policy: {choice}", choice.policy);
-                self.store.transaction(|tx| {
-                    let Some(j) = tx.get::<Job>(&job.id)? else { return Ok(()) };
-                    if !j.state.is_final() {
-                        record_event(tx, &j, now, "deadline_choice", msg.clone(), serde_json::Value::Null)?;
-                    }
-                    Ok(())
-                })?;
-            }
-            unchanged &= !self.retire_leftovers(&job, &attempts, &choice, now, report).await?;
-            st.deadline.choices.insert(job.id.clone(), choice);
-        }
-        Ok(unchanged.then_some(open_jobs))
+/// Records this round's spot availability per region in the history (the rule of [`SpotHistory`]:
+/// a spot GPU offer with room is listed, no capacity block covers a spot offer there, and none of
+/// our spot fleets there lost VMs this round).
+pub(crate) fn observe_spot(st: &mut LoopState, catalog: &Catalog, now: i64, tick_ms: i64) {
+    let mut available: BTreeMap<String, bool> = BTreeMap::new();
+    for o in &st.world.offers {
+        let listed = o.priority == Priority::Spot
+            && o.price_per_hour.is_some()
+            && o.capacity_vms != Some(0)
+            && catalog.size(&o.size).is_some_and(|s| s.gpus > 0);
+        let e = available.entry(o.region.clone()).or_insert(false);
+        *e |= listed;
     }
-
-    /// Once an attempt that carries out the job's choice runs (or, with a choice to hold nothing,
-    /// once any runs), the job's other active attempts (left from an earlier choice, e.g. a
-    /// placement still being created when the choice changed back) are deleted: a job never keeps
-    /// two placements after a move. A running one is billed up to now first. Returns whether it
-    /// retired any.
-    async fn retire_leftovers(
-        &self,
-        job: &Job,
-        attempts: &[Attempt],
-        choice: &DeadlineChoice,
-        now: i64,
-        report: &mut RoundReport,
-    ) -> Result<bool, StoreError> {
-        // The attempt to keep: a running one that carries out the choice; with a choice to hold
-        // nothing, the newest running one (what runs is kept, but only one placement of it).
-        let keep = match &choice.hold {
-            Some(_) => attempts
-                .iter()
-                .filter(|a| a.state == AttemptState::Running && choice.allows(&a.region, to_solver(a.priority)))
-                .max_by_key(|a| a.number),
-            None => attempts.iter().filter(|a| a.state == AttemptState::Running).max_by_key(|a| a.number),
-        };
-        let Some(keep) = keep else { return Ok(false) };
-        let carried = |a: &Attempt| match &choice.hold {
-            Some(_) => choice.allows(&a.region, to_solver(a.priority)),
-            None => a.number == keep.number,
-        };
-        let mut retired = false;
-        for old in attempts.iter().filter(|a| a.is_active() && !carried(a)) {
-            if self.cloud.delete_fleet(&old.fleet_name).await.is_err() {
-                continue; // retried next round
-            }
-            report.fleets_deleted += 1;
-            retired = true;
-            let mut old = old.clone();
-            let Some(mut current) = self.store.get::<Job>(&job.id)? else { continue };
-            let mut tenant =
-                self.store.get::<Tenant>(&current.spec.tenant)?.unwrap_or_else(|| Tenant::named(&current.spec.tenant));
-            if old.state == AttemptState::Running {
-                self.account(&mut old, &mut current, &mut tenant, now);
-            }
-            old.state = AttemptState::Replaced;
-            old.ended_at_ms = Some(now);
-            old.operation = None;
-            let msg = format!("attempt {} ({} in {}) retired: the job moved", old.number, old.priority, old.region);
-            self.store.transaction(|tx| {
-                tx.put(&old)?;
-                tx.put(&current)?;
-                tx.put(&tenant)?;
-                record_event(tx, &current, now, "fleet_deleted", msg.clone(), serde_json::Value::Null)?;
-                Ok(())
-            })?;
-        }
-        Ok(retired)
-    }
-
-    /// Builds the job's view (see `deadline::TickView`) and runs its policy. `None` when the job
-    /// has no region with an offer for it.
-    fn choose_for(
-        &self,
-        st: &mut LoopState,
-        job: &Job,
-        attempts: &[Attempt],
-        ours: &BTreeMap<(String, String), (u64, u64)>,
-        now: i64,
-        tick_ms: i64,
-    ) -> Option<DeadlineChoice> {
-        let spec = &job.spec;
-        let deadline = spec.deadline?;
-        let work_h = spec.duration_hours?;
-        let sizes = spec.acceptable_sizes(&self.catalog);
-        let wanted = job.wanted_gpus().max(1);
-        let mut names = Vec::new();
-        let mut tiers: Vec<(Option<TierOffer>, Option<TierOffer>)> = Vec::new();
-        for region in spec.allowed_regions(&self.catalog) {
-            let mut regular: Option<TierOffer> = None;
-            let mut spot: Option<TierOffer> = None;
-            for o in st.world.offers.iter().filter(|o| o.region == region) {
-                let Some(size) = sizes.iter().find(|s| s.name == o.size) else { continue };
-                let Some(price) = o.price_per_hour else { continue };
-                if size.gpus == 0
-                    || spec.min_gpus_per_vm.is_some_and(|m| size.gpus < m)
-                    || st.world.restricted(&region, &size.name)
-                {
-                    continue;
-                }
-                let vms = wanted.div_ceil(size.gpus);
-                let vcpus = vms as u64 * size.vcpus as u64;
-                let pools: Vec<String> = match o.priority {
-                    crate::model::Priority::Regular => vec![normalize_family(&size.family), "cores".into()],
-                    crate::model::Priority::Spot => vec!["lowprioritycores".into()],
-                };
-                let usable = st.world.block_for(&region, &size.name, &size.family, o.priority, now).is_none()
-                    && o.capacity_vms.is_none_or(|c| c >= vms)
-                    && pools.iter().all(|k| st.world.free_vcpus(&region, k, ours).is_none_or(|f| f >= vcpus));
-                let offer = TierOffer { price: price * vms as f64, usable };
-                let slot = match o.priority {
-                    crate::model::Priority::Regular => &mut regular,
-                    crate::model::Priority::Spot => &mut spot,
-                };
-                // Usable offers first, then the cheapest.
-                if slot.is_none_or(|s| (!s.usable && usable) || (s.usable == usable && offer.price < s.price)) {
-                    *slot = Some(offer);
-                }
-            }
-            if regular.is_some() || spot.is_some() {
-                names.push(region);
-                tiers.push((regular, spot));
-            }
-        }
-        if names.is_empty() {
-            return None;
-        }
-        // A region whose history says "available" but whose spot offers this job cannot use now
-        // (quota, a block on its sizes) shows this job an unavailable current tick.
-        let observed = st.deadline.history.observed();
-        let histories: Vec<Cow<'_, [bool]>> = names
-            .iter()
-            .zip(&tiers)
-            .map(|(name, (_, spot))| match spot {
-                None => Cow::Borrowed(&[][..]),
-                Some(s) => {
-                    let window = st.deadline.history.window(name);
-                    if !s.usable && window.last() == Some(&true) {
-                        let mut owned = window.to_vec();
-                        if let Some(last) = owned.last_mut() {
-                            *last = false;
-                        }
-                        Cow::Owned(owned)
-                    } else {
-                        Cow::Borrowed(window)
-                    }
-                }
-            })
-            .collect();
-        let regions: Vec<RegionTick<'_>> = names
-            .iter()
-            .zip(&tiers)
-            .zip(&histories)
-            .map(|((name, (regular, spot)), history)| RegionTick {
-                name,
-                regular_price: regular.map_or(f64::INFINITY, |r| r.price),
-                spot_price: spot.map_or(f64::INFINITY, |s| s.price),
-                regular_available: regular.is_some_and(|r| r.usable),
-                spot_history: history,
-                spot_observed: observed,
-            })
-            .collect();
-        let egress = vec![0.0; names.len() * names.len()];
-        let index = |region: &str| names.iter().position(|n| n == region);
-        let overhead_ms = (RESTART_MARGIN_HOURS * HOUR_MS).round() as i64;
-        let newest_active = attempts.iter().filter(|a| a.is_active()).max_by_key(|a| a.number);
-        let (running, overhead_left_ms) = match newest_active.and_then(|a| index(&a.region).map(|i| (a, i))) {
-            Some((a, i)) => {
-                let c = match a.priority {
-                    crate::model::Priority::Spot => Choice::Spot(i),
-                    crate::model::Priority::Regular => Choice::Regular(i),
-                };
-                let left = match a.state {
-                    AttemptState::Provisioning => (overhead_ms - (now - a.started_at_ms)).clamp(0, overhead_ms),
-                    _ => 0,
-                };
-                (c, left)
-            }
-            None => (Choice::Idle, 0),
-        };
-        let checkpoint_region = attempts.iter().max_by_key(|a| a.number).and_then(|a| index(&a.region));
-        let start = job.submitted_at_ms;
-        let deadline_at = (deadline.unix_timestamp_nanos() / 1_000_000) as i64;
-        let work_ms = (work_h * HOUR_MS).round() as i64;
-        // Rounded up: the view never believes more time is left than there is.
-        let tick = ((now - start).max(0) + tick_ms - 1) / tick_ms;
-        let tick = tick as usize;
-        // What an eviction would cost on top of the restart: the work since the last checkpoint,
-        // at worst a whole interval; without checkpoints, everything done so far (at least an hour's
-        // worth, as the work to come is not saved either).
-        let remaining_h = job.remaining_hours().unwrap_or(work_h);
-        let at_risk_h = match spec.checkpoint_interval_minutes {
-            Some(m) => (m as f64 / 60.0).min(remaining_h),
-            None => job.progress_hours.max(remaining_h.min(1.0)),
-        };
-        let view = TickView {
-            regions: &regions,
-            egress_usd_per_gb: &egress,
-            checkpoint_gb: 0.0,
-            tick,
-            tick_ms,
-            work_ms,
-            deadline_ms: deadline_at - start,
-            overhead_ms,
-            progress_ms: ((job.progress_hours * HOUR_MS).round() as i64).clamp(0, work_ms),
-            running,
-            overhead_left_ms,
-            spot_loss_ms: (at_risk_h * HOUR_MS).round() as i64,
-            checkpoint_region,
-        };
-        let kind = self.config.deadline_policy;
-        let entry = st.deadline.policies.entry(job.id.clone()).or_insert_with(|| JobPolicy {
-            kind,
-            regions: names.clone(),
-            policy: kind.make(),
+    for (region, up) in available.iter_mut() {
+        let blocked = st.world.blocked.iter().any(|b| {
+            b.is_active(now)
+                && b.zone.is_none()
+                && &b.region == region
+                && b.class == FailureClass::Capacity
+                && b.priority.is_none_or(|p| p == Priority::Spot)
         });
-        if entry.kind != kind || entry.regions != names {
-            *entry = JobPolicy { kind, regions: names.clone(), policy: kind.make() };
+        if blocked || st.deadline.evicted_spot.contains(region) {
+            *up = false;
         }
-        let chosen = entry.policy.choose(&view);
-        let hold = match chosen {
-            Choice::Spot(r) => Some((Priority::Spot, names.get(r)?.clone())),
-            Choice::Regular(r) => Some((Priority::Regular, names.get(r)?.clone())),
-            Choice::Idle => None,
-        };
-        Some(DeadlineChoice { policy: kind.name(), hold })
     }
+    st.deadline.evicted_spot.clear();
+    st.deadline.history.observe(now, tick_ms, &available);
+}
+
+/// Starts a round's choices: forgets the policies of jobs no longer open (`open` lists the open
+/// deadline jobs) and returns the last round's choices.
+pub(crate) fn begin_choices(st: &mut LoopState, open: &BTreeSet<&str>) -> BTreeMap<String, DeadlineChoice> {
+    st.deadline.policies.retain(|id, _| open.contains(id.as_str()));
+    std::mem::take(&mut st.deadline.choices)
+}
+
+/// The job's active placements its choice leaves behind, once a placement that carries the choice
+/// out runs (with a choice to hold nothing: all but the newest running one). A job never keeps two
+/// placements after a move.
+pub(crate) fn leftovers(attempts: &[&Attempt], choice: &DeadlineChoice) -> Vec<Attempt> {
+    let running = attempts.iter().filter(|a| a.state == AttemptState::Running);
+    let keep = match &choice.hold {
+        Some(_) => running.filter(|a| choice.allows(&a.region, a.priority)).max_by_key(|a| a.number),
+        None => running.max_by_key(|a| a.number),
+    };
+    let Some(keep) = keep else { return Vec::new() };
+    let carried = |a: &Attempt| match &choice.hold {
+        Some(_) => choice.allows(&a.region, a.priority),
+        None => a.number == keep.number,
+    };
+    attempts.iter().filter(|a| a.is_active() && !carried(a)).map(|a| (*a).clone()).collect()
+}
+
+/// What the job's policy holds it to this round: builds the job's view (see `deadline::TickView`)
+/// and runs its policy (the same instance from round to round). `None` when the job has no region
+/// with an offer for it.
+pub(crate) fn choose(
+    st: &mut LoopState,
+    catalog: &Catalog,
+    (kind, tick_ms): (DeadlinePolicyKind, i64),
+    job: &Job,
+    attempts: &[&Attempt],
+    ours: &OurUsage,
+    now: i64,
+) -> Option<DeadlineChoice> {
+    let (names, tiers) = tier_offers(st, catalog, job, ours, now);
+    if names.is_empty() {
+        return None;
+    }
+    let histories = histories(&st.deadline.history, &names, &tiers);
+    let observed = st.deadline.history.observed();
+    let regions: Vec<RegionTick<'_>> = names
+        .iter()
+        .zip(&tiers)
+        .zip(&histories)
+        .map(|((name, (regular, spot)), history)| RegionTick {
+            name,
+            regular_price: regular.map_or(f64::INFINITY, |r| r.price),
+            spot_price: spot.map_or(f64::INFINITY, |s| s.price),
+            regular_available: regular.is_some_and(|r| r.usable),
+            spot_history: history,
+            spot_observed: observed,
+        })
+        .collect();
+    let egress = vec![0.0; names.len() * names.len()];
+    let view = tick_view(job, attempts, &names, &regions, &egress, now, tick_ms)?;
+    let entry = st.deadline.policies.entry(job.id.clone()).or_insert_with(|| JobPolicy {
+        kind,
+        regions: names.clone(),
+        policy: kind.make(),
+    });
+    if entry.kind != kind || entry.regions != names {
+        *entry = JobPolicy { kind, regions: names.clone(), policy: kind.make() };
+    }
+    let hold = match entry.policy.choose(&view) {
+        Choice::Spot(r) => Some((Priority::Spot, names.get(r)?.clone())),
+        Choice::Regular(r) => Some((Priority::Regular, names.get(r)?.clone())),
+        Choice::Idle => None,
+    };
+    Some(DeadlineChoice { policy: kind.name(), hold })
+}
+
+/// Per allowed region with an offer for the job: the cheapest usable (else cheapest) regular and
+/// spot offer, as the feasibility chain judges them for the whole job.
+fn tier_offers(st: &LoopState, catalog: &Catalog, job: &Job, ours: &OurUsage, now: i64) -> (Vec<String>, Vec<Tiers>) {
+    let spec = &job.spec;
+    let sizes = spec.acceptable_sizes(catalog);
+    let wanted = job.wanted_gpus().max(1);
+    let chain = Feasibility { world: &st.world, breakers: &st.breakers, catalog, now };
+    let mut names = Vec::new();
+    let mut tiers = Vec::new();
+    for region in spec.allowed_regions(catalog) {
+        let mut regular: Option<TierOffer> = None;
+        let mut spot: Option<TierOffer> = None;
+        for o in st.world.offers.iter().filter(|o| o.region == region) {
+            let Some(size) = sizes.iter().find(|s| s.name == o.size) else { continue };
+            if size.gpus == 0 || spec.min_gpus_per_vm.is_some_and(|m| size.gpus < m) {
+                continue;
+            }
+            let vms = wanted.div_ceil(size.gpus);
+            let (price, passes) = match chain.offer(o, size) {
+                Ok(price) => (price, true),
+                // Not a candidate at all: no price, or not for this subscription.
+                Err(OfferFilter::Priced | OfferFilter::NotRestricted) => continue,
+                Err(_) => (o.price_per_hour.unwrap_or(f64::INFINITY), false),
+            };
+            let usable = passes && chain.room(o, size, vms, ours).is_ok();
+            let offer = TierOffer { price: price * vms as f64, usable };
+            let slot = match o.priority {
+                Priority::Regular => &mut regular,
+                Priority::Spot => &mut spot,
+            };
+            // Usable offers first, then the cheapest.
+            if slot.is_none_or(|s| (!s.usable && usable) || (s.usable == usable && offer.price < s.price)) {
+                *slot = Some(offer);
+            }
+        }
+        if regular.is_some() || spot.is_some() {
+            names.push(region);
+            tiers.push((regular, spot));
+        }
+    }
+    (names, tiers)
+}
+
+/// Each region's spot history as the job sees it: a region whose history says "available" but
+/// whose spot offers this job cannot use now (quota, a block on its sizes) shows this job an
+/// unavailable current tick.
+fn histories<'h>(history: &'h SpotHistory, names: &[String], tiers: &[Tiers]) -> Vec<Cow<'h, [bool]>> {
+    names
+        .iter()
+        .zip(tiers)
+        .map(|(name, (_, spot))| match spot {
+            None => Cow::Borrowed(&[][..]),
+            Some(s) => {
+                let window = history.window(name);
+                if !s.usable && window.last() == Some(&true) {
+                    let mut owned = window.to_vec();
+                    if let Some(last) = owned.last_mut() {
+                        *last = false;
+                    }
+                    Cow::Owned(owned)
+                } else {
+                    Cow::Borrowed(window)
+                }
+            }
+        })
+        .collect()
+}
+
+/// The job's state as the policies see it: work, deadline and progress in milliseconds from its
+/// submission, what it holds now and how much restart overhead that still owes, what a spot loss
+/// would cost, and where its checkpoint is.
+fn tick_view<'v>(
+    job: &Job,
+    attempts: &[&Attempt],
+    names: &[String],
+    regions: &'v [RegionTick<'v>],
+    egress: &'v [f64],
+    now: i64,
+    tick_ms: i64,
+) -> Option<TickView<'v>> {
+    let spec = &job.spec;
+    let deadline = spec.deadline?;
+    let work_h = spec.duration_hours?;
+    let index = |region: &str| names.iter().position(|n| n == region);
+    let overhead_ms = (RESTART_MARGIN_HOURS * HOUR_MS).round() as i64;
+    let newest_active = attempts.iter().filter(|a| a.is_active()).max_by_key(|a| a.number);
+    let (running, overhead_left_ms) = match newest_active.and_then(|a| index(&a.region).map(|i| (a, i))) {
+        Some((a, i)) => {
+            let c = match a.priority {
+                Priority::Spot => Choice::Spot(i),
+                Priority::Regular => Choice::Regular(i),
+            };
+            let left = match a.state {
+                AttemptState::Provisioning => (overhead_ms - (now - a.started_at_ms)).clamp(0, overhead_ms),
+                _ => 0,
+            };
+            (c, left)
+        }
+        None => (Choice::Idle, 0),
+    };
+    let checkpoint_region = attempts.iter().max_by_key(|a| a.number).and_then(|a| index(&a.region));
+    let start = job.submitted_at_ms;
+    let deadline_at = (deadline.unix_timestamp_nanos() / 1_000_000) as i64;
+    let work_ms = (work_h * HOUR_MS).round() as i64;
+    // Rounded up: the view never believes more time is left than there is.
+    let tick = (((now - start).max(0) + tick_ms - 1) / tick_ms) as usize;
+    // What an eviction would cost on top of the restart: the work since the last checkpoint, at
+    // worst a whole interval; without checkpoints, everything done so far (at least an hour's
+    // worth, as the work to come is not saved either).
+    let remaining_h = job.remaining_hours().unwrap_or(work_h);
+    let at_risk_h = match spec.checkpoint_interval_minutes {
+        Some(m) => (m as f64 / 60.0).min(remaining_h),
+        None => job.progress_hours.max(remaining_h.min(1.0)),
+    };
+    Some(TickView {
+        regions,
+        egress_usd_per_gb: egress,
+        checkpoint_gb: 0.0,
+        tick,
+        tick_ms,
+        work_ms,
+        deadline_ms: deadline_at - start,
+        overhead_ms,
+        progress_ms: ((job.progress_hours * HOUR_MS).round() as i64).clamp(0, work_ms),
+        running,
+        overhead_left_ms,
+        spot_loss_ms: (at_risk_h * HOUR_MS).round() as i64,
+        checkpoint_region,
+    })
 }
 
 #[cfg(test)]

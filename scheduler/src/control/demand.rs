@@ -8,7 +8,7 @@
 //! `replicas.desired` at its normal weight, so minimum replicas survive whatever else waits.
 
 use crate::catalog::Catalog;
-use crate::model::{Job, JobKind, SpotPolicy};
+use crate::model::{Job, JobKind};
 
 /// Weight multiplier for the part of an inference service below its minimum replicas.
 pub const MIN_REPLICA_BOOST: u32 = 100;
@@ -61,7 +61,7 @@ pub fn demands(job: &Job, catalog: &Catalog, healthy_gpus: u32) -> Vec<solver::J
         return Vec::new();
     }
     let wanted = job.wanted_gpus();
-    let gang = spec.is_gang() && spec.kind != JobKind::Inference;
+    let gang = spec.is_gang();
     let deficit = if gang { if healthy_gpus > 0 { 0 } else { wanted } } else { wanted.saturating_sub(healthy_gpus) };
     if deficit == 0 {
         return Vec::new();
@@ -70,11 +70,7 @@ pub fn demands(job: &Job, catalog: &Catalog, healthy_gpus: u32) -> Vec<solver::J
     gpu_models.sort();
     gpu_models.dedup();
     let size_names: Vec<String> = sizes.iter().map(|s| s.name.clone()).collect();
-    let spot = match spec.spot_policy() {
-        SpotPolicy::Never => solver::SpotPolicy::Never,
-        SpotPolicy::Allowed => solver::SpotPolicy::Allowed,
-        SpotPolicy::Preferred => solver::SpotPolicy::Preferred,
-    };
+    let spot = spec.spot_policy();
     let remaining_hours = job.remaining_hours().unwrap_or(1.0).max(1.0 / 60.0);
     let remaining_budget = spec.budget.map(|b| (b - job.cost_usd).max(0.0));
     let base = |id: String, gpus: u32, priority: u32| {

@@ -1,6 +1,7 @@
-//! Runs reconcile rounds in real time: on a timer, and soon after every event (a submission, a
-//! cancellation), waiting a short batching window first so a burst is solved together, and never
-//! less than the last round took, so a stream of submissions cannot keep the loop busy all the time.
+//! Runs reconcile rounds in real time: on a timer (sooner when a round asked to look again sooner),
+//! and soon after every event (a submission, a cancellation), waiting a short batching window first
+//! so a burst is solved together, and never less than the last round took, so a stream of
+//! submissions cannot keep the loop busy all the time.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -51,6 +52,9 @@ impl RoundHealth {
     }
 }
 
+/// The soonest a round comes back for something a round asked to look at again.
+const MIN_LOOK_AGAIN: Duration = Duration::from_secs(1);
+
 /// When rounds run.
 #[derive(Debug, Clone, Copy)]
 pub struct DriverConfig {
@@ -82,6 +86,15 @@ pub async fn run_forever(
         let outcome = controller.reconcile().await;
         let took = started.elapsed();
         controller.health.record(outcome.as_ref().map(|_| ()).map_err(|e| e.to_string()));
+        // Something the round saw is worth a look before the next timed round (an operation's
+        // `Retry-After`, a deletion backing off): come back then, but never sooner than a second (or
+        // the batching window), so a burst of short requeues cannot spin the loop.
+        let floor = config.batch_window.max(MIN_LOOK_AGAIN);
+        let look_again = match &outcome {
+            Ok(r) => r.look_again_in_ms.map(|ms| Duration::from_millis(ms.max(0) as u64).max(floor)),
+            Err(_) => None,
+        };
+        let next = look_again.map_or(config.interval, |d| d.min(config.interval));
         match outcome {
             Ok(r) if !r.is_quiet() => tracing::info!(
                 placements = r.placements,
@@ -98,7 +111,7 @@ pub async fn run_forever(
             Err(e) => tracing::error!(error = %e, "reconcile round failed; retrying"),
         }
         tokio::select! {
-            _ = tokio::time::sleep(config.interval) => {}
+            _ = tokio::time::sleep(next) => {}
             // Under a sustained stream of wake-ups, wait at least as long as the last round took:
             // the loop then uses at most about half the time, and the API keeps the rest.
             _ = wake.notified() => tokio::time::sleep(config.batch_window.max(took)).await,

@@ -33,6 +33,13 @@ pub struct OfferLabel {
     pub priority: String,
 }
 
+/// Label: a filter of the feasibility chain.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FilterLabel {
+    /// `priced`, `not_blocked`, `breaker`, …
+    pub filter: String,
+}
+
 /// Everything the control loop counts. Handles are cheap clones of shared atomics.
 #[derive(Clone, Debug)]
 pub struct ControlMetrics {
@@ -61,6 +68,9 @@ pub struct ControlMetrics {
     pub gpus_in_use: Family<OfferLabel, Gauge>,
     /// USD per hour being spent now.
     pub cost_rate: Gauge<f64, AtomicU64>,
+    /// The cloud's listings the feasibility chain kept from the last plan, by the filter that
+    /// rejected each.
+    pub offers_rejected: Family<FilterLabel, Gauge>,
 }
 
 impl ControlMetrics {
@@ -85,6 +95,11 @@ impl ControlMetrics {
         r.register("jobs", "Jobs by state", m.jobs.clone());
         r.register("gpus_in_use", "GPUs running by region, size and priority", m.gpus_in_use.clone());
         r.register("cost_rate_usd_per_hour", "USD per hour being spent now", m.cost_rate.clone());
+        r.register(
+            "offers_rejected",
+            "Listed offers kept from the last plan, by feasibility filter",
+            m.offers_rejected.clone(),
+        );
         m
     }
 
@@ -103,6 +118,7 @@ impl ControlMetrics {
             jobs: Family::default(),
             gpus_in_use: Family::default(),
             cost_rate: Gauge::default(),
+            offers_rejected: Family::default(),
         }
     }
 }

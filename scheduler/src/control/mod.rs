@@ -1,6 +1,18 @@
 //! The control loop: reconcile rounds that read desired state (jobs in the store) and actual state
 //! (fleets in the cloud) and converge them: place pending work, follow fleets to a final state,
-//! fail over when capacity or quota runs out, migrate away from evictions, clean up finished work.
+//! fail over when capacity or quota runs out, migrate away from evictions, clean up finished work,
+//! and delete every fleet the cloud holds that no live attempt owns.
+//!
+//! A round is **observe → decide → act** (`round.rs` runs the steps):
+//! - observe (`snapshot.rs`): one [`Snapshot`](snapshot::Snapshot) of the store (open jobs, active
+//!   attempts, tenants) and the cloud (offers, quota, restrictions, each active attempt's operation
+//!   or fleet, and every few minutes the list of all fleets), beside the loop's memory
+//!   ([`LoopState`]: blocks, breakers, deadline policies, deletions in flight);
+//! - decide (`follow.rs`, `watch.rs`, `cleanup.rs`, `deadline.rs`, `placement.rs`, with the rules of
+//!   `feasibility.rs`, `error_policy.rs` and `crate::accounting`): pure functions from the snapshot
+//!   to [`Action`](actions::Action)s, unit-tested without a cloud;
+//! - act (`act.rs`): the actions performed against the store and the cloud, events recorded, and
+//!   what was written put back in the snapshot for the next decision.
 //!
 //! Invariants (kube-rs style reconcile):
 //! - A round is idempotent: run twice with nothing changed, the second does nothing.
@@ -8,25 +20,49 @@
 //!   fleet is asked for, so a crash between the two is healed by looking the fleet up by name;
 //!   a new attempt number is only taken once the previous attempt has failed or ended, so there
 //!   is never more than one fleet per attempt.
-//! - Only `Cloud` and `Clock` are seen: the simulator runs this same code in virtual time.
+//! - No fleet leaks: a fleet whose attempt ended is deleted, and a failed deletion is retried with
+//!   backoff until the cloud confirms it gone; the cloud reconciliation deletes every tagged fleet
+//!   without a live attempt, whatever the loop remembers after a crash.
+//! - Only `Cloud` and `Clock` are seen (never `cloud::azure`): the simulator runs this same code in
+//!   virtual time.
+//!
+//! Extending the round: a new observation is a field of `Snapshot` filled in `observe` (or of
+//! `LoopState` when it outlives the round); a new decision is a pure function in the step's file
+//! (or a new file) returning `Action`s, called from its step in `round.rs`; a new kind of write is a
+//! `JobEdit` or a field of `Change`, and a new kind of effect an `Action` variant performed in
+//! `act.rs`. ARCHITECTURE.md has a worked example.
 
+mod accounts;
+mod act;
+mod actions;
 mod breaker;
+mod cleanup;
 mod deadline;
+mod deletions;
 mod demand;
 mod driver;
+pub mod error_policy;
+mod feasibility;
+mod follow;
 mod metrics;
+mod placement;
 mod retention;
 mod round;
+mod snapshot;
+#[cfg(test)]
+mod tests;
+mod watch;
 mod world;
 
 pub use breaker::{BreakerConfig, BreakerState, RegionBreakers};
 pub use deadline::{DeadlineChoice, apply_deadline_choice, deadline_managed};
 pub use demand::{DemandPart, MIN_REPLICA_BOOST, RESTART_MARGIN_HOURS, demands};
 pub use driver::{DriverConfig, RoundHealth, RoundStatus, run_forever};
-pub use metrics::{ClassLabel, ControlMetrics, OfferLabel, StateLabel};
-pub use round::RoundReport;
+pub use metrics::{ClassLabel, ControlMetrics, FilterLabel, OfferLabel, StateLabel};
+pub use round::{ControlError, RoundReport};
 pub use world::{PoolView, SPOT_HISTORY_TICKS, SpotHistory, WorldView, our_usage};
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -35,7 +71,9 @@ use state::Store;
 use crate::catalog::Catalog;
 use crate::clock::Clock;
 use crate::cloud::Cloud;
-use crate::model::BlockedOffer;
+use crate::model::{Attempt, AttemptState, BlockedOffer};
+use crate::records::{AttemptsBy, Lookup};
+use deletions::Deletions;
 
 /// Settings of the control loop.
 #[derive(Debug, Clone)]
@@ -44,8 +82,11 @@ pub struct ControlConfig {
     pub quota_refresh_ms: i64,
     /// How long a fleet may stay below its minimum before its job migrates (0 VMs: at once).
     pub below_min_grace_ms: i64,
-    /// Delete tagged fleets that no attempt knows (found at start-up).
+    /// Delete tagged fleets that no live attempt owns (found by the cloud reconciliation).
     pub delete_orphans: bool,
+    /// How often every fleet in the cloud is compared with the live attempts (and at the first
+    /// round after a start): tagged fleets without one are deleted.
+    pub reconcile_cloud_ms: i64,
     /// Mark a job succeeded once its `duration_hours` of work are done (simulated clouds, where no
     /// user is there to say so).
     pub auto_complete: bool,
@@ -57,8 +98,6 @@ pub struct ControlConfig {
     pub durable: bool,
     /// Region circuit breakers.
     pub breaker: BreakerConfig,
-    /// Factor applied to the price of offers in a shunned region so they rank last.
-    pub shunned_price_factor: f64,
     /// How long a finished job (with its attempts and events) and the event log are kept after it
     /// ends; `None` keeps everything for ever. What tenants spent is kept regardless.
     pub retain_finished_ms: Option<i64>,
@@ -82,12 +121,12 @@ impl Default for ControlConfig {
             quota_refresh_ms: 3 * 60_000,
             below_min_grace_ms: 2 * 60_000,
             delete_orphans: true,
+            reconcile_cloud_ms: 3 * 60_000,
             auto_complete: false,
             solve_time_limit_ms: 2_000,
             max_replans_per_round: 4,
             durable: true,
             breaker: BreakerConfig::default(),
-            shunned_price_factor: 1_000.0,
             retain_finished_ms: Some(7 * 24 * 3_600_000),
             deadline_policy: crate::deadline::DeadlinePolicyKind::Spillway,
             deadline_tick_ms: 60_000,
@@ -116,12 +155,11 @@ pub struct RegionHealth {
     pub breaker: BreakerState,
 }
 
-/// Mutable state of the loop between rounds (everything else lives in the store or the cloud).
+/// The loop's memory between rounds (everything else lives in the store or the cloud).
 #[derive(Debug, Default)]
 pub(crate) struct LoopState {
     pub(crate) world: WorldView,
     pub(crate) breakers: RegionBreakers,
-    pub(crate) adopted: bool,
     pub(crate) loaded_blocks: bool,
     pub(crate) deadline: deadline::DeadlineState,
     /// The last problem solved and its plan: a round whose problem is the same (no new job, no
@@ -132,6 +170,22 @@ pub(crate) struct LoopState {
     /// Whether this round's read of the offers changed any price (or the offers themselves): running
     /// attempts are re-priced only then.
     pub(crate) prices_moved: bool,
+    /// Attempts whose fleet is not worth asking about before a time (an operation's `Retry-After`,
+    /// a throttled call), by attempt key.
+    pub(crate) look_again: BTreeMap<String, i64>,
+    /// When every fleet in the cloud was last compared with the live attempts; `None` before the
+    /// first time since the start.
+    pub(crate) cloud_reconciled_at: Option<i64>,
+    /// Fleet deletions not yet confirmed.
+    pub(crate) deletions: Deletions,
+    /// Orphan fleets already recorded (one event each, however many passes find them).
+    pub(crate) orphans_reported: BTreeSet<String>,
+}
+
+/// True when an attempt has been below its minimum for longer than the grace period, or has
+/// nothing left: the job needs a new placement for the GPUs it carried.
+pub(crate) fn is_degraded(a: &Attempt, now: i64, grace_ms: i64) -> bool {
+    a.state == AttemptState::Running && a.below_min_since_ms.is_some_and(|t| a.running_vms == 0 || now - t >= grace_ms)
 }
 
 /// The control loop over one store and one cloud.
@@ -176,7 +230,7 @@ impl Controller {
     }
 
     /// Forgets what the loop learned in memory, as a restart does, so the next round reads blocked
-    /// offers from the store and adopts the cloud's fleets before it acts: called when this server
+    /// offers from the store and reconciles the cloud's fleets with the live attempts before it acts: called when this server
     /// becomes the leader (another server may have acted since it last led).
     pub async fn start_term(&self) {
         let mut st = self.state.lock().await;
@@ -202,7 +256,8 @@ impl Controller {
     /// Quota, blocked offers and region health as of the last round.
     pub async fn capacity(&self) -> Result<CapacityView, state::StoreError> {
         let now = self.clock.now_ms();
-        let attempts = self.active_attempts()?;
+        let mut attempts = self.store.find(AttemptsBy::State(AttemptState::Provisioning))?;
+        attempts.extend(self.store.find(AttemptsBy::State(AttemptState::Running))?);
         let ours = our_usage(attempts.iter());
         let st = self.state.lock().await;
         let mut blocked: Vec<BlockedOffer> = st.world.blocked.iter().filter(|b| b.is_active(now)).cloned().collect();

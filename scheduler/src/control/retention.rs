@@ -12,9 +12,8 @@
 
 use state::Record;
 
-use crate::jobs::JobEvent;
-use crate::model::{Attempt, Job, JobState};
-use crate::records::IdempotencyRecord;
+use crate::model::{Attempt, Job, JobEvent, JobState};
+use crate::records::{AttemptsBy, EventsOfJob, IdempotencyKeysOfJob, IdempotencyRecord, JobsBy, Lookup};
 
 use super::round::ControlError;
 use super::{Controller, LoopState};
@@ -39,17 +38,17 @@ impl Controller {
         let horizon = now - keep_ms;
         let mut forgotten = 0;
         for state in [JobState::Succeeded, JobState::Failed, JobState::Cancelled] {
-            for job in self.store.first_by_index::<Job>("state", state.as_str(), JOBS_PER_PASS)? {
+            for job in self.store.first_where(JobsBy::State(state), JOBS_PER_PASS)? {
                 if job.finished_at_ms.is_none_or(|f| f > horizon) {
                     continue;
                 }
-                let attempts = self.store.by_index::<Attempt>("job", &job.id)?;
+                let attempts = self.store.find(AttemptsBy::Job(&job.id))?;
                 // A fleet still being deleted keeps its job until the clean-up has settled it.
                 if attempts.iter().any(|a| a.is_active()) {
                     continue;
                 }
-                let events = self.store.by_index::<JobEvent>("job", &job.id)?;
-                let keys = self.store.by_index::<IdempotencyRecord>("job", &job.id)?;
+                let events = self.store.find(EventsOfJob(&job.id))?;
+                let keys = self.store.find(IdempotencyKeysOfJob(&job.id))?;
                 self.store.transaction(|tx| {
                     for k in &keys {
                         tx.delete::<IdempotencyRecord>(&k.key())?;

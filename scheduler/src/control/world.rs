@@ -10,8 +10,9 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::Serialize;
 
+use crate::catalog::Catalog;
 use crate::cloud::SizeRestriction;
-use crate::model::{Attempt, BlockedOffer, Offer, Priority, Quota, QuotaPool, normalize_family};
+use crate::model::{Attempt, BlockedOffer, Offer, Priority, Quota, QuotaPool};
 
 /// One pool as the scheduler sees it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -54,17 +55,13 @@ pub struct WorldView {
     pub blocked: Vec<BlockedOffer>,
 }
 
-/// vCPUs our active attempts hold per (region, pool key): a regular VM draws from its family and
-/// from `cores`, a spot VM from `lowPriorityCores`.
+/// vCPUs our active attempts hold per (region, pool key), by the pools each VM draws from
+/// ([`QuotaPool::keys_drawn_by`]).
 pub fn our_usage<'a>(attempts: impl Iterator<Item = &'a Attempt>) -> BTreeMap<(String, String), (u64, u64)> {
     let mut out: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
     for a in attempts.filter(|a| a.is_active()) {
         let in_flight = if a.state == crate::model::AttemptState::Provisioning { a.vcpus } else { 0 };
-        let pools: Vec<String> = match a.priority {
-            Priority::Regular => vec![normalize_family(&a.family), "cores".into()],
-            Priority::Spot => vec!["lowprioritycores".into()],
-        };
-        for p in pools {
+        for p in QuotaPool::keys_drawn_by(a.priority, &a.family) {
             let e = out.entry((a.region.clone(), p)).or_default();
             e.0 += a.vcpus;
             e.1 += in_flight;
@@ -170,6 +167,17 @@ impl WorldView {
         let e = self.pools.get(&k)?;
         let us = ours.get(&k).map_or(0, |x| x.0);
         Some(e.limit.saturating_sub(e.others).saturating_sub(us))
+    }
+
+    /// The cloud's current price of an offer (`size` as the catalog spells it), looked up when
+    /// placing and when prices moved rather than kept for every offer every round.
+    pub fn list_price(&self, catalog: &Catalog, region: &str, size: &str, priority: Priority) -> Option<f64> {
+        self.offers
+            .iter()
+            .rev()
+            .filter(|o| o.region == region && o.priority == priority && o.price_per_hour.is_some())
+            .find(|o| catalog.size(&o.size).is_some_and(|s| s.name == size && s.gpus > 0))
+            .and_then(|o| o.price_per_hour)
     }
 
     /// True when the subscription may not use the size anywhere in the region.

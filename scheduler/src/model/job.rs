@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::Priority;
 use super::job_spec::JobSpec;
-use super::offer::Priority;
 
 /// Where a job is in its life. `Succeeded`, `Failed` and `Cancelled` are final.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema)]
@@ -113,6 +113,10 @@ pub struct Job {
     /// While pending: why it is not placed (empty otherwise).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending_reasons: Vec<String>,
+    /// While pending: how its candidate offers fared against the feasibility chain when its
+    /// reasons last changed (Nomad's `AllocMetric`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offer_filters: Option<super::OfferFilterCounts>,
     /// The last provisioning failure, for people asking "why did it move?".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_failure: Option<String>,
@@ -142,6 +146,7 @@ impl Job {
             failovers: 0,
             evictions: 0,
             pending_reasons: Vec::new(),
+            offer_filters: None,
             last_failure: None,
             end_reason: None,
             awaiting_failover: false,
@@ -164,6 +169,7 @@ impl Job {
         }
         if state != JobState::Pending {
             self.pending_reasons.clear();
+            self.offer_filters = None;
         }
     }
 
@@ -195,6 +201,28 @@ pub enum AttemptState {
     Replaced,
     /// The job ended and the fleet was deleted.
     Ended,
+}
+
+impl AttemptState {
+    /// Every state, in lifecycle order.
+    pub const ALL: [AttemptState; 5] = [
+        AttemptState::Provisioning,
+        AttemptState::Running,
+        AttemptState::Failed,
+        AttemptState::Replaced,
+        AttemptState::Ended,
+    ];
+
+    /// The lower-case word stored and shown in APIs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptState::Provisioning => "provisioning",
+            AttemptState::Running => "running",
+            AttemptState::Failed => "failed",
+            AttemptState::Replaced => "replaced",
+            AttemptState::Ended => "ended",
+        }
+    }
 }
 
 /// One placement of a job on one fleet.
@@ -241,7 +269,7 @@ pub struct Attempt {
     pub ended_at_ms: Option<i64>,
     /// The create operation in flight, kept so a restarted scheduler can poll it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub operation: Option<crate::cloud::FleetOperation>,
+    pub operation: Option<super::FleetOperation>,
     /// VMs running at the last look.
     #[serde(default)]
     pub running_vms: u32,
@@ -259,7 +287,7 @@ pub struct Attempt {
     pub failure: Option<String>,
     /// The failure's class, when it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failure_class: Option<crate::cloud::FailureClass>,
+    pub failure_class: Option<super::FailureClass>,
 }
 
 impl Attempt {

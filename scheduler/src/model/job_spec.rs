@@ -8,11 +8,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
+use super::SpotPolicy;
 use super::field_error::FieldErrors;
-use super::size::{Workload, gpu_model_matches};
+use super::size::{SizeCatalog, Workload, gpu_model_matches};
 use super::spec_reader::{self, ReadSpec};
 use super::strict_json::{self, JsonError};
-use crate::catalog::Catalog;
 
 /// What kind of work a job is; it sets the defaults for gang, spot and the sizes considered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
@@ -34,18 +34,6 @@ impl JobKind {
             JobKind::Batch | JobKind::Inference => Workload::Inference,
         }
     }
-}
-
-/// Whether a job may run on spot VMs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum SpotPolicy {
-    /// Regular VMs only.
-    Never,
-    /// Spot or regular, whichever is better.
-    Allowed,
-    /// Spot wins ties; regular only when spot cannot serve.
-    Preferred,
 }
 
 /// Replica counts of an inference service.
@@ -236,10 +224,10 @@ impl JobSpec {
 
     /// Parses and validates in one pass, so that unknown fields, type errors and semantic
     /// problems are all reported together.
-    pub fn parse_checked(
+    pub fn parse_checked<C: SizeCatalog + ?Sized>(
         content: &str,
         format: SpecFormat,
-        catalog: &Catalog,
+        catalog: &C,
         now: OffsetDateTime,
     ) -> Result<JobSpec, FieldErrors> {
         let value = parse_value(content, format)?;
@@ -249,9 +237,9 @@ impl JobSpec {
     /// [`JobSpec::from_value`] followed by [`JobSpec::validate`], reporting every problem found
     /// by either: the semantic checks run on every field that could be read, so a spec with a
     /// missing `kind`, a negative `gpus` and an unknown `spot` gets all three problems at once.
-    pub fn from_value_checked(
+    pub fn from_value_checked<C: SizeCatalog + ?Sized>(
         value: serde_json::Value,
-        catalog: &Catalog,
+        catalog: &C,
         now: OffsetDateTime,
     ) -> Result<JobSpec, FieldErrors> {
         let ReadSpec { spec, mut errors, broken } = spec_reader::read(value)?;
@@ -278,9 +266,11 @@ impl JobSpec {
         toml::to_string(self).expect("a JobSpec always serialises to TOML")
     }
 
-    /// Gang scheduling: explicit, else true for training only.
+    /// Gang scheduling (all VMs on one offer, or none; a lost VM stops all the work): explicit, else
+    /// true for training only; never for inference, whose replicas are placed and lost one by one
+    /// (validation refuses `gang = true` there). The one home of that rule.
     pub fn is_gang(&self) -> bool {
-        self.gang.unwrap_or(self.kind == JobKind::Training)
+        self.kind != JobKind::Inference && self.gang.unwrap_or(self.kind == JobKind::Training)
     }
 
     /// Spot policy: explicit, else `allowed` for batch and `never` for training and inference.
@@ -303,7 +293,7 @@ impl JobSpec {
 
     /// Regions the job may run in, given the catalog's regions: the allow list (or all), minus
     /// the deny list.
-    pub fn allowed_regions(&self, catalog: &Catalog) -> Vec<String> {
+    pub fn allowed_regions<C: SizeCatalog + ?Sized>(&self, catalog: &C) -> Vec<String> {
         let all: Vec<String> = match &self.regions {
             Some(list) => list.clone(),
             None => catalog.regions(),
@@ -314,7 +304,7 @@ impl JobSpec {
     /// The catalog sizes this job accepts, before regions and prices: explicit sizes, else the
     /// sizes with an acceptable GPU model, else the sizes of the kind's workload class; whole-GPU
     /// sizes only, with at least `min_gpus_per_vm`.
-    pub fn acceptable_sizes<'c>(&self, catalog: &'c Catalog) -> Vec<&'c super::VmSize> {
+    pub fn acceptable_sizes<'c, C: SizeCatalog + ?Sized>(&self, catalog: &'c C) -> Vec<&'c super::VmSize> {
         catalog
             .sizes()
             .iter()
@@ -329,16 +319,16 @@ impl JobSpec {
     }
 
     /// Checks the spec against the catalog and the current time; returns every problem found.
-    pub fn validate(&self, catalog: &Catalog, now: OffsetDateTime) -> Result<(), FieldErrors> {
+    pub fn validate<C: SizeCatalog + ?Sized>(&self, catalog: &C, now: OffsetDateTime) -> Result<(), FieldErrors> {
         self.check(catalog, now, &BTreeSet::new(), true)
     }
 
     /// The semantic checks, skipping the fields in `broken` (already reported as unreadable, and
     /// standing in with neutral values) and the checks that depend on them; `whole` is false when
     /// anything else was wrong, which makes "no size matches" meaningless.
-    fn check(
+    fn check<C: SizeCatalog + ?Sized>(
         &self,
-        catalog: &Catalog,
+        catalog: &C,
         now: OffsetDateTime,
         broken: &BTreeSet<String>,
         whole: bool,
@@ -504,7 +494,7 @@ impl JobSpec {
                         self.min_gpus_per_vm.unwrap_or(1)
                     ),
                 );
-            } else if !sizes.iter().any(|s| regions.iter().any(|r| catalog.price(&s.name, r).is_some())) {
+            } else if !sizes.iter().any(|s| regions.iter().any(|r| catalog.is_priced(&s.name, r))) {
                 errs.push("regions", "none of the acceptable sizes has a known price in the allowed regions");
             }
         }

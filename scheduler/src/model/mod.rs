@@ -5,24 +5,34 @@
 //! `JobSpec::validate` and by the catalog loader, never assumed.
 
 mod blocked_offer;
+mod failure_class;
 mod field_error;
+mod fleet_operation;
 mod job;
+mod job_event;
 mod job_spec;
 mod offer;
+mod offer_filter;
 mod quota;
 mod size;
 mod spec_reader;
 pub mod strict_json;
 
 pub use blocked_offer::BlockedOffer;
+pub use failure_class::FailureClass;
 pub use field_error::{FieldError, FieldErrors};
+pub use fleet_operation::FleetOperation;
 pub use job::{Attempt, AttemptState, Job, JobState, fleet_name};
+pub use job_event::{EventKind, JobEvent};
 pub use job_spec::{
     IntBounds, JobKind, JobSpec, MAX_BUDGET_USD, MAX_CHECKPOINT_MINUTES, MAX_DATA_GB, MAX_DEADLINE_DAYS,
     MAX_DURATION_HOURS, MAX_GPUS, MAX_PRICE_PER_HOUR, MAX_REPLICAS, MIN_DURATION_HOURS, OnIdle, RESERVED_ENV_PREFIX,
-    Replicas, SpecFormat, SpotPolicy, int_bounds,
+    Replicas, SpecFormat, int_bounds,
 };
-pub use offer::{Offer, Priority};
-pub use quota::{Quota, QuotaPool, normalize_family};
-pub use size::{VmSize, Workload};
+pub use offer::Offer;
+pub use offer_filter::{OfferFilter, OfferFilterCounts};
+pub use quota::Quota;
+pub use size::{SizeCatalog, VmSize, Workload};
+/// Spot or regular, spot policies and quota pools have one home, the solver (the lowest layer).
+pub use solver::{Priority, QuotaPool, SpotPolicy, normalize_family};
 pub use spec_reader::MAX_LIST_ITEMS;

@@ -52,6 +52,35 @@ impl VmSize {
     }
 }
 
+/// What the domain model needs to know of a catalog: its sizes and where they are sold. The GPU
+/// catalog (`crate::catalog::Catalog`) implements it, so the model never depends on how sizes and
+/// prices are loaded or merged.
+pub trait SizeCatalog {
+    /// Every size, in catalog order.
+    fn sizes(&self) -> &[VmSize];
+    /// A size by name (case-insensitive, as Azure treats them).
+    fn size(&self, name: &str) -> Option<&VmSize>;
+    /// Every region with at least one price, sorted.
+    fn regions(&self) -> Vec<String>;
+    /// Whether the catalog lists prices for the size in the region (a price row, either tier).
+    fn is_priced(&self, size: &str, region: &str) -> bool;
+}
+
+impl<T: SizeCatalog + ?Sized> SizeCatalog for std::sync::Arc<T> {
+    fn sizes(&self) -> &[VmSize] {
+        (**self).sizes()
+    }
+    fn size(&self, name: &str) -> Option<&VmSize> {
+        (**self).size(name)
+    }
+    fn regions(&self) -> Vec<String> {
+        (**self).regions()
+    }
+    fn is_priced(&self, size: &str, region: &str) -> bool {
+        (**self).is_priced(size, region)
+    }
+}
+
 /// See [`VmSize::matches_gpu_model`].
 pub fn gpu_model_matches(model: &str, wanted: &str) -> bool {
     // Byte-wise and without lowercased copies: the control loop asks this for every size, job and

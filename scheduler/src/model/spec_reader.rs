@@ -12,8 +12,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Map, Value};
 use time::OffsetDateTime;
 
+use super::SpotPolicy;
 use super::field_error::FieldErrors;
-use super::job_spec::{JobKind, JobSpec, OnIdle, Replicas, SpotPolicy, int_bounds};
+use super::job_spec::{JobKind, JobSpec, OnIdle, Replicas, int_bounds};
 
 /// The field names a spec accepts.
 pub(super) const SPEC_FIELDS: &[&str] = &[
@@ -86,7 +87,7 @@ pub(super) fn read(value: Value) -> Result<ReadSpec, FieldErrors> {
     let deny_regions = r.list("deny_regions");
     let data_region = r.optional("data_region", |v| v.as_str().map(String::from), "must be a region name (a string)");
     let data_gb = r.number("data_gb");
-    let spot = r.optional("spot", parse_spot, "must be one of never, allowed, preferred");
+    let spot = r.optional("spot", parse_spot, "must be one of never, allowed, preferred, only");
     let max_price_per_hour = r.number("max_price_per_hour");
     let budget = r.number("budget");
     let duration_hours = r.number("duration_hours");
@@ -316,6 +317,7 @@ fn parse_spot(v: &Value) -> Option<SpotPolicy> {
         "never" => Some(SpotPolicy::Never),
         "allowed" => Some(SpotPolicy::Allowed),
         "preferred" => Some(SpotPolicy::Preferred),
+        "only" => Some(SpotPolicy::Only),
         _ => None,
     }
 }

@@ -115,6 +115,10 @@ pub struct FaultConfig {
     pub throttle_retry_after_seconds: u64,
     /// Share of requests answered 500 `InternalServerError` (0–1).
     pub error_rate: f64,
+    /// Share of `DELETE` requests answered 500 `InternalServerError` on top of `error_rate` (0–1):
+    /// deletions that fail, for the tests that no fleet leaks.
+    #[serde(default)]
+    pub delete_error_rate: f64,
     /// Share of new fleets whose creation ends `Failed` with `InternalOperationError` (0–1).
     pub lro_failure_rate: f64,
     /// Added latency per request, uniformly in this range of milliseconds (inclusive).
@@ -129,6 +133,7 @@ impl Default for FaultConfig {
             throttle_rate: 0.0,
             throttle_retry_after_seconds: 1,
             error_rate: 0.0,
+            delete_error_rate: 0.0,
             lro_failure_rate: 0.0,
             latency_ms: (0, 0),
             seed: 1,
@@ -169,6 +174,7 @@ impl EmulatorConfig {
         for (name, v) in [
             ("throttle_rate", self.faults.throttle_rate),
             ("error_rate", self.faults.error_rate),
+            ("delete_error_rate", self.faults.delete_error_rate),
             ("lro_failure_rate", self.faults.lro_failure_rate),
         ] {
             if !(0.0..=1.0).contains(&v) {
@@ -229,7 +235,7 @@ pub struct RequestRecord {
     pub path: String,
     /// Response status.
     pub status: u16,
-    /// Injected fault, if any: `throttled`, `error`, `lro_failure`.
+    /// Injected fault, if any: `throttled`, `error`, `delete_error`, `lro_failure`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fault: Option<String>,
 }

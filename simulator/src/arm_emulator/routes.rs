@@ -236,10 +236,15 @@ async fn gate_inner(st: &AppState, route: &str, req: Request, next: Next) -> Res
         resp.extensions_mut().insert(InjectedFault("throttled"));
         return resp;
     }
-    if error < faults.error_rate {
+    // A DELETE's own fault reuses the request's error draw (the part above `error_rate`), so that
+    // turning it on does not shift the faults every other request meets.
+    let delete_fault = req.method() == Method::DELETE
+        && error >= faults.error_rate
+        && error - faults.error_rate < faults.delete_error_rate;
+    if error < faults.error_rate || delete_fault {
         let mut resp =
             err(StatusCode::INTERNAL_SERVER_ERROR, "InternalServerError", "The server encountered an internal error.");
-        resp.extensions_mut().insert(InjectedFault("error"));
+        resp.extensions_mut().insert(InjectedFault(if delete_fault { "delete_error" } else { "error" }));
         return resp;
     }
     let mut segments = req.uri().path().split('/');

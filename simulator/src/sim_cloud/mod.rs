@@ -386,7 +386,6 @@ impl Cloud for SimCloud {
                     price_per_hour: row.for_priority(priority),
                     capacity_vms,
                     eviction_rate_per_hour,
-                    blocked: Vec::new(),
                 });
             }
         }

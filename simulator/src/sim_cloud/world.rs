@@ -410,7 +410,6 @@ impl World {
     /// The usage of each of `pools` in `region`, in one walk over the fleets (a hot path: the
     /// control loop reads every pool of every region each round).
     pub fn quota_usages(&self, region: &str, pools: &[QuotaPool]) -> Vec<u64> {
-        let keys: Vec<String> = pools.iter().map(pool_key).collect();
         let mut totals = vec![0; pools.len()];
         for f in self.fleets.values().filter(|f| f.req.region == region) {
             let Some((size, vcpus)) = self.fleet_holds(f) else { continue };
@@ -421,14 +420,8 @@ impl World {
                 },
                 Priority::Spot => None,
             };
-            for ((pool, key), total) in pools.iter().zip(&keys).zip(totals.iter_mut()) {
-                let counts = match (f.req.priority, pool) {
-                    (Priority::Spot, QuotaPool::LowPriorityCores) => true,
-                    (Priority::Regular, QuotaPool::Cores) => true,
-                    (Priority::Regular, QuotaPool::Family(_)) => family.as_deref() == Some(key.as_str()),
-                    _ => false,
-                };
-                if counts {
+            for (pool, total) in pools.iter().zip(totals.iter_mut()) {
+                if pool.is_drawn_by(f.req.priority, family.as_deref().unwrap_or_default()) {
                     *total += vcpus;
                 }
             }
@@ -438,13 +431,7 @@ impl World {
 
     /// The pools a VM of `size` at `priority` draws from, family first (Azure checks it first).
     fn pools(&self, size: &str, priority: Priority) -> Vec<QuotaPool> {
-        match priority {
-            Priority::Spot => vec![QuotaPool::LowPriorityCores],
-            Priority::Regular => {
-                let family = self.size(size).map(|s| s.family.clone()).unwrap_or_default();
-                vec![QuotaPool::Family(family), QuotaPool::Cores]
-            }
-        }
+        QuotaPool::drawn_by(priority, self.size(size).map_or("", |s| s.family.as_str()))
     }
 
     /// How many VMs of `size` the quota still allows.

@@ -23,12 +23,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use scheduler::Catalog;
+use scheduler::accounting;
 use scheduler::clock::{Clock, ManualClock};
 use scheduler::cloud::{Cloud, CloudError, FleetOperation, FleetRequest, OperationStatus, TAG_ATTEMPT, TAG_JOB};
-use scheduler::model::{JobSpec, Priority, QuotaPool, SpotPolicy, fleet_name, normalize_family};
+use scheduler::model::{JobSpec, Priority, QuotaPool, SpotPolicy, fleet_name};
 
 use super::WhatIfError;
-use super::engine::{Driver, RoundState};
+use super::driver::{Driver, RoundState};
 use super::report::{AttemptSpan, Failover, JobOutcome, Outcome};
 use super::scenario::Policy;
 use super::workload::TraceJob;
@@ -125,6 +126,7 @@ impl Broker {
         let priorities: &[Priority] = match spec.spot_policy() {
             SpotPolicy::Never => &[Priority::Regular],
             SpotPolicy::Allowed | SpotPolicy::Preferred => &[Priority::Spot, Priority::Regular],
+            SpotPolicy::Only => &[Priority::Spot],
         };
         let mut out = Vec::new();
         for size in spec.acceptable_sizes(&self.catalog) {
@@ -176,31 +178,39 @@ impl Broker {
         }
     }
 
-    /// Accrues cost and progress up to now at the last seen VM count (the control loop's rule).
+    /// Accrues cost and progress up to now at the last seen VM count, by the control loop's rules
+    /// ([`scheduler::accounting`]). A broker restarts a job that lost any VM, so every job counts
+    /// as a gang here: its fleet does the work only while all its VMs run.
     fn account(j: &mut BJob, now: i64) {
         let Phase::Running { cand, .. } = j.phase else { return };
         let c = &j.candidates[cand];
-        let hours = (now - j.accounted_ms).max(0) as f64 / 3_600_000.0;
-        j.cost_usd += j.running_vms as f64 * c.price_per_vm * hours;
-        if j.running_vms >= c.vms {
-            j.progress_hours += hours;
-            if let Some(d) = j.spec.duration_hours {
-                j.progress_hours = j.progress_hours.min(d);
-            }
-        }
+        let hours = accounting::hours_between(j.accounted_ms, now);
+        let fleet = Broker::fleet_share(j, c);
+        j.cost_usd += fleet.cost_usd(hours);
+        j.progress_hours = accounting::advance(
+            j.progress_hours,
+            hours,
+            fleet.progress_fraction(true, j.spec.gpus),
+            j.spec.duration_hours,
+        );
         j.accounted_ms = now;
     }
 
+    fn fleet_share(j: &BJob, c: &Candidate) -> accounting::FleetShare {
+        accounting::FleetShare {
+            running_vms: j.running_vms,
+            vms: c.vms,
+            gpus: c.vms * c.gpus_per_vm,
+            price_per_vm: c.price_per_vm,
+        }
+    }
+
+    /// A lost VM stops the whole job (the broker restarts it elsewhere): the work since the last
+    /// checkpoint is lost.
     fn roll_back(j: &mut BJob) {
-        let kept = match j.spec.checkpoint_interval_minutes {
-            Some(m) if m > 0 => {
-                let i = m as f64 / 60.0;
-                (j.progress_hours / i).floor() * i
-            }
-            _ => 0.0,
-        };
-        j.lost += (j.progress_hours - kept).max(0.0) * j.spec.gpus as f64;
-        j.progress_hours = kept;
+        let r = accounting::roll_back_to_checkpoint(j.progress_hours, j.spec.checkpoint_interval_minutes, 1.0);
+        j.lost += r.lost_hours * j.spec.gpus as f64;
+        j.progress_hours = r.progress_hours;
     }
 
     /// Starts the job's next attempt on candidate `k`; Ok(true) when the cloud accepted it.
@@ -268,10 +278,7 @@ impl Broker {
             let c = self.jobs[idx].candidates[k].clone();
             let cap = free.get(&(c.region.clone(), c.size.clone(), c.priority)).copied().unwrap_or(0);
             let need = c.vms as u64 * c.vcpus_per_vm;
-            let pools: Vec<String> = match c.priority {
-                Priority::Spot => vec![QuotaPool::LowPriorityCores.key()],
-                Priority::Regular => vec![QuotaPool::Cores.key(), normalize_family(&c.family)],
-            };
+            let pools = QuotaPool::keys_drawn_by(c.priority, &c.family);
             let fits = pools.iter().all(|p| quota.get(&(c.region.clone(), p.clone())).is_none_or(|&q| q >= need));
             if cap < c.vms || !fits {
                 continue;
@@ -301,16 +308,18 @@ impl Broker {
         for r in regions {
             if let Ok(q) = self.cloud.quota(&r).await {
                 for x in q {
-                    let key = match &x.pool {
-                        QuotaPool::Family(f) => normalize_family(f),
-                        p => p.key(),
-                    };
-                    quota.insert((r.clone(), key), x.limit.saturating_sub(x.usage));
+                    quota.insert((r.clone(), x.pool.key()), x.limit.saturating_sub(x.usage));
                 }
             }
         }
         (free, quota)
     }
+}
+
+/// A broker's deletion: the simulated cloud never fails one, so a failure is a broken run, not a
+/// fleet to leave behind.
+async fn delete(cloud: &Arc<dyn Cloud>, fleet: &str) -> Result<(), WhatIfError> {
+    cloud.delete_fleet(fleet).await.map_err(|e| WhatIfError::Control(format!("deleting fleet {fleet}: {e}")))
 }
 
 impl Driver for Broker {
@@ -364,7 +373,7 @@ impl Driver for Broker {
                         }
                     }
                     Ok(OperationStatus::Failed(_)) => {
-                        let _ = self.cloud.delete_fleet(&self.jobs[idx].fleet).await;
+                        delete(&self.cloud, &self.jobs[idx].fleet).await?;
                         let j = &mut self.jobs[idx];
                         j.phase = Phase::Waiting;
                         j.awaiting_failover = true;
@@ -387,7 +396,7 @@ impl Driver for Broker {
                         if let Some(sp) = j.spans.last_mut() {
                             sp.ended_ms = Some(now);
                         }
-                        let _ = self.cloud.delete_fleet(&j.fleet).await;
+                        delete(&self.cloud, &j.fleet).await?;
                     } else if observed < vms {
                         // A lost VM stops a gang: restart elsewhere from the last checkpoint.
                         Broker::roll_back(j);
@@ -397,7 +406,7 @@ impl Driver for Broker {
                         if let Some(sp) = j.spans.last_mut() {
                             sp.ended_ms = Some(now);
                         }
-                        let _ = self.cloud.delete_fleet(&j.fleet).await;
+                        delete(&self.cloud, &j.fleet).await?;
                     } else {
                         j.running_vms = observed;
                     }

@@ -17,22 +17,20 @@
 //! Cost over time is integrated per round from the running fleets at the rate the control loop
 //! accounts them (VMs running at the last look × price), so it matches the jobs' billed cost.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use scheduler::Catalog;
-use scheduler::clock::{Clock, ManualClock};
+use scheduler::clock::ManualClock;
 use scheduler::cloud::Cloud;
-use scheduler::control::{ControlConfig, ControlMetrics, Controller};
-use scheduler::jobs::JobService;
-use scheduler::model::{Attempt, Job, JobState, Priority, QuotaPool, SpotPolicy};
-use state::{Record, Store};
+use scheduler::model::{Priority, QuotaPool};
+use state::Store;
 
 use super::WhatIfError;
 use super::baselines::Broker;
+use super::driver::{Driver, RoundState};
+use super::loop_driver::LoopDriver;
 use super::report::{
-    AttemptSpan, Failover, JobOutcome, OutageWindow, Outcome, PolicyReport, PolicyRun, PolicySeries, Report, percentile,
+    Failover, JobOutcome, OutageWindow, Outcome, PolicyReport, PolicyRun, PolicySeries, Report, percentile,
 };
 use super::scenario::{EventAction, Policy, Scenario, TraceKind};
 use super::workload::{TraceJob, load_workload};
@@ -244,35 +242,6 @@ fn read_trace(path: &std::path::Path) -> Result<(i64, Vec<f64>), WhatIfError> {
     Ok(((f.metadata.gap_seconds * 1000.0) as i64, f.data))
 }
 
-/// What a round leaves behind, for the series.
-#[derive(Debug, Default)]
-pub(crate) struct RoundState {
-    /// USD per hour of the fleets running now (running VMs × price).
-    pub cost_rate: f64,
-    /// GPUs per hour running now (running VMs × GPUs per VM).
-    pub gpu_rate: f64,
-    /// GPUs running per region.
-    pub gpus_by_region: BTreeMap<String, f64>,
-}
-
-/// A policy's side of the engine.
-pub(crate) trait Driver {
-    /// Submits a job at the clock's time.
-    async fn submit(&mut self, job: &TraceJob) -> Result<(), WhatIfError>;
-    /// Runs one round at the clock's time.
-    async fn round(&mut self) -> Result<RoundState, WhatIfError>;
-    /// Jobs waiting for a placement.
-    fn queue(&self) -> Result<u64, WhatIfError>;
-    /// True when no job is open (nothing to do until the next arrival).
-    fn idle(&self) -> bool;
-    /// Brings what the store says of running work up to the clock (before `finish`).
-    async fn settle(&mut self) -> Result<(), WhatIfError> {
-        Ok(())
-    }
-    /// Every submitted job's outcome, and the failovers, at the end.
-    fn finish(&mut self, end_ms: i64) -> Result<(Vec<JobOutcome>, Vec<Failover>), WhatIfError>;
-}
-
 /// Runs every policy of a scenario (async: call from a Tokio runtime).
 pub async fn run_scenario(s: &Scenario, opts: &RunOptions) -> Result<Report, WhatIfError> {
     let jobs = load_workload(s)?;
@@ -334,10 +303,10 @@ pub(crate) async fn run_policy_observed(
         SimCloud::new(s.cloud.clone(), catalog.clone(), clock.clone())
             .map_err(|errors| WhatIfError::Invalid { origin: s.origin.clone(), errors })?,
     );
-    let mut driver: Box<dyn DynDriver> = match policy {
+    let mut driver = match policy {
         Policy::Spillway | Policy::RegularOnly => {
-            let store = Store::in_memory().map_err(store_err)?;
-            Box::new(LoopDriver::new(
+            let store = Store::in_memory().map_err(|e| WhatIfError::Store(e.to_string()))?;
+            PolicyDriver::Loop(LoopDriver::new(
                 store,
                 cloud.clone(),
                 clock.clone(),
@@ -346,7 +315,7 @@ pub(crate) async fn run_policy_observed(
             ))
         }
         Policy::GreedyFailover | Policy::SingleRegion => {
-            Box::new(Broker::new(policy, cloud.clone() as Arc<dyn Cloud>, clock.clone(), catalog))
+            PolicyDriver::Broker(Broker::new(policy, cloud.clone() as Arc<dyn Cloud>, clock.clone(), catalog))
         }
     };
     let mut series = PolicySeries::default();
@@ -376,7 +345,7 @@ pub(crate) async fn run_policy_observed(
                 }
                 (_, Some(a)) => {
                     clock.set_ms(a);
-                    driver.submit_dyn(&jobs[ai]).await?;
+                    driver.submit(&jobs[ai]).await?;
                     ai += 1;
                 }
                 _ => break,
@@ -386,7 +355,7 @@ pub(crate) async fn run_policy_observed(
         let dt_h = (t - last_t) as f64 / 3_600_000.0;
         cost += last.cost_rate * dt_h;
         gpu_hours += last.gpu_rate * dt_h;
-        last = driver.round_dyn().await?;
+        last = driver.round().await?;
         if let Some(o) = observer.as_mut() {
             o.after_round(t, &cloud);
         }
@@ -415,7 +384,7 @@ pub(crate) async fn run_policy_observed(
         }
         t = next;
     }
-    driver.settle_dyn().await?;
+    driver.settle().await?;
     let (outcomes, failovers) = driver.finish(end)?;
     series.failovers = failovers;
     let counters = cloud.counters();
@@ -430,6 +399,52 @@ pub(crate) async fn run_policy_observed(
     );
     drop(driver);
     Ok(PolicyRun { summary: summary.rounded(), series, jobs: outcomes, integrated_cost_usd: cost })
+}
+
+/// One policy's driver: the control loop or a baseline broker (one per run: its size does not matter).
+#[allow(clippy::large_enum_variant)]
+enum PolicyDriver {
+    Loop(LoopDriver),
+    Broker(Broker),
+}
+
+impl Driver for PolicyDriver {
+    async fn submit(&mut self, job: &TraceJob) -> Result<(), WhatIfError> {
+        match self {
+            PolicyDriver::Loop(d) => d.submit(job).await,
+            PolicyDriver::Broker(d) => d.submit(job).await,
+        }
+    }
+    async fn round(&mut self) -> Result<RoundState, WhatIfError> {
+        match self {
+            PolicyDriver::Loop(d) => d.round().await,
+            PolicyDriver::Broker(d) => d.round().await,
+        }
+    }
+    fn queue(&self) -> Result<u64, WhatIfError> {
+        match self {
+            PolicyDriver::Loop(d) => d.queue(),
+            PolicyDriver::Broker(d) => d.queue(),
+        }
+    }
+    fn idle(&self) -> bool {
+        match self {
+            PolicyDriver::Loop(d) => d.idle(),
+            PolicyDriver::Broker(d) => d.idle(),
+        }
+    }
+    async fn settle(&mut self) -> Result<(), WhatIfError> {
+        match self {
+            PolicyDriver::Loop(d) => d.settle().await,
+            PolicyDriver::Broker(d) => d.settle().await,
+        }
+    }
+    fn finish(&mut self, end_ms: i64) -> Result<(Vec<JobOutcome>, Vec<Failover>), WhatIfError> {
+        match self {
+            PolicyDriver::Loop(d) => d.finish(end_ms),
+            PolicyDriver::Broker(d) => d.finish(end_ms),
+        }
+    }
 }
 
 fn summarize(
@@ -478,218 +493,14 @@ fn summarize(
     }
 }
 
-/// Object-safe wrapper of [`Driver`] (its async methods are not dyn-compatible).
-pub(crate) trait DynDriver {
-    fn submit_dyn<'a>(
-        &'a mut self,
-        job: &'a TraceJob,
-    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), WhatIfError>> + 'a>>;
-    fn round_dyn(&mut self) -> std::pin::Pin<Box<dyn Future<Output = Result<RoundState, WhatIfError>> + '_>>;
-    fn settle_dyn(&mut self) -> std::pin::Pin<Box<dyn Future<Output = Result<(), WhatIfError>> + '_>>;
-    fn queue(&self) -> Result<u64, WhatIfError>;
-    fn idle(&self) -> bool;
-    fn finish(&mut self, end_ms: i64) -> Result<(Vec<JobOutcome>, Vec<Failover>), WhatIfError>;
-}
-
-impl<D: Driver> DynDriver for D {
-    fn submit_dyn<'a>(
-        &'a mut self,
-        job: &'a TraceJob,
-    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), WhatIfError>> + 'a>> {
-        Box::pin(Driver::submit(self, job))
-    }
-    fn round_dyn(&mut self) -> std::pin::Pin<Box<dyn Future<Output = Result<RoundState, WhatIfError>> + '_>> {
-        Box::pin(Driver::round(self))
-    }
-    fn settle_dyn(&mut self) -> std::pin::Pin<Box<dyn Future<Output = Result<(), WhatIfError>> + '_>> {
-        Box::pin(Driver::settle(self))
-    }
-    fn queue(&self) -> Result<u64, WhatIfError> {
-        Driver::queue(self)
-    }
-    fn idle(&self) -> bool {
-        Driver::idle(self)
-    }
-    fn finish(&mut self, end_ms: i64) -> Result<(Vec<JobOutcome>, Vec<Failover>), WhatIfError> {
-        Driver::finish(self, end_ms)
-    }
-}
-
-fn store_err(e: impl std::fmt::Display) -> WhatIfError {
-    WhatIfError::Store(e.to_string())
-}
-
-/// The production control loop as a policy.
-struct LoopDriver {
-    store: Store,
-    jobs: JobService,
-    ctl: Controller,
-    no_spot: bool,
-    open: u64,
-    archived: Vec<JobOutcome>,
-    failovers: Vec<Failover>,
-    start_ms: i64,
-}
-
-impl LoopDriver {
-    fn new(
-        store: Store,
-        cloud: Arc<SimCloud>,
-        clock: Arc<ManualClock>,
-        catalog: Arc<Catalog>,
-        no_spot: bool,
-    ) -> LoopDriver {
-        let start_ms = clock.now_ms();
-        let jobs = JobService::new(store.clone(), catalog.clone(), clock.clone() as Arc<dyn Clock>).without_flush();
-        // Nobody reads a throwaway store mid-run: running work is settled only when it changes and
-        // once at the end (`settle`), not every interval.
-        let config =
-            ControlConfig { auto_complete: true, durable: false, settle_interval_ms: None, ..ControlConfig::default() };
-        let ctl = Controller::new(
-            store.clone(),
-            cloud as Arc<dyn Cloud>,
-            clock as Arc<dyn Clock>,
-            catalog.clone(),
-            config,
-            ControlMetrics::unregistered(),
-        );
-        LoopDriver { store, jobs, ctl, no_spot, open: 0, archived: Vec::new(), failovers: Vec::new(), start_ms }
-    }
-
-    fn outcome(&mut self, job: &Job, attempts: &[Attempt]) -> JobOutcome {
-        let mut spans = Vec::new();
-        for (i, a) in attempts.iter().enumerate() {
-            if i > 0 {
-                self.failovers.push(Failover {
-                    at_hours: (a.started_at_ms - self.start_ms) as f64 / 3_600_000.0,
-                    job: job.id.clone(),
-                    from: attempts[i - 1].region.clone(),
-                    to: a.region.clone(),
-                });
-            }
-            spans.push(AttemptSpan {
-                region: a.region.clone(),
-                size: a.size.clone(),
-                priority: a.priority,
-                started_ms: a.started_at_ms,
-                running_ms: a.running_since_ms,
-                ended_ms: a.ended_at_ms,
-            });
-        }
-        JobOutcome {
-            id: job.id.clone(),
-            outcome: match job.state {
-                JobState::Succeeded => Outcome::Completed,
-                JobState::Failed | JobState::Cancelled => Outcome::Failed,
-                _ => Outcome::Pending,
-            },
-            gpus: job.wanted_gpus(),
-            submitted_ms: job.submitted_at_ms,
-            first_running_ms: job.first_running_at_ms,
-            finished_ms: job.finished_at_ms,
-            deadline_ms: job.spec.deadline.map(|d| (d.unix_timestamp_nanos() / 1_000_000) as i64),
-            cost_usd: job.cost_usd,
-            work_gpu_hours: job.progress_hours * job.wanted_gpus() as f64,
-            lost_work_gpu_hours: job.lost_work_gpu_hours,
-            failovers: job.failovers,
-            attempts: spans,
-        }
-    }
-
-    fn attempts_of(&self, id: &str) -> Result<Vec<Attempt>, WhatIfError> {
-        let mut a = self.store.by_index::<Attempt>("job", id).map_err(store_err)?;
-        a.sort_by_key(|x| x.number);
-        Ok(a)
-    }
-
-    /// Moves finished jobs without fleets out of the store into outcomes (one transaction a round).
-    fn archive(&mut self) -> Result<(), WhatIfError> {
-        let mut gone: Vec<(String, Vec<String>)> = Vec::new();
-        for s in [JobState::Succeeded, JobState::Failed, JobState::Cancelled] {
-            for job in self.store.by_index::<Job>("state", s.as_str()).map_err(store_err)? {
-                let attempts = self.attempts_of(&job.id)?;
-                if attempts.iter().any(|a| a.is_active()) {
-                    continue;
-                }
-                let o = self.outcome(&job, &attempts);
-                self.archived.push(o);
-                self.open -= 1;
-                gone.push((job.id.clone(), attempts.iter().map(|a| a.key()).collect()));
-            }
-        }
-        if gone.is_empty() {
-            return Ok(());
-        }
-        self.store
-            .transaction(|tx| {
-                for (job, attempts) in &gone {
-                    for a in attempts {
-                        tx.delete::<Attempt>(a)?;
-                    }
-                    tx.delete::<Job>(job)?;
-                }
-                Ok(())
-            })
-            .map_err(store_err)
-    }
-}
-
-impl Driver for LoopDriver {
-    async fn submit(&mut self, job: &TraceJob) -> Result<(), WhatIfError> {
-        let mut spec = job.spec.clone();
-        if self.no_spot {
-            spec.spot = Some(SpotPolicy::Never);
-        }
-        self.jobs.submit_with_id(&job.id, spec).map_err(|e| WhatIfError::Control(format!("job {}: {e}", job.id)))?;
-        self.open += 1;
-        Ok(())
-    }
-
-    async fn round(&mut self) -> Result<RoundState, WhatIfError> {
-        let report = self.ctl.reconcile().await.map_err(|e| WhatIfError::Control(e.to_string()))?;
-        let st = RoundState {
-            cost_rate: report.cost_rate_usd_per_hour,
-            gpu_rate: report.billed_gpus_by_region.values().sum(),
-            gpus_by_region: report.billed_gpus_by_region,
-        };
-        self.archive()?;
-        Ok(st)
-    }
-
-    fn queue(&self) -> Result<u64, WhatIfError> {
-        let mut n = 0;
-        for s in [JobState::Pending, JobState::Provisioning] {
-            n += self.store.count_by_index::<Job>("state", s.as_str()).map_err(store_err)? as u64;
-        }
-        Ok(n)
-    }
-
-    fn idle(&self) -> bool {
-        self.open == 0
-    }
-
-    async fn settle(&mut self) -> Result<(), WhatIfError> {
-        self.ctl.settle_accounts().await.map_err(|e| WhatIfError::Control(e.to_string()))
-    }
-
-    fn finish(&mut self, _end_ms: i64) -> Result<(Vec<JobOutcome>, Vec<Failover>), WhatIfError> {
-        let mut out = std::mem::take(&mut self.archived);
-        for job in self.store.scan::<Job>().map_err(store_err)? {
-            let attempts = self.attempts_of(&job.id)?;
-            let o = self.outcome(&job, &attempts);
-            out.push(o);
-        }
-        out.sort_by(|a, b| a.id.cmp(&b.id));
-        let mut f = std::mem::take(&mut self.failovers);
-        f.sort_by(|a, b| a.at_hours.total_cmp(&b.at_hours).then(a.job.cmp(&b.job)));
-        Ok((out, f))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::sim_cloud::SimCloudConfig;
+    use scheduler::Catalog;
+    use scheduler::clock::Clock;
+    use scheduler::control::{ControlConfig, ControlMetrics, Controller};
+    use scheduler::jobs::JobService;
     use scheduler::model::{JobSpec, SpecFormat};
 
     const A100_GANG: &str = r#"

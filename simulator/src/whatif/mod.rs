@@ -8,7 +8,8 @@
 //! - [`fit`]: figures fitted to the Philly trace, kept as our own data (`scenarios/philly-fit.toml`).
 //! - [`workload`]: the synthetic generator and the trace readers (Philly, Alibaba, JSON lines) with
 //!   their mapping onto `JobSpec`s.
-//! - [`engine`]: discrete events in virtual time, reconcile rounds every `interval_seconds`.
+//! - [`engine`]: discrete events in virtual time, reconcile rounds every `interval_seconds`, each
+//!   policy run by a driver (`driver`: the trait; `loop_driver`: the production control loop).
 //! - [`baselines`]: `greedy-failover` and `single-region`, per-job brokers on the same `SimCloud`.
 //! - [`report`]: the table, the JSON and the self-contained HTML report.
 //! - [`advise`]: the quota increases that would have helped a week, confirmed by simulating it again.
@@ -18,8 +19,10 @@
 
 pub mod advise;
 pub mod baselines;
+mod driver;
 pub mod engine;
 pub mod fit;
+mod loop_driver;
 pub mod report;
 pub mod scenario;
 pub mod workload;

@@ -284,7 +284,6 @@ mod tests {
                 required: Some(24),
             }
         );
-        assert_eq!(e.block_for(), Some(Duration::from_secs(3600)), "limit 0 blocks longer");
     }
 
     #[test]
@@ -309,7 +308,6 @@ mod tests {
                 required: Some(24)
             }
         );
-        assert_eq!(e.block_for(), Some(Duration::from_secs(600)));
     }
 
     #[test]
@@ -354,11 +352,9 @@ mod tests {
                 priority: Some(Priority::Regular)
             }
         );
-        assert_eq!(e.block_for(), Some(Duration::from_secs(23 * 3600)));
         let spot = "The requested VM size Standard_NC24ads_A100_v4 is not available for Azure Spot in location eastus at this moment.";
         let e = classify_response(409, None, &body("SkuNotAvailable", spot), &ctx());
         assert!(matches!(e, CloudError::SizeUnavailable { priority: Some(Priority::Spot), .. }));
-        assert_eq!(e.block_for(), Some(Duration::from_secs(3600)));
     }
 
     #[test]

@@ -257,32 +257,10 @@ pub fn merge_json(base: Value, overlay: Value) -> Value {
     }
 }
 
-/// Sizes to rank in a fleet for the same demand: the chosen size first, then sizes with the same
-/// GPU model and the same GPUs per VM (and InfiniBand when the chosen one has it), sold in the
-/// region at a known price for the priority; same quota family first, then catalog order. At most
-/// `max` sizes in all.
+/// Sizes to rank in a fleet for the same demand: [`Catalog::ranked_sizes`] (one rule for the
+/// control loop and the fleet body).
 pub fn ranked_sizes(catalog: &Catalog, chosen: &str, region: &str, priority: Priority, max: usize) -> Vec<String> {
-    let Some(c) = catalog.size(chosen) else { return vec![chosen.to_string()] };
-    let mut same_family = Vec::new();
-    let mut other_family = Vec::new();
-    for s in catalog.sizes() {
-        if s.name.eq_ignore_ascii_case(&c.name)
-            || s.gpus != c.gpus
-            || s.is_fractional() != c.is_fractional()
-            || s.gpu_fraction != c.gpu_fraction
-            || !s.gpu_model.eq_ignore_ascii_case(&c.gpu_model)
-            || (c.infiniband && !s.infiniband)
-            || catalog.price(&s.name, region).and_then(|p| p.for_priority(priority)).is_none()
-        {
-            continue;
-        }
-        if s.family.eq_ignore_ascii_case(&c.family) {
-            same_family.push(s.name.clone());
-        } else {
-            other_family.push(s.name.clone());
-        }
-    }
-    std::iter::once(c.name.clone()).chain(same_family).chain(other_family).take(max.max(1)).collect()
+    catalog.ranked_sizes(chosen, region, priority, max)
 }
 
 #[cfg(test)]

@@ -512,7 +512,6 @@ impl Cloud for AzureCloud {
                         price_per_hour: row.for_priority(priority),
                         capacity_vms: None,
                         eviction_rate_per_hour: if priority == Priority::Spot { self.spot_eviction_rate } else { 0.0 },
-                        blocked: Vec::new(),
                     });
                 }
             }

@@ -1,0 +1,118 @@
+//! Accounting: what running work costs, how much of its job it does, and what a loss of VMs takes
+//! back. The one home of these rules for the control loop and the what-if baselines, so that a
+//! what-if comparison measures the policies, not two bookkeepings.
+//!
+//! Accrual is linear between changes: over a stretch in which a fleet's VM count and price do not
+//! change, the cost is `running VMs × price × hours`, and the progress `hours × fraction`, where the
+//! fraction is what share of the job the running VMs carry (a gang does nothing unless all its VMs
+//! run). A loss rolls the lost share of the work back to the job's last checkpoint.
+
+const HOUR_MS: f64 = 3_600_000.0;
+
+/// Hours between two instants given in Unix milliseconds (0 when `to` is not after `from`).
+pub fn hours_between(from_ms: i64, to_ms: i64) -> f64 {
+    (to_ms - from_ms).max(0) as f64 / HOUR_MS
+}
+
+/// What one fleet is and does, for accounting.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FleetShare {
+    /// VMs running now (at the last look).
+    pub running_vms: u32,
+    /// VMs the fleet was asked for.
+    pub vms: u32,
+    /// GPUs the fleet carries for its job when all its VMs run.
+    pub gpus: u32,
+    /// USD per VM-hour.
+    pub price_per_vm: f64,
+}
+
+impl FleetShare {
+    /// USD the fleet costs over `hours`: every running VM is billed, whether or not its job uses
+    /// all its GPUs.
+    pub fn cost_usd(&self, hours: f64) -> f64 {
+        self.running_vms as f64 * self.price_per_vm * hours
+    }
+
+    /// The share of its job (0–1) the fleet does while it runs as it does now: all or nothing for a
+    /// gang (see [`crate::model::JobSpec::is_gang`]), else the GPUs running over the GPUs the job
+    /// wants.
+    pub fn progress_fraction(&self, gang: bool, wanted_gpus: u32) -> f64 {
+        if gang {
+            if self.running_vms >= self.vms { 1.0 } else { 0.0 }
+        } else {
+            let gpus_per_vm = self.gpus as f64 / self.vms.max(1) as f64;
+            (self.running_vms as f64 * gpus_per_vm / wanted_gpus.max(1) as f64).min(1.0)
+        }
+    }
+
+    /// The share of its job (0–1) that losing `lost_vms` of the fleet's VMs stops: all of a gang,
+    /// else the lost GPUs over the GPUs the job wants.
+    pub fn lost_share(&self, gang: bool, lost_vms: u32, wanted_gpus: u32) -> f64 {
+        if gang {
+            1.0
+        } else {
+            let lost_gpus = lost_vms as f64 * self.gpus as f64 / self.vms.max(1) as f64;
+            (lost_gpus / wanted_gpus.max(1) as f64).min(1.0)
+        }
+    }
+}
+
+/// Progress after `hours` at `fraction` of the job, never beyond the job's `duration_hours`.
+pub fn advance(progress_hours: f64, hours: f64, fraction: f64, duration_hours: Option<f64>) -> f64 {
+    let p = progress_hours + hours * fraction;
+    match duration_hours {
+        Some(d) => p.min(d),
+        None => p,
+    }
+}
+
+/// What a loss takes back.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rollback {
+    /// The job's progress after the loss, in hours of work at full size.
+    pub progress_hours: f64,
+    /// Hours of work (at full size) the loss took back: multiply by the job's GPUs for GPU-hours.
+    pub lost_hours: f64,
+}
+
+/// Loses the work done since the last checkpoint for `share` of the job: checkpoints are taken
+/// every `checkpoint_interval_minutes` of work (none: the work since the start is lost).
+pub fn roll_back_to_checkpoint(progress_hours: f64, checkpoint_interval_minutes: Option<u32>, share: f64) -> Rollback {
+    let interval_h = checkpoint_interval_minutes.map(|m| m as f64 / 60.0);
+    let kept = match interval_h {
+        Some(i) if i > 0.0 => (progress_hours / i).floor() * i,
+        _ => 0.0,
+    };
+    let since_checkpoint = (progress_hours - kept).max(0.0);
+    Rollback { progress_hours: progress_hours - since_checkpoint * share, lost_hours: since_checkpoint * share }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FLEET: FleetShare = FleetShare { running_vms: 2, vms: 4, gpus: 8, price_per_vm: 3.0 };
+
+    #[test]
+    fn cost_bills_every_running_vm_and_a_gang_progresses_only_whole() {
+        assert_eq!(FLEET.cost_usd(0.5), 3.0);
+        assert_eq!(FLEET.progress_fraction(true, 8), 0.0, "a gang missing a VM does nothing");
+        assert_eq!(FLEET.progress_fraction(false, 8), 0.5, "2 of 4 VMs carry half of 8 GPUs");
+        assert_eq!(FleetShare { running_vms: 4, ..FLEET }.progress_fraction(true, 8), 1.0);
+        assert_eq!(FLEET.progress_fraction(false, 2), 1.0, "never more than the whole job");
+        assert_eq!(advance(1.0, 2.0, 0.5, Some(1.5)), 1.5, "never beyond the job's duration");
+        assert_eq!(hours_between(7_200_000, 3_600_000), 0.0);
+    }
+
+    #[test]
+    fn a_loss_rolls_its_share_back_to_the_last_checkpoint() {
+        // 100 minutes done, checkpoints every 30: 10 minutes since the last one.
+        let r = roll_back_to_checkpoint(100.0 / 60.0, Some(30), 1.0);
+        assert!((r.progress_hours - 1.5).abs() < 1e-12 && (r.lost_hours - 1.0 / 6.0).abs() < 1e-12, "{r:?}");
+        let half = roll_back_to_checkpoint(100.0 / 60.0, Some(30), FLEET.lost_share(false, 2, 8));
+        assert!((half.lost_hours - 1.0 / 12.0).abs() < 1e-12, "{half:?}");
+        assert_eq!(roll_back_to_checkpoint(2.0, None, 1.0).progress_hours, 0.0, "no checkpoints: all is lost");
+        assert_eq!(FLEET.lost_share(true, 1, 8), 1.0, "a gang loses everything since its checkpoint");
+    }
+}

@@ -1,0 +1,42 @@
+//! The loop's bookkeeping on its records, by the rules of [`crate::accounting`]: accruing a running
+//! attempt's cost and its job's progress up to a time, and rolling a job back to its checkpoint when
+//! a fleet loses VMs.
+
+use crate::accounting::{self, FleetShare};
+use crate::model::{Attempt, Job};
+
+/// What an attempt's fleet is, for accounting.
+pub(crate) fn fleet_share(a: &Attempt) -> FleetShare {
+    FleetShare { running_vms: a.running_vms, vms: a.vms, gpus: a.gpus, price_per_vm: a.price_per_hour }
+}
+
+/// Accrues a running attempt's cost (on the attempt and the job) and its job's progress up to
+/// `now` at its last known VM count; returns the USD accrued (the tenant's share to add).
+pub(crate) fn accrue(a: &mut Attempt, job: &mut Job, now: i64) -> f64 {
+    let from = a.accounted_until_ms.or(a.running_since_ms).unwrap_or(now);
+    if now <= from {
+        return 0.0;
+    }
+    let hours = accounting::hours_between(from, now);
+    let fleet = fleet_share(a);
+    let cost = fleet.cost_usd(hours);
+    a.cost_usd += cost;
+    job.cost_usd += cost;
+    if !job.state.is_final() {
+        let fraction = fleet.progress_fraction(job.spec.is_gang(), job.wanted_gpus());
+        job.progress_hours = accounting::advance(job.progress_hours, hours, fraction, job.spec.duration_hours);
+    }
+    a.accounted_until_ms = Some(now);
+    cost
+}
+
+/// Loses the work done since the last checkpoint for what `lost_vms` of the attempt's VMs carried;
+/// returns GPU-hours lost.
+pub(crate) fn roll_back(job: &mut Job, a: &Attempt, lost_vms: u32) -> f64 {
+    let share = fleet_share(a).lost_share(job.spec.is_gang(), lost_vms, job.wanted_gpus());
+    let r = accounting::roll_back_to_checkpoint(job.progress_hours, job.spec.checkpoint_interval_minutes, share);
+    job.progress_hours = r.progress_hours;
+    let lost = r.lost_hours * job.wanted_gpus().max(1) as f64;
+    job.lost_work_gpu_hours += lost;
+    lost
+}

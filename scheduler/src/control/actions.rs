@@ -1,0 +1,159 @@
+//! The actions decisions return and the round performs (`act.rs`): write records, place an
+//! attempt, ask for a fleet again, delete a fleet. Each says what to record; none does I/O itself.
+//!
+//! A job is never overwritten with a copy the decision made from the snapshot: a decision says how
+//! to *edit* the job ([`JobEdit`]), and the edit is applied to the job as the store holds it when
+//! the change is written, so that a user's concurrent cancel or completion is never undone.
+
+use crate::model::{Attempt, BlockedOffer, EventKind, Job, JobState, OfferFilterCounts};
+
+/// One event to record on the job, with its message and data.
+pub(crate) type JobEventDraft = (EventKind, String, serde_json::Value);
+
+/// How a decision changes a job; applied to the job as stored when the change is written.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum JobEdit {
+    /// The loop's accounting of the job (cost, progress, state, evictions, …) as decided from the
+    /// snapshot, with events. A user who made the job final meanwhile keeps that state: only the
+    /// cost and progress are taken over.
+    Accounted { job: Job, events: Vec<(EventKind, String)> },
+    /// Take over the job's cost and progress from `job` (a fleet of an ended job was deleted).
+    Settled { job: Job, event: (EventKind, String) },
+    /// An attempt reached running; the job runs when every placement it keeps does.
+    BecameRunning { all_running: bool, message: String },
+    /// An attempt failed to provision: the job is placed again (pending, unless another placement
+    /// still runs).
+    ProvisioningFailed { last_failure: String, others_active: bool, message: String, class: &'static str },
+    /// Why the job waits, when it still waits, and how its candidate offers fared.
+    Waiting { reasons: Vec<String>, offers: OfferFilterCounts, message: String },
+    /// A new attempt's intent: the job takes attempt `number`, if it still had `expected` attempts.
+    Placed { number: u32, expected: u32, message: String, moving_to: String },
+    /// Only an event, if the job is still open.
+    Note { event: (EventKind, String) },
+}
+
+/// What applying an edit to the stored job gave: whether the job is written, and its events.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Applied {
+    /// Write the job back.
+    pub write: bool,
+    /// Events to record on it.
+    pub events: Vec<JobEventDraft>,
+}
+
+impl JobEdit {
+    /// The job to edit when the store no longer holds it: the loop's own copy, for edits that
+    /// carry one (its accounting is still written), else none.
+    pub fn fallback(&self) -> Option<Job> {
+        match self {
+            JobEdit::Accounted { job, .. } | JobEdit::Settled { job, .. } => Some(job.clone()),
+            _ => None,
+        }
+    }
+
+    /// Applies the edit to `job` (as stored now) at `now_ms`; `None` when the edit no longer
+    /// applies and nothing of the change that needs the job is written.
+    pub fn apply(&self, job: &mut Job, now_ms: i64) -> Option<Applied> {
+        let null = || serde_json::Value::Null;
+        match self {
+            JobEdit::Accounted { job: ours, events } => {
+                if job.state.is_final() && !ours.state.is_final() {
+                    job.cost_usd = ours.cost_usd;
+                    job.progress_hours = ours.progress_hours;
+                } else {
+                    *job = ours.clone();
+                }
+                let events = events.iter().map(|(k, m)| (*k, m.clone(), null())).collect();
+                Some(Applied { write: true, events })
+            }
+            JobEdit::Settled { job: ours, event } => {
+                job.cost_usd = ours.cost_usd;
+                Some(Applied { write: true, events: vec![(event.0, event.1.clone(), null())] })
+            }
+            JobEdit::BecameRunning { all_running, message } => {
+                if job.state.is_final() {
+                    return None;
+                }
+                if *all_running {
+                    job.set_state(JobState::Running, now_ms);
+                }
+                Some(Applied { write: true, events: vec![(EventKind::Running, message.clone(), null())] })
+            }
+            JobEdit::ProvisioningFailed { last_failure, others_active, message, class } => {
+                job.last_failure = Some(last_failure.clone());
+                if !job.state.is_final() {
+                    job.awaiting_failover = true;
+                    if !others_active {
+                        job.set_state(JobState::Pending, now_ms);
+                    }
+                }
+                let data = serde_json::json!({ "class": class });
+                Some(Applied { write: true, events: vec![(EventKind::ProvisioningFailed, message.clone(), data)] })
+            }
+            JobEdit::Waiting { reasons, offers, message } => {
+                if job.state != JobState::Pending {
+                    return None;
+                }
+                job.pending_reasons = reasons.clone();
+                job.offer_filters = Some(offers.clone());
+                Some(Applied { write: true, events: vec![(EventKind::Waiting, message.clone(), null())] })
+            }
+            JobEdit::Placed { number, expected, message, moving_to } => {
+                if job.state.is_final() || job.attempts != *expected {
+                    return None;
+                }
+                job.attempts = *number;
+                if job.state == JobState::Pending {
+                    job.set_state(JobState::Provisioning, now_ms);
+                }
+                let mut events = Vec::new();
+                if job.awaiting_failover {
+                    job.failovers += 1;
+                    job.awaiting_failover = false;
+                    let after = job.last_failure.clone().unwrap_or_default();
+                    events.push((EventKind::Failover, format!("moving to {moving_to} after: {after}"), null()));
+                }
+                events.push((EventKind::Placed, message.clone(), null()));
+                Some(Applied { write: true, events })
+            }
+            JobEdit::Note { event } => {
+                if job.state.is_final() {
+                    return None;
+                }
+                Some(Applied { write: false, events: vec![(event.0, event.1.clone(), null())] })
+            }
+        }
+    }
+}
+
+/// Records one decision writes, in one transaction.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Change {
+    /// Attempts written whatever the job's edit gives.
+    pub attempts: Vec<Attempt>,
+    /// The job's id and edit.
+    pub job: Option<(String, JobEdit)>,
+    /// Attempts written only when the job's edit applies (an intent needs its job).
+    pub attempts_with_job: Vec<Attempt>,
+    /// USD to add to a tenant's spend.
+    pub spend: Option<(String, f64)>,
+    /// Blocks to record.
+    pub blocks: Vec<BlockedOffer>,
+}
+
+/// What the round does about something it saw.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Action {
+    /// Write records.
+    Record(Change),
+    /// Write an attempt's intent durably, then ask the cloud for its fleet (a placement; with the
+    /// job's `Placed` edit in the change).
+    Place(Change),
+    /// Ask the cloud for the fleet of an intent already on disk (the create never went out).
+    Create(Attempt),
+    /// Delete a fleet. `then` is written once the cloud has accepted the deletion; without it, the
+    /// deletion is the loop's to retry (with backoff, until the cloud confirms the fleet gone).
+    Delete { fleet: String, then: Option<Change> },
+    /// Look at an attempt's fleet again no sooner than this many milliseconds from now.
+    Requeue { attempt_key: String, after_ms: i64 },
+}

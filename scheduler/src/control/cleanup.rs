@@ -1,0 +1,120 @@
+//! Decisions that end attempts and delete their fleets: the fleets of jobs that ended (a user
+//! cancelled or completed them, a budget ran out, the work is done), the placements a running
+//! replacement retires (make before break), and the tagged fleets the cloud holds that no live
+//! attempt owns (found by the cloud reconciliation every few minutes and at start).
+
+use std::collections::BTreeSet;
+
+use super::accounts::accrue;
+use super::actions::{Action, Change, JobEdit};
+use super::snapshot::Snapshot;
+use crate::cloud::{Fleet, TAG_ATTEMPT, TAG_JOB};
+use crate::model::{Attempt, AttemptState, EventKind, Job};
+use crate::records::attempt_key;
+
+/// A fleet of a job that ended (or vanished) is deleted; once the cloud has accepted the deletion,
+/// the attempt's cost is settled up to now and the attempt ends.
+pub(crate) fn clean_up(now: i64, attempt: &Attempt, job: Option<&Job>) -> Action {
+    let mut a = attempt.clone();
+    let then = match job {
+        None => {
+            a.state = AttemptState::Ended;
+            a.ended_at_ms = Some(now);
+            Change { attempts: vec![a], ..Change::default() }
+        }
+        Some(job) => {
+            let mut job = job.clone();
+            let spend = if a.state == AttemptState::Running { accrue(&mut a, &mut job, now) } else { 0.0 };
+            a.state = AttemptState::Ended;
+            a.ended_at_ms = Some(now);
+            a.operation = None;
+            let message = format!("fleet {} deleted; job cost ${:.2}", a.fleet_name, job.cost_usd);
+            Change {
+                attempts: vec![a],
+                spend: Some((job.spec.tenant.clone(), spend)),
+                job: Some((job.id.clone(), JobEdit::Settled { job, event: (EventKind::FleetDeleted, message) })),
+                ..Change::default()
+            }
+        }
+    };
+    Action::Delete { fleet: attempt.fleet_name.clone(), then: Some(then) }
+}
+
+/// A placement retired by its running replacement (make before break): it ends now, billed up to
+/// now when a deadline policy moved the healthy job away from it, and its fleet is deleted.
+pub(crate) fn retire(snap: &Snapshot, old: &Attempt, billed: bool) -> Vec<Action> {
+    let now = snap.now;
+    let mut old = old.clone();
+    let mut change = Change::default();
+    if billed
+        && old.state == AttemptState::Running
+        && let Some(job) = snap.jobs.get(&old.job_id)
+    {
+        let mut job = job.clone();
+        let spend = accrue(&mut old, &mut job, now);
+        change.spend = Some((job.spec.tenant.clone(), spend));
+        change.job = Some((job.id.clone(), JobEdit::Accounted { job, events: Vec::new() }));
+    }
+    old.state = AttemptState::Replaced;
+    old.ended_at_ms = Some(now);
+    let fleet = old.fleet_name.clone();
+    change.attempts.push(old);
+    vec![Action::Record(change), Action::Delete { fleet, then: None }]
+}
+
+/// A leftover placement of a deadline job that moved (e.g. one still being created when the
+/// policy's choice changed back): once its fleet is deleted it is billed up to now and ends.
+pub(crate) fn retire_leftover(snap: &Snapshot, old: &Attempt) -> Action {
+    let now = snap.now;
+    let mut old = old.clone();
+    let mut change = Change::default();
+    if let Some(job) = snap.jobs.get(&old.job_id) {
+        let mut job = job.clone();
+        let spend = if old.state == AttemptState::Running { accrue(&mut old, &mut job, now) } else { 0.0 };
+        let message = format!("attempt {} ({} in {}) retired: the job moved", old.number, old.priority, old.region);
+        change.spend = Some((job.spec.tenant.clone(), spend));
+        change.job =
+            Some((job.id.clone(), JobEdit::Accounted { job, events: vec![(EventKind::FleetDeleted, message)] }));
+    }
+    old.state = AttemptState::Replaced;
+    old.ended_at_ms = Some(now);
+    old.operation = None;
+    let fleet = old.fleet_name.clone();
+    change.attempts.push(old);
+    Action::Delete { fleet, then: Some(change) }
+}
+
+/// A fleet in the cloud carrying our tags that no live attempt owns.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Orphan {
+    /// The fleet.
+    pub fleet: String,
+    /// The job its tags name.
+    pub job_id: String,
+    /// Why it is an orphan, for people.
+    pub why: String,
+}
+
+/// The tagged fleets among `fleets` that no active attempt of the snapshot owns by name. Fleets
+/// `known` to be on their way out already (being deleted) are left out.
+pub(crate) fn orphans(snap: &Snapshot, fleets: &[Fleet], known: &BTreeSet<String>) -> Vec<Orphan> {
+    let mut out = Vec::new();
+    for fleet in fleets {
+        let Some(job_id) = fleet.tags.get(TAG_JOB) else { continue };
+        if known.contains(&fleet.name) {
+            continue;
+        }
+        let number: Option<u32> = fleet.tags.get(TAG_ATTEMPT).and_then(|n| n.parse().ok());
+        let attempt = number.and_then(|n| snap.attempts.get(&attempt_key(job_id, n)));
+        let why = match attempt {
+            Some(a) if a.is_active() && a.fleet_name == fleet.name => continue,
+            Some(a) => format!(
+                "fleet {} belongs to attempt {} of job {}, which is {:?}",
+                fleet.name, a.number, job_id, a.state
+            ),
+            None => format!("fleet {} is tagged for job {job_id} but no live attempt owns it", fleet.name),
+        };
+        out.push(Orphan { fleet: fleet.name.clone(), job_id: job_id.clone(), why });
+    }
+    out
+}

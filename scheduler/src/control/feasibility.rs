@@ -1,0 +1,136 @@
+//! Offer feasibility as one chain of named filters ([`OfferFilter`], Nomad's feasibility stack):
+//! listed → priced → not restricted → not blocked → breaker → quota fits → capacity. The first four
+//! steps after `listed` hold for any job and decide what the solver sees ([`Feasibility::solver_offers`]);
+//! the last two depend on how many VMs a job needs (the solver enforces them itself as constraints,
+//! the deadline policies and the wait reasons ask [`Feasibility::room`]). Every consumer asks the
+//! same chain, and every rejection is counted under the filter that made it.
+//!
+//! A region whose circuit breaker is open is a filter, not a price: its offers are not shown to the
+//! solver until the breaker half-opens (then one probe may go), so price caps, budgets and the plan's
+//! expected cost always see real prices.
+
+use std::collections::BTreeMap;
+
+use super::breaker::RegionBreakers;
+use super::world::WorldView;
+use crate::catalog::Catalog;
+use crate::model::{
+    Attempt, AttemptState, Job, Offer, OfferFilter, OfferFilterCounts, Priority, QuotaPool, SpotPolicy, VmSize,
+};
+
+/// vCPUs our active attempts hold per (region, pool key): (held, of which still provisioning).
+pub(crate) type OurUsage = BTreeMap<(String, String), (u64, u64)>;
+
+/// The chain over one round's view of the world.
+pub(crate) struct Feasibility<'a> {
+    /// Offers, quota, restrictions and blocks.
+    pub world: &'a WorldView,
+    /// Region circuit breakers.
+    pub breakers: &'a RegionBreakers,
+    /// Sizes (GPUs, vCPUs, family).
+    pub catalog: &'a Catalog,
+    /// When.
+    pub now: i64,
+}
+
+impl Feasibility<'_> {
+    /// The catalog size of a listed offer, when it is one work may be placed on at all (a known
+    /// size with whole GPUs); other listings are not candidates and are not counted.
+    pub fn size_of(&self, o: &Offer) -> Option<&VmSize> {
+        self.catalog.size(&o.size).filter(|s| s.gpus > 0)
+    }
+
+    /// The filters that hold for any job: `Ok(price per VM-hour)` or the first filter failed.
+    pub fn offer(&self, o: &Offer, size: &VmSize) -> Result<f64, OfferFilter> {
+        let price = o.price_per_hour.ok_or(OfferFilter::Priced)?;
+        if self.world.restricted(&o.region, &size.name) {
+            return Err(OfferFilter::NotRestricted);
+        }
+        if self.world.block_for(&o.region, &size.name, &size.family, o.priority, self.now).is_some() {
+            return Err(OfferFilter::NotBlocked);
+        }
+        if self.breakers.shunned(&o.region, self.now) {
+            return Err(OfferFilter::Breaker);
+        }
+        Ok(price)
+    }
+
+    /// The filters that depend on the work: room for `vms` VMs of the offer in every quota pool
+    /// they draw from (a pool never read is left to the cloud), and in the capacity estimate.
+    pub fn room(&self, o: &Offer, size: &VmSize, vms: u32, ours: &OurUsage) -> Result<(), OfferFilter> {
+        let vcpus = vms as u64 * size.vcpus as u64;
+        let fits = QuotaPool::keys_drawn_by(o.priority, &size.family)
+            .iter()
+            .all(|k| self.world.free_vcpus(&o.region, k, ours).is_none_or(|f| f >= vcpus));
+        if !fits {
+            return Err(OfferFilter::QuotaFits);
+        }
+        if o.capacity_vms.is_some_and(|c| c < vms) {
+            return Err(OfferFilter::Capacity);
+        }
+        Ok(())
+    }
+
+    /// The offers the solver may use, in the cloud's order, with their capacity net of the VMs of
+    /// fleets still being created (the cloud's estimate does not show those yet); and how many
+    /// listings each filter rejected.
+    pub fn solver_offers(&self, attempts: &[&Attempt]) -> (Vec<solver::Offer>, OfferFilterCounts) {
+        let mut in_flight: BTreeMap<(&str, &str, Priority), u32> = BTreeMap::new();
+        for a in attempts.iter().filter(|a| a.state == AttemptState::Provisioning) {
+            *in_flight.entry((a.region.as_str(), a.size.as_str(), a.priority)).or_default() += a.vms;
+        }
+        let mut counts = OfferFilterCounts::default();
+        let mut offers = Vec::new();
+        for o in &self.world.offers {
+            let Some(size) = self.size_of(o) else { continue };
+            let verdict = self.offer(o, size);
+            counts.count(verdict.map(|_| ()));
+            let Ok(price) = verdict else { continue };
+            let held = in_flight.get(&(o.region.as_str(), size.name.as_str(), o.priority)).copied().unwrap_or(0);
+            offers.push(solver::Offer {
+                region: o.region.clone(),
+                size: size.name.clone(),
+                priority: o.priority,
+                gpu_model: size.gpu_model.clone(),
+                gpus_per_vm: size.gpus,
+                vcpus_per_vm: size.vcpus,
+                family: size.family.clone(),
+                price_per_hour: price,
+                capacity_vms: o.capacity_vms.map(|c| c.saturating_sub(held)),
+                eviction_rate_per_hour: o.eviction_rate_per_hour,
+            });
+        }
+        (offers, counts)
+    }
+
+    /// How a job's candidate offers (allowed regions × acceptable sizes × the priorities its spot
+    /// policy allows) fare against the whole chain, each sized for the job: all its GPUs for a gang,
+    /// one VM for work that may be split.
+    pub fn job_counts(&self, job: &Job, ours: &OurUsage) -> OfferFilterCounts {
+        let listed: BTreeMap<(&str, &str, Priority), &Offer> = self
+            .world
+            .offers
+            .iter()
+            .filter_map(|o| Some(((o.region.as_str(), self.catalog.size(&o.size)?.name.as_str(), o.priority), o)))
+            .collect();
+        let priorities: &[Priority] = match job.spec.spot_policy() {
+            SpotPolicy::Never => &[Priority::Regular],
+            SpotPolicy::Only => &[Priority::Spot],
+            SpotPolicy::Allowed | SpotPolicy::Preferred => &[Priority::Regular, Priority::Spot],
+        };
+        let mut counts = OfferFilterCounts::default();
+        for region in job.spec.allowed_regions(self.catalog) {
+            for size in job.spec.acceptable_sizes(self.catalog) {
+                let vms = if job.spec.is_gang() { job.wanted_gpus().div_ceil(size.gpus.max(1)) } else { 1 };
+                for &p in priorities {
+                    let verdict = match listed.get(&(region.as_str(), size.name.as_str(), p)) {
+                        None => Err(OfferFilter::Listed),
+                        Some(o) => self.offer(o, size).and_then(|_| self.room(o, size, vms, ours)),
+                    };
+                    counts.count(verdict);
+                }
+            }
+        }
+        counts
+    }
+}

@@ -1,0 +1,266 @@
+//! Observe: one read of the store and the cloud at the start of a round. The [`Snapshot`] is what
+//! every decision of the round reads; the round keeps it up to date with what it writes (so a
+//! decision sees its predecessors' records as the store now holds them), never with what it merely
+//! decided.
+//!
+//! The cloud is read once per attempt per round: a provisioning attempt's operation (not before the
+//! `Retry-After` the cloud gave), then its fleet when the operation says it is done or is gone; a
+//! running attempt's fleet. Every few minutes (`ControlConfig::reconcile_cloud_ms`, and at the first
+//! round after a start) the round also lists every fleet in the cloud, to find the tagged ones no
+//! live attempt owns.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use state::StoreError;
+
+use super::deadline::deadline_managed;
+use super::world::our_usage;
+use super::{Controller, LoopState};
+use crate::cloud::{CloudError, Fleet, OperationStatus, ProvisioningState, ScaleSet};
+use crate::model::{Attempt, AttemptState, BlockedOffer, Job, JobState, Offer};
+use crate::records::{AttemptsBy, JobsBy, Lookup, Tenant, attempt_key};
+
+/// What the cloud said this round about one attempt's fleet (`None`: not asked).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Seen {
+    /// The create operation's status, for an attempt being provisioned.
+    pub operation: Option<Result<OperationStatus, CloudError>>,
+    /// The fleet, when it was read.
+    pub fleet: Option<Result<Fleet, CloudError>>,
+    /// The fleet's scale sets, read when a failed fleet's cause was wanted.
+    pub scale_sets: Option<Result<Vec<ScaleSet>, CloudError>>,
+}
+
+/// The records one round works from, and what the cloud said.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Snapshot {
+    /// When the round runs (clock time), Unix milliseconds.
+    pub now: i64,
+    /// Every open job and the job of every active attempt (final ones included), by id.
+    pub jobs: BTreeMap<String, Job>,
+    /// Every active attempt, and every attempt of a deadline job, by key (job, then number).
+    pub attempts: BTreeMap<String, Attempt>,
+    /// Every tenant on record, by name.
+    pub tenants: BTreeMap<String, Tenant>,
+    /// What the cloud said of active attempts' fleets, by attempt key.
+    pub seen: BTreeMap<String, Seen>,
+    /// Every fleet in the cloud, when this round reconciles the cloud with the store.
+    pub cloud_fleets: Option<Vec<Fleet>>,
+}
+
+impl Snapshot {
+    /// Active attempts (holding or about to hold cloud resources), in (job, number) order.
+    pub fn active(&self) -> impl Iterator<Item = &Attempt> {
+        self.attempts.values().filter(|a| a.is_active())
+    }
+
+    /// Active attempts in one state, in (job, number) order.
+    pub fn in_state(&self, state: AttemptState) -> Vec<Attempt> {
+        self.attempts.values().filter(|a| a.state == state).cloned().collect()
+    }
+
+    /// The attempts of one job the snapshot holds, in number order.
+    pub fn attempts_of<'a>(&'a self, job_id: &'a str) -> impl Iterator<Item = &'a Attempt> + 'a {
+        self.attempts.range(attempt_key(job_id, 0)..).take_while(move |(_, a)| a.job_id == job_id).map(|(_, a)| a)
+    }
+
+    /// Whether the job has an active attempt other than number `but`.
+    pub fn others_active(&self, job_id: &str, but: u32) -> bool {
+        self.attempts_of(job_id).any(|x| x.number != but && x.is_active())
+    }
+
+    /// Jobs not yet final, in planning order: priority first, then submission order.
+    pub fn open_jobs(&self) -> Vec<Job> {
+        let mut jobs: Vec<Job> = self.jobs.values().filter(|j| !j.state.is_final()).cloned().collect();
+        jobs.sort_by(|a, b| {
+            (std::cmp::Reverse(a.spec.priority), a.submitted_at_ms, &a.id).cmp(&(
+                std::cmp::Reverse(b.spec.priority),
+                b.submitted_at_ms,
+                &b.id,
+            ))
+        });
+        jobs
+    }
+
+    /// Records what a write put in the store.
+    pub fn put_attempt(&mut self, a: &Attempt) {
+        self.attempts.insert(attempt_key(&a.job_id, a.number), a.clone());
+    }
+
+    /// Records what a write put in the store.
+    pub fn put_job(&mut self, j: &Job) {
+        self.jobs.insert(j.id.clone(), j.clone());
+    }
+
+    /// Records what a write put in the store.
+    pub fn put_tenant(&mut self, t: &Tenant) {
+        self.tenants.insert(t.name.clone(), t.clone());
+    }
+}
+
+impl Controller {
+    /// Reads the round's snapshot: records from the store, then what the cloud says of every
+    /// active attempt whose job is still open.
+    pub(crate) async fn observe(&self, st: &mut LoopState, now: i64) -> Result<(Snapshot, u32), StoreError> {
+        if !st.loaded_blocks {
+            st.world.blocked = self.store.scan::<BlockedOffer>()?;
+            st.loaded_blocks = true;
+        }
+        let mut snap = self.read_records(now)?;
+        // What the loop remembers of attempts no longer active is of no use any more.
+        st.look_again.retain(|key, _| snap.attempts.get(key).is_some_and(Attempt::is_active));
+        let live: BTreeSet<&str> = snap.active().map(|a| a.fleet_name.as_str()).collect();
+        st.deletions.forget_unowned_except(&live);
+        let mut cloud_errors = self.refresh_world(st, &snap, now).await;
+        let keys: Vec<String> = snap.active().map(|a| attempt_key(&a.job_id, a.number)).collect();
+        for key in keys {
+            let a = snap.attempts[&key].clone();
+            if snap.jobs.get(&a.job_id).is_none_or(|j| j.state.is_final()) {
+                continue; // the job ended: its fleet is deleted, not read
+            }
+            if st.look_again.get(&key).is_some_and(|&at| at > now) {
+                continue;
+            }
+            st.look_again.remove(&key);
+            let seen = self.look_at(&a).await;
+            cloud_errors += seen_errors(&seen);
+            snap.seen.insert(key, seen);
+        }
+        if st.cloud_reconciled_at.is_none_or(|at| now - at >= self.config.reconcile_cloud_ms) {
+            match self.cloud.list_fleets().await {
+                Ok(fleets) => {
+                    snap.cloud_fleets = Some(fleets);
+                    st.cloud_reconciled_at = Some(now);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot list fleets to reconcile them; will retry next round");
+                    cloud_errors += 1;
+                }
+            }
+        }
+        Ok((snap, cloud_errors))
+    }
+
+    /// The cloud's offers (every round), and each region's quota and size restrictions (when stale:
+    /// every `quota_refresh_ms`, or after a quota refusal). A read that fails keeps the last view.
+    /// Returns how many reads failed.
+    async fn refresh_world(&self, st: &mut LoopState, snap: &Snapshot, now: i64) -> u32 {
+        let mut errors = 0;
+        st.prices_moved = false;
+        match self.cloud.offers().await {
+            Ok(offers) => {
+                st.prices_moved = !same_prices(&st.world.offers, &offers);
+                st.world.offers = offers;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read offers; keeping the last view");
+                errors += 1;
+            }
+        }
+        let regions: BTreeSet<String> = st.world.offers.iter().map(|o| o.region.clone()).collect();
+        // What the cloud already counts of ours: fleets it has accepted (running, or being created
+        // with the create accepted). Intents not yet sent are ours alone.
+        let counted = our_usage(snap.active().filter(|a| a.state == AttemptState::Running || a.operation.is_some()));
+        for region in regions {
+            if !st.world.quota_stale(&region, now, self.config.quota_refresh_ms) {
+                continue;
+            }
+            match self.cloud.quota(&region).await {
+                Ok(q) => st.world.set_quota(&region, &q, &counted, now),
+                Err(e) => {
+                    tracing::warn!(%region, error = %e, "cannot read quota; keeping the last view");
+                    errors += 1;
+                }
+            }
+            match self.cloud.restrictions(&region).await {
+                Ok(r) => {
+                    st.world.restrictions.retain(|x| x.region != region);
+                    st.world.restrictions.extend(r);
+                }
+                Err(e) => {
+                    tracing::warn!(%region, error = %e, "cannot read size restrictions");
+                    errors += 1;
+                }
+            }
+        }
+        errors
+    }
+
+    /// The store's side of the snapshot.
+    pub(crate) fn read_records(&self, now: i64) -> Result<Snapshot, StoreError> {
+        let mut snap = Snapshot { now, ..Snapshot::default() };
+        for s in [JobState::Pending, JobState::Provisioning, JobState::Running, JobState::Migrating] {
+            for j in self.store.find(JobsBy::State(s))? {
+                snap.jobs.insert(j.id.clone(), j);
+            }
+        }
+        for s in [AttemptState::Provisioning, AttemptState::Running] {
+            for a in self.store.find(AttemptsBy::State(s))? {
+                snap.put_attempt(&a);
+            }
+        }
+        let owners: BTreeSet<String> = snap.active().map(|a| a.job_id.clone()).collect();
+        for id in owners {
+            if !snap.jobs.contains_key(&id)
+                && let Some(j) = self.store.get::<Job>(&id)?
+            {
+                snap.jobs.insert(id, j);
+            }
+        }
+        let deadline_jobs: Vec<String> =
+            snap.jobs.values().filter(|j| !j.state.is_final() && deadline_managed(j)).map(|j| j.id.clone()).collect();
+        for id in deadline_jobs {
+            for a in self.store.find(AttemptsBy::Job(&id))? {
+                snap.put_attempt(&a);
+            }
+        }
+        for t in self.store.scan::<Tenant>()? {
+            snap.tenants.insert(t.name.clone(), t);
+        }
+        Ok(snap)
+    }
+
+    /// What the cloud says of one attempt's fleet, asked the way the attempt's state calls for.
+    async fn look_at(&self, a: &Attempt) -> Seen {
+        let mut seen = Seen::default();
+        if a.state == AttemptState::Running {
+            seen.fleet = Some(self.cloud.get_fleet(&a.fleet_name).await);
+            return seen;
+        }
+        match &a.operation {
+            Some(op) => {
+                let status = self.cloud.poll_operation(op).await;
+                let want_fleet = matches!(status, Ok(OperationStatus::Succeeded) | Err(CloudError::NotFound { .. }));
+                seen.operation = Some(status);
+                if want_fleet {
+                    seen.fleet = Some(self.cloud.get_fleet(&a.fleet_name).await);
+                }
+            }
+            None => seen.fleet = Some(self.cloud.get_fleet(&a.fleet_name).await),
+        }
+        let failed = matches!(
+            &seen.fleet,
+            Some(Ok(f)) if matches!(f.provisioning_state, ProvisioningState::Failed | ProvisioningState::Canceled)
+        );
+        if failed && !matches!(seen.operation, Some(Ok(_))) {
+            seen.scale_sets = Some(self.cloud.fleet_scale_sets(&a.fleet_name).await);
+        }
+        seen
+    }
+}
+
+/// Whether two reads of the offers list the same offers at the same prices (in the same order, as a
+/// cloud lists them; a reordering counts as a change, which only costs a re-pricing pass).
+fn same_prices(old: &[Offer], new: &[Offer]) -> bool {
+    old.len() == new.len()
+        && old.iter().zip(new).all(|(a, b)| {
+            a.price_per_hour == b.price_per_hour && a.priority == b.priority && a.size == b.size && a.region == b.region
+        })
+}
+
+/// Failed cloud reads in one look (a fleet not found is an answer, not a failure).
+fn seen_errors(seen: &Seen) -> u32 {
+    let failed = |r: Option<bool>| u32::from(r == Some(true));
+    failed(seen.operation.as_ref().map(|r| matches!(r, Err(e) if !matches!(e, CloudError::NotFound { .. }))))
+        + failed(seen.fleet.as_ref().map(|r| matches!(r, Err(e) if !matches!(e, CloudError::NotFound { .. }))))
+}

@@ -1,0 +1,176 @@
+//! Decisions about running attempts: accrue their cost and their job's progress, notice VMs lost
+//! (evictions roll work back to the last checkpoint), migrate a fleet below its minimum past the
+//! grace period, end an attempt that lost every VM, finish a job whose budget ran out or whose work
+//! is done, and re-price running VMs when the cloud's prices moved. Pure: they read the snapshot
+//! and the loop's memory and return what to write.
+
+use super::accounts::{accrue, roll_back};
+use super::actions::{Change, JobEdit};
+use super::error_policy;
+use super::snapshot::{Seen, Snapshot};
+use super::{ControlConfig, LoopState};
+use crate::catalog::Catalog;
+use crate::cloud::{CloudError, ProvisioningState};
+use crate::model::{Attempt, AttemptState, EventKind, FailureClass, Job, JobState, Priority};
+
+/// What watching one running attempt decided.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Watched {
+    /// What to write; `None` when nothing changed and no settling is due (accrual is linear between
+    /// changes, so a stretch left unwritten is accrued the same later, or after a crash, from the
+    /// stored `accounted_until_ms`).
+    pub change: Option<Change>,
+    /// The fleet lost every VM: the attempt ended, its fleet is to be deleted.
+    pub delete_fleet: bool,
+    /// The job ended this round (budget, or work done): its fleets are to be cleaned up.
+    pub finished: Option<(Attempt, Job)>,
+    /// VMs were lost this round.
+    pub evicted: bool,
+}
+
+/// VMs running as the cloud says now: none for a failed, deleting or vanished fleet; what was last
+/// seen when the fleet could not be read.
+pub(crate) fn observed_vms(a: &Attempt, seen: Option<&Seen>) -> u32 {
+    match seen.and_then(|s| s.fleet.as_ref()) {
+        Some(Ok(f)) if matches!(f.provisioning_state, ProvisioningState::Failed | ProvisioningState::Deleting) => 0,
+        Some(Ok(f)) => f.running_vms.unwrap_or(a.vms),
+        Some(Err(CloudError::NotFound { .. })) => 0,
+        Some(Err(_)) | None => a.running_vms,
+    }
+}
+
+/// Watches one running attempt of an open job.
+pub(crate) fn watch(
+    snap: &Snapshot,
+    st: &mut LoopState,
+    config: &ControlConfig,
+    catalog: &Catalog,
+    attempt: &Attempt,
+    job: &Job,
+) -> Watched {
+    let now = snap.now;
+    let (mut a, mut job) = (attempt.clone(), job.clone());
+    let observed = observed_vms(&a, snap.seen.get(&crate::records::attempt_key(&a.job_id, a.number)));
+    let settled_until = a.accounted_until_ms.or(a.running_since_ms).unwrap_or(now);
+    let before = (a.running_vms, a.below_min_since_ms, job.state, job.awaiting_failover, job.evictions);
+    let spend = accrue(&mut a, &mut job, now);
+    // Running VMs are billed at the offer's price now (a spot price moves): what ran so far was
+    // accrued at the old price just above, what runs from now on at the new one.
+    let mut repriced = false;
+    if st.prices_moved
+        && let Some(p) = st.world.list_price(catalog, &a.region, &a.size, a.priority)
+        && p != a.price_per_hour
+    {
+        a.price_per_hour = p;
+        repriced = true;
+    }
+    let mut out = Watched::default();
+    let mut events: Vec<(EventKind, String)> = Vec::new();
+    if observed < a.vms {
+        lost_vms(st, &mut a, &mut job, observed, now, &mut events, &mut out);
+        let degraded = observed == 0 || now - a.below_min_since_ms.unwrap_or(now) >= config.below_min_grace_ms;
+        if degraded && !job.awaiting_failover {
+            job.awaiting_failover = true;
+            if job.state == JobState::Running {
+                job.set_state(JobState::Migrating, now);
+            }
+            let msg = format!("attempt {} has {observed} of {} VMs; placing the job again", a.number, a.vms);
+            events.push((EventKind::Migrating, msg));
+        }
+        out.delete_fleet = observed == 0;
+    } else if a.below_min_since_ms.is_some() {
+        a.below_min_since_ms = None;
+        events.push((EventKind::Recovered, format!("attempt {} is back to {} VMs", a.number, a.vms)));
+    }
+    a.running_vms = observed;
+    let mut blocks = Vec::new();
+    if out.delete_fleet {
+        // Nothing left to keep running: end the attempt now so the job is placed afresh.
+        a.state = AttemptState::Failed;
+        a.ended_at_ms = Some(now);
+        a.failure = Some("all VMs lost".into());
+        a.failure_class = Some(FailureClass::Capacity);
+        if a.priority == Priority::Spot {
+            let b = error_policy::spot_eviction_block(&a.region, &a.size, now);
+            st.world.add_block(b.clone());
+            blocks.push(b);
+        }
+    }
+    let finished = finish(config, &job);
+    if out.delete_fleet && finished.is_none() && !snap.others_active(&a.job_id, a.number) {
+        job.set_state(JobState::Pending, now);
+    }
+    if let Some((state, why)) = &finished {
+        job.set_state(*state, now);
+        job.end_reason = Some(why.clone());
+        events.extend(EventKind::of_final_state(*state).map(|k| (k, why.clone())));
+    }
+    let changed = out.delete_fleet
+        || repriced
+        || finished.is_some()
+        || !events.is_empty()
+        || before != (a.running_vms, a.below_min_since_ms, job.state, job.awaiting_failover, job.evictions);
+    let settle_due = config.settle_interval_ms.is_some_and(|i| now - settled_until >= i);
+    if !changed && !settle_due {
+        return out;
+    }
+    if finished.is_some() {
+        out.finished = Some((a.clone(), job.clone()));
+    }
+    out.change = Some(Change {
+        attempts: vec![a],
+        spend: Some((job.spec.tenant.clone(), spend)),
+        job: Some((job.id.clone(), JobEdit::Accounted { job, events })),
+        blocks,
+        ..Change::default()
+    });
+    out
+}
+
+/// The fleet has fewer VMs than asked: note since when, and count an eviction (rolling the work
+/// the lost VMs carried back to the last checkpoint) when VMs were lost since the last look.
+fn lost_vms(
+    st: &mut LoopState,
+    a: &mut Attempt,
+    job: &mut Job,
+    observed: u32,
+    now: i64,
+    events: &mut Vec<(EventKind, String)>,
+    out: &mut Watched,
+) {
+    if a.below_min_since_ms.is_some() && observed >= a.running_vms {
+        return;
+    }
+    let lost_vms = a.running_vms.saturating_sub(observed);
+    if a.below_min_since_ms.is_none() {
+        a.below_min_since_ms = Some(now);
+    }
+    if lost_vms == 0 {
+        return;
+    }
+    out.evicted = true;
+    if a.priority == Priority::Spot {
+        job.evictions += 1;
+        st.deadline.evicted_spot.insert(a.region.clone());
+    }
+    let lost = roll_back(job, a, lost_vms);
+    events.push((
+        EventKind::Evicted,
+        format!(
+            "{lost_vms} of {} VMs of attempt {} lost in {} ({}); {lost:.2} GPU-hours of work since the last checkpoint lost",
+            a.vms, a.number, a.region, a.priority
+        ),
+    ));
+}
+
+/// Whether the loop ends the job: its budget is spent (failed), or, where nobody is there to say
+/// so (`auto_complete`), its work is done (succeeded).
+fn finish(config: &ControlConfig, job: &Job) -> Option<(JobState, String)> {
+    if let Some(b) = job.spec.budget.filter(|&b| job.cost_usd >= b) {
+        Some((JobState::Failed, format!("budget of ${b:.2} exhausted")))
+    } else if config.auto_complete && job.remaining_hours() == Some(0.0) {
+        Some((JobState::Succeeded, "work done".to_string()))
+    } else {
+        None
+    }
+}
