@@ -45,26 +45,32 @@ fn crate_refs(code: &str) -> BTreeSet<String> {
     while let Some(i) = rest.find("crate::") {
         rest = &rest[i + "crate::".len()..];
         if let Some(group) = rest.strip_prefix('{') {
-            // Top-level names of a `crate::{a::x, b, c::{..}}` group.
+            // Top-level names of a `crate::{a::x, b, c::{..}}` group: the group is cut at its
+            // depth-0 commas and each item's leading name is taken (an item may span lines).
             let mut depth = 0;
-            let mut word = String::new();
-            let mut at_start = true;
+            let mut item = String::new();
+            let mut items = Vec::new();
             for ch in group.chars() {
                 match ch {
-                    '{' => depth += 1,
                     '}' if depth == 0 => break,
-                    '}' => depth -= 1,
-                    ',' if depth == 0 => at_start = true,
-                    c if depth == 0 && at_start && (c.is_alphanumeric() || c == '_') => word.push(c),
-                    _ if depth == 0 && at_start && !word.is_empty() => {
-                        out.insert(std::mem::take(&mut word));
-                        at_start = false;
+                    ',' if depth == 0 => items.push(std::mem::take(&mut item)),
+                    '{' => {
+                        depth += 1;
+                        item.push(ch);
                     }
-                    _ => {}
+                    '}' => {
+                        depth -= 1;
+                        item.push(ch);
+                    }
+                    c => item.push(c),
                 }
             }
-            if !word.is_empty() {
-                out.insert(word);
+            items.push(item);
+            for item in items {
+                let name: String = item.trim_start().chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                if !name.is_empty() {
+                    out.insert(name);
+                }
             }
         } else {
             let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
@@ -240,9 +246,12 @@ fn the_scheduler_layers_hold() {
 fn the_checker_finds_what_it_is_meant_to() {
     assert_eq!(
         crate_refs(
-            "use crate::model::X;\nlet x = crate::cloud::azure::f();\nuse crate::{catalog::C, clock, jobs::{a, b}};"
+            "use crate::model::X;\nlet x = crate::cloud::azure::f();\nuse crate::{catalog::C, clock, jobs::{a, b}, \n    records,\n    api::{x::{y, z}, w}, deadline};"
         ),
-        ["catalog", "clock", "cloud", "jobs", "model"].map(String::from).into_iter().collect()
+        ["api", "catalog", "clock", "cloud", "deadline", "jobs", "model", "records"]
+            .map(String::from)
+            .into_iter()
+            .collect()
     );
     let mut g: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
     g.entry("a".into()).or_default().insert("b".into(), BTreeSet::new());

@@ -32,7 +32,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::model::{EPS, gang_vms, mismatch, run_cost};
-use crate::problem::{Priority, Problem, QuotaLimit, normalize_pool};
+use crate::priority::Priority;
+use crate::problem::{Problem, QuotaLimit, normalize_pool};
 use crate::quota_pools::QuotaPool;
 use crate::{Plan, SolveOptions, solve};
 

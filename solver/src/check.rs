@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use crate::model::{DEFAULT_EGRESS_USD_PER_GB, EVICTION_OVERHEAD_HOURS};
 use crate::plan::Plan;
-use crate::problem::{Priority, Problem, SpotPolicy, normalize_pool};
+use crate::priority::{Priority, SpotPolicy};
+use crate::problem::{Problem, normalize_pool};
 use crate::quota_pools::QuotaPool;
 
 const TOL: f64 = 1e-6;

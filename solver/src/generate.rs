@@ -11,7 +11,8 @@
 //! batch work that may use spot. Jobs are copies of `60 + jobs / 100` random shapes, so the queue has many
 //! identical jobs, as real queues do.
 
-use crate::problem::{Egress, JobDemand, Offer, Priority, Problem, QuotaLimit, SpotPolicy};
+use crate::priority::{Priority, SpotPolicy};
+use crate::problem::{Egress, JobDemand, Offer, Problem, QuotaLimit};
 
 /// The 8 regions, in the order they are used.
 pub const REGIONS: [&str; 8] =

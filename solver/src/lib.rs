@@ -40,6 +40,7 @@ mod lp;
 mod milp;
 mod model;
 mod plan;
+mod priority;
 mod problem;
 mod quota_pools;
 
@@ -48,9 +49,8 @@ use std::time::Instant;
 pub use check::check;
 pub use model::{DEFAULT_EGRESS_USD_PER_GB, EVICTION_OVERHEAD_HOURS};
 pub use plan::{Method, Placement, Plan, SolveOptions, Unplaced};
-pub use problem::{
-    Egress, FieldIssue, JobDemand, Offer, Priority, Problem, ProblemError, QuotaLimit, SpotPolicy, normalize_pool,
-};
+pub use priority::{Priority, SpotPolicy};
+pub use problem::{Egress, FieldIssue, JobDemand, Offer, Problem, ProblemError, QuotaLimit, normalize_pool};
 pub use quota_pools::{CORES_KEY, LOW_PRIORITY_CORES_KEY, QuotaPool, normalize_family};
 
 use model::{Instance, Sol, better, priority_order};

@@ -4,7 +4,8 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
-use crate::problem::{JobDemand, Offer, Priority, Problem, SpotPolicy, normalize_pool};
+use crate::priority::{Priority, SpotPolicy};
+use crate::problem::{JobDemand, Offer, Problem, normalize_pool};
 use crate::quota_pools::QuotaPool;
 
 /// Hours of a VM's price lost per eviction: re-provisioning plus the work since the last checkpoint.

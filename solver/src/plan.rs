@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::problem::Priority;
+use crate::priority::Priority;
 
 /// How to solve.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -6,6 +6,8 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+use crate::priority::{Priority, SpotPolicy};
+
 /// Everything the solver needs: what the cloud offers, the quota pools, the pending jobs, and the
 /// optional egress price table.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -21,45 +23,6 @@ pub struct Problem {
     /// USD per GB for moving a job's data from its `data_region` to where it runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub egress: Vec<Egress>,
-}
-
-/// Spot or regular (Azure's "priority"; "tier" in prose). The one definition in the workspace: the
-/// scheduler and the simulator use this type (`scheduler::model::Priority` re-exports it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "lowercase")]
-pub enum Priority {
-    /// Pay-as-you-go VMs: counted against the family pool and the region's `cores` pool.
-    Regular,
-    /// Evictable VMs: counted against the region's `lowPriorityCores` pool only.
-    Spot,
-}
-
-impl Priority {
-    /// `regular` or `spot`, as in the JSON.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Priority::Regular => "regular",
-            Priority::Spot => "spot",
-        }
-    }
-}
-
-impl fmt::Display for Priority {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for Priority {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.to_ascii_lowercase().as_str() {
-            "regular" => Ok(Priority::Regular),
-            "spot" => Ok(Priority::Spot),
-            _ => Err(format!("unknown priority {s:?}: expected regular or spot")),
-        }
-    }
 }
 
 /// One (region, size, priority) a job can run on.
@@ -103,24 +66,6 @@ pub struct QuotaLimit {
     pub pool: String,
     /// vCPUs still free in the pool.
     pub vcpus: u64,
-}
-
-/// When a job may use spot VMs. The one definition in the workspace: a job spec's `spot` field is this
-/// type (`scheduler::model::SpotPolicy` re-exports it).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "lowercase")]
-pub enum SpotPolicy {
-    /// Regular VMs only.
-    #[default]
-    Never,
-    /// Spot or regular, whichever is cheaper (eviction cost included).
-    Allowed,
-    /// Spot or regular; spot wins ties.
-    Preferred,
-    /// Spot VMs only: the job waits for spot rather than run on regular capacity it chose not to pay
-    /// for (also what a deadline policy asks for while the job has slack to ride spot).
-    Only,
 }
 
 /// One pending job as the solver sees it.

@@ -11,7 +11,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::problem::Priority;
+use crate::priority::Priority;
 
 /// A pool of vCPUs that Azure limits per region.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -127,6 +127,13 @@ impl EventKind {
     }
 }
 
+impl EventKind {
+    /// Whether this kind records a job reaching a final state.
+    pub fn is_final_state(self) -> bool {
+        matches!(self, EventKind::Succeeded | EventKind::Failed | EventKind::Cancelled)
+    }
+}
+
 impl fmt::Display for EventKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

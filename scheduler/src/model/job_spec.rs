@@ -11,8 +11,6 @@ use time::OffsetDateTime;
 use super::SpotPolicy;
 use super::field_error::FieldErrors;
 use super::size::{SizeCatalog, Workload, gpu_model_matches};
-use super::spec_reader::{self, ReadSpec};
-use super::strict_json::{self, JsonError};
 
 /// What kind of work a job is; it sets the defaults for gang, spot and the sizes considered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
@@ -214,48 +212,6 @@ pub const MAX_ENVS: usize = 128;
 pub const RESERVED_ENV_PREFIX: &str = "SPILLWAY_";
 
 impl JobSpec {
-    /// Parses a spec from TOML or JSON. Structural problems (unknown fields, wrong types, missing
-    /// required fields, duplicate keys) come back as field errors, all of them; semantic checks are
-    /// [`JobSpec::validate`]'s.
-    pub fn parse(content: &str, format: SpecFormat) -> Result<JobSpec, FieldErrors> {
-        let value = parse_value(content, format)?;
-        Self::from_value(value)
-    }
-
-    /// Parses and validates in one pass, so that unknown fields, type errors and semantic
-    /// problems are all reported together.
-    pub fn parse_checked<C: SizeCatalog + ?Sized>(
-        content: &str,
-        format: SpecFormat,
-        catalog: &C,
-        now: OffsetDateTime,
-    ) -> Result<JobSpec, FieldErrors> {
-        let value = parse_value(content, format)?;
-        Self::from_value_checked(value, catalog, now)
-    }
-
-    /// [`JobSpec::from_value`] followed by [`JobSpec::validate`], reporting every problem found
-    /// by either: the semantic checks run on every field that could be read, so a spec with a
-    /// missing `kind`, a negative `gpus` and an unknown `spot` gets all three problems at once.
-    pub fn from_value_checked<C: SizeCatalog + ?Sized>(
-        value: serde_json::Value,
-        catalog: &C,
-        now: OffsetDateTime,
-    ) -> Result<JobSpec, FieldErrors> {
-        let ReadSpec { spec, mut errors, broken } = spec_reader::read(value)?;
-        if let Err(more) = spec.check(catalog, now, &broken, errors.is_empty()) {
-            errors.0.extend(more.0);
-        }
-        errors.into_result(spec)
-    }
-
-    /// Builds a spec from an already-parsed JSON value, without the checks against the catalog
-    /// and the clock.
-    pub fn from_value(value: serde_json::Value) -> Result<JobSpec, FieldErrors> {
-        let ReadSpec { spec, errors, .. } = spec_reader::read(value)?;
-        errors.into_result(spec)
-    }
-
     /// Serialises to pretty JSON (the normalised form `spillway validate` prints).
     pub fn to_json_pretty(&self) -> String {
         serde_json::to_string_pretty(self).expect("a JobSpec always serialises")
@@ -326,7 +282,7 @@ impl JobSpec {
     /// The semantic checks, skipping the fields in `broken` (already reported as unreadable, and
     /// standing in with neutral values) and the checks that depend on them; `whole` is false when
     /// anything else was wrong, which makes "no size matches" meaningless.
-    fn check<C: SizeCatalog + ?Sized>(
+    pub(super) fn check<C: SizeCatalog + ?Sized>(
         &self,
         catalog: &C,
         now: OffsetDateTime,
@@ -661,35 +617,6 @@ fn bounded(errs: &mut FieldErrors, field: &str, v: f64, min: f64, exclusive_min:
     } else if v > max {
         errs.push(field, format!("must be at most {max} {unit} (got {v})"));
     }
-}
-
-fn parse_value(content: &str, format: SpecFormat) -> Result<serde_json::Value, FieldErrors> {
-    let mut errs = FieldErrors::default();
-    match format {
-        SpecFormat::Json => strict_json::parse(content).map_err(|e| {
-            match e {
-                JsonError::Syntax(m) => errs.push("", format!("not valid JSON: {m}")),
-                JsonError::DuplicateKey(f) => errs.0.push(f),
-            }
-            errs
-        }),
-        SpecFormat::Toml => {
-            let table: toml::Table = toml::from_str(content).map_err(|e| {
-                let at = e.span().map(|s| line_col(content, s.start)).unwrap_or_default();
-                errs.push("", format!("not valid TOML{at}: {}", e.message().trim()));
-                errs
-            })?;
-            Ok(spec_reader::toml_to_json(toml::Value::Table(table)))
-        }
-    }
-}
-
-/// ` (line L, column C)` of a byte offset.
-fn line_col(text: &str, offset: usize) -> String {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    format!(" (line {line}, column {col})")
 }
 
 fn check_label(errs: &mut FieldErrors, field: &str, value: &str) {

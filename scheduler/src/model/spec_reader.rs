@@ -6,6 +6,10 @@
 //! recorded and reading goes on. Fields that could not be read are stood in for by neutral
 //! values and named in [`ReadSpec::broken`], so the semantic checks skip them instead of
 //! reporting consequences of a problem already reported.
+//!
+//! The entry points (`JobSpec::parse`, `parse_checked`, `from_value`, `from_value_checked`) live
+//! here, beside the reader they drive; `job_spec` holds the types and the semantic checks and does
+//! not name this module, so the two do not import each other.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -14,7 +18,53 @@ use time::OffsetDateTime;
 
 use super::SpotPolicy;
 use super::field_error::FieldErrors;
-use super::job_spec::{JobKind, JobSpec, OnIdle, Replicas, int_bounds};
+use super::job_spec::{JobKind, JobSpec, OnIdle, Replicas, SpecFormat, int_bounds};
+use super::size::SizeCatalog;
+use super::strict_json::{self, JsonError};
+
+impl JobSpec {
+    /// Parses a spec from TOML or JSON. Structural problems (unknown fields, wrong types, missing
+    /// required fields, duplicate keys) come back as field errors, all of them; semantic checks are
+    /// [`JobSpec::validate`]'s.
+    pub fn parse(content: &str, format: SpecFormat) -> Result<JobSpec, FieldErrors> {
+        let value = parse_value(content, format)?;
+        Self::from_value(value)
+    }
+
+    /// Parses and validates in one pass, so that unknown fields, type errors and semantic
+    /// problems are all reported together.
+    pub fn parse_checked<C: SizeCatalog + ?Sized>(
+        content: &str,
+        format: SpecFormat,
+        catalog: &C,
+        now: OffsetDateTime,
+    ) -> Result<JobSpec, FieldErrors> {
+        let value = parse_value(content, format)?;
+        Self::from_value_checked(value, catalog, now)
+    }
+
+    /// [`JobSpec::from_value`] followed by [`JobSpec::validate`], reporting every problem found
+    /// by either: the semantic checks run on every field that could be read, so a spec with a
+    /// missing `kind`, a negative `gpus` and an unknown `spot` gets all three problems at once.
+    pub fn from_value_checked<C: SizeCatalog + ?Sized>(
+        value: serde_json::Value,
+        catalog: &C,
+        now: OffsetDateTime,
+    ) -> Result<JobSpec, FieldErrors> {
+        let ReadSpec { spec, mut errors, broken } = read(value)?;
+        if let Err(more) = spec.check(catalog, now, &broken, errors.is_empty()) {
+            errors.0.extend(more.0);
+        }
+        errors.into_result(spec)
+    }
+
+    /// Builds a spec from an already-parsed JSON value, without the checks against the catalog
+    /// and the clock.
+    pub fn from_value(value: serde_json::Value) -> Result<JobSpec, FieldErrors> {
+        let ReadSpec { spec, errors, .. } = read(value)?;
+        errors.into_result(spec)
+    }
+}
 
 /// The field names a spec accepts.
 pub(super) const SPEC_FIELDS: &[&str] = &[
@@ -348,4 +398,33 @@ pub(super) fn toml_to_json(v: toml::Value) -> Value {
         toml::Value::Array(a) => Value::Array(a.into_iter().map(toml_to_json).collect()),
         toml::Value::Table(t) => Value::Object(t.into_iter().map(|(k, v)| (k, toml_to_json(v))).collect()),
     }
+}
+
+fn parse_value(content: &str, format: SpecFormat) -> Result<serde_json::Value, FieldErrors> {
+    let mut errs = FieldErrors::default();
+    match format {
+        SpecFormat::Json => strict_json::parse(content).map_err(|e| {
+            match e {
+                JsonError::Syntax(m) => errs.push("", format!("not valid JSON: {m}")),
+                JsonError::DuplicateKey(f) => errs.0.push(f),
+            }
+            errs
+        }),
+        SpecFormat::Toml => {
+            let table: toml::Table = toml::from_str(content).map_err(|e| {
+                let at = e.span().map(|s| line_col(content, s.start)).unwrap_or_default();
+                errs.push("", format!("not valid TOML{at}: {}", e.message().trim()));
+                errs
+            })?;
+            Ok(toml_to_json(toml::Value::Table(table)))
+        }
+    }
+}
+
+/// ` (line L, column C)` of a byte offset.
+fn line_col(text: &str, offset: usize) -> String {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    format!(" (line {line}, column {col})")
 }

@@ -16,7 +16,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::workload::read_philly;
+use super::philly::read_philly;
 
 /// The committed fitted figures (`scenarios/philly-fit.toml`).
 pub const BUILTIN_FIT: &str = include_str!("../../../scenarios/philly-fit.toml");

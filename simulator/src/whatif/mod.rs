@@ -6,6 +6,7 @@
 //!
 //! - [`scenario`]: the TOML file, parsed strictly; every problem names its field.
 //! - [`fit`]: figures fitted to the Philly trace, kept as our own data (`scenarios/philly-fit.toml`).
+//! - [`philly`]: the Philly job trace's reader, shared by the fit and the workload.
 //! - [`workload`]: the synthetic generator and the trace readers (Philly, Alibaba, JSON lines) with
 //!   their mapping onto `JobSpec`s.
 //! - [`engine`]: discrete events in virtual time, reconcile rounds every `interval_seconds`, each
@@ -23,6 +24,7 @@ mod driver;
 pub mod engine;
 pub mod fit;
 mod loop_driver;
+pub mod philly;
 pub mod report;
 pub mod scenario;
 pub mod workload;
