@@ -14,8 +14,9 @@ pub(crate) type JobEventDraft = (EventKind, String, serde_json::Value);
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum JobEdit {
     /// The loop's accounting of the job (cost, progress, state, evictions, …) as decided from the
-    /// snapshot, with events. A user who made the job final meanwhile keeps that state: only the
-    /// cost and progress are taken over.
+    /// snapshot, with events. A job made final meanwhile (by its user or its agents) keeps that
+    /// state, even when the loop decided a final state of its own: only the cost and progress are
+    /// taken over, and the loop's own final-state event is dropped.
     Accounted { job: Job, events: Vec<(EventKind, String)> },
     /// Take over the job's cost and progress from `job` (a fleet of an ended job was deleted).
     Settled { job: Job, event: (EventKind, String) },
@@ -57,13 +58,21 @@ impl JobEdit {
         let null = || serde_json::Value::Null;
         match self {
             JobEdit::Accounted { job: ours, events } => {
-                if job.state.is_final() && !ours.state.is_final() {
+                // A final state written meanwhile (a user's cancel, the agents' success or failure)
+                // stands, even against a final state the loop decided from its older snapshot
+                // (budget spent, work done): only the money and the work done are the loop's.
+                let stored_final = job.state.is_final();
+                if stored_final {
                     job.cost_usd = ours.cost_usd;
                     job.progress_hours = ours.progress_hours;
                 } else {
                     *job = ours.clone();
                 }
-                let events = events.iter().map(|(k, m)| (*k, m.clone(), null())).collect();
+                let events = events
+                    .iter()
+                    .filter(|(k, _)| !(stored_final && k.is_final_state()))
+                    .map(|(k, m)| (*k, m.clone(), null()))
+                    .collect();
                 Some(Applied { write: true, events })
             }
             JobEdit::Settled { job: ours, event } => {

@@ -247,6 +247,40 @@ fn a_users_cancel_wins_over_the_loops_accounting() {
 }
 
 #[test]
+fn a_final_state_written_meanwhile_stands_against_the_loops_own_final_state() {
+    // The loop saw the budget spent and decided `failed`; meanwhile the agents reported the work
+    // done (or a user cancelled): the stored final state stands, the money and the work are the loop's.
+    for stored_state in [JobState::Succeeded, JobState::Cancelled, JobState::Failed] {
+        let mut ours = gang("j", JobState::Failed);
+        ours.end_reason = Some("budget of $10.00 exhausted".into());
+        ours.cost_usd = 10.5;
+        ours.progress_hours = 4.0;
+        let edit = JobEdit::Accounted {
+            job: ours,
+            events: vec![
+                (EventKind::Evicted, "1 of 2 VMs lost".into()),
+                (EventKind::Failed, "budget of $10.00 exhausted".into()),
+            ],
+        };
+        let mut stored = gang("j", stored_state);
+        stored.end_reason = Some("as stored".into());
+        let applied = edit.apply(&mut stored, NOW).unwrap();
+        assert_eq!(stored.state, stored_state, "the stored final state stands");
+        assert_eq!(stored.end_reason.as_deref(), Some("as stored"));
+        assert_eq!((stored.cost_usd, stored.progress_hours), (10.5, 4.0), "the loop's accounting is taken");
+        let kinds: Vec<EventKind> = applied.events.iter().map(|e| e.0).collect();
+        assert_eq!(kinds, [EventKind::Evicted], "no second final-state event");
+    }
+    // An open job takes the loop's decision whole.
+    let mut ours = gang("j", JobState::Failed);
+    ours.cost_usd = 10.5;
+    let edit = JobEdit::Accounted { job: ours, events: vec![(EventKind::Failed, "budget".into())] };
+    let mut stored = gang("j", JobState::Running);
+    let applied = edit.apply(&mut stored, NOW).unwrap();
+    assert_eq!((stored.state, applied.events.len()), (JobState::Failed, 1));
+}
+
+#[test]
 fn a_finished_jobs_fleet_is_settled_once_deleted_and_orphans_are_found_by_their_tags() {
     let mut j = gang("j", JobState::Cancelled);
     j.cost_usd = 1.0;
