@@ -5,11 +5,15 @@
 //! sequence that a reader (or a follower) walks by key from any position, whatever the ranks and
 //! attempts it mixes, and a per-rank cap is kept with each rank's record.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 use state::{IndexDef, Record, TableDef};
 
 use super::protocol::{ExitReason, GpuInfo, GpuSample, LogLine, Phase, Script};
-use crate::records::attempt_key;
+use crate::records::{IndexQuery, attempt_key};
+
+const NODE_JOB: IndexDef = IndexDef { name: "job", pointer: "/job_id" };
 
 /// One VM of an attempt, by rank.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -81,9 +85,23 @@ pub fn node_key(job_id: &str, attempt: u32, rank: u32) -> String {
 }
 
 impl Record for NodeRecord {
-    const TABLE: TableDef = TableDef { name: "agent_nodes", indexes: &[IndexDef { name: "job", pointer: "/job_id" }] };
+    const TABLE: TableDef = TableDef { name: "agent_nodes", indexes: &[NODE_JOB] };
     fn key(&self) -> String {
         node_key(&self.job_id, self.attempt, self.rank)
+    }
+}
+
+/// Every rank of a job, over all its attempts.
+#[derive(Debug, Clone, Copy)]
+pub struct NodesOfJob<'a>(pub &'a str);
+
+impl IndexQuery for NodesOfJob<'_> {
+    type Record = NodeRecord;
+    fn index(&self) -> IndexDef {
+        NODE_JOB
+    }
+    fn value(&self) -> Cow<'_, str> {
+        Cow::Borrowed(self.0)
     }
 }
 
@@ -266,5 +284,16 @@ impl Record for LogChunk {
     const TABLE: TableDef = TableDef { name: "log_chunks", indexes: &[IndexDef { name: "job", pointer: "/job_id" }] };
     fn key(&self) -> String {
         chunk_key(&self.job_id, self.seq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_typed_node_query_names_an_index_of_its_table() {
+        let def = NodesOfJob("j").index();
+        assert!(NodeRecord::TABLE.indexes.contains(&def), "agent_nodes has no index {}", def.name);
     }
 }

@@ -33,13 +33,15 @@ use super::protocol::{
     Action, ExitReason, GpuInfo, GpuSample, Heartbeat, LogAck, LogBatch, LogLine, LogStream, Phase, RankVars,
     Registered, Registration, Report, WorkOrder, WorkStatus,
 };
-use super::records::{AttemptWork, ExitRecord, JobWork, LogChunk, NodeRecord, NoticeRecord, chunk_key, node_key};
+use super::records::{
+    AttemptWork, ExitRecord, JobWork, LogChunk, NodeRecord, NodesOfJob, NoticeRecord, chunk_key, node_key,
+};
 use crate::catalog::Catalog;
 use crate::clock::Clock;
 use crate::jobs::record_event;
 use crate::model::EventKind;
-use crate::model::{Attempt, FieldErrors, Job, JobState, OnIdle};
-use crate::records::attempt_key;
+use crate::model::{Attempt, AttemptState, FieldErrors, Job, JobState, OnIdle};
+use crate::records::{AttemptsBy, Lookup, attempt_key};
 
 /// Settings of the agent side of the server.
 #[derive(Debug, Clone, PartialEq)]
@@ -1189,7 +1191,7 @@ impl AgentService {
         let writer = store.fenced(fence);
         let mut lost = 0;
         let mut changed = false;
-        for a in store.by_index::<Attempt>("state", "running")? {
+        for a in store.find(AttemptsBy::State(AttemptState::Running))? {
             let Some(job) = store.get::<Job>(&a.job_id)? else { continue };
             if job.state.is_final() {
                 continue;
@@ -1285,7 +1287,7 @@ impl AgentService {
 
     /// Every rank of a job, with the freshest heartbeat and GPU samples the server has.
     pub fn nodes(&self, job_id: &str) -> Result<Vec<NodeView>, StoreError> {
-        let mut nodes = self.inner.store.by_index::<NodeRecord>("job", job_id)?;
+        let mut nodes = self.inner.store.find(NodesOfJob(job_id))?;
         nodes.sort_by_key(|n| (n.attempt, n.rank));
         let live = lock(&self.inner.live);
         Ok(nodes

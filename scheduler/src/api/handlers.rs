@@ -22,7 +22,8 @@ use super::views::{
 };
 use crate::clock::{Clock, SystemClock};
 use crate::model::strict_json::{self, JsonError};
-use crate::model::{Attempt, FieldErrors, Job, JobState};
+use crate::model::{Attempt, AttemptState, FieldErrors, Job, JobState};
+use crate::records::{AttemptsBy, Lookup};
 
 /// Longest accepted `Idempotency-Key`.
 const MAX_IDEMPOTENCY_KEY: usize = 200;
@@ -363,8 +364,8 @@ pub(crate) async fn capacity(
             Some(
                 blocking(move || {
                     let mut mine = Vec::new();
-                    for s in ["provisioning", "running"] {
-                        for a in store.by_index::<crate::model::Attempt>("state", s)? {
+                    for s in [AttemptState::Provisioning, AttemptState::Running] {
+                        for a in store.find(AttemptsBy::State(s))? {
                             if store.get::<Job>(&a.job_id)?.is_some_and(|j| j.spec.tenant == t) {
                                 mine.push(a);
                             }

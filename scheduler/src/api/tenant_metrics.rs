@@ -16,8 +16,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use state::Store;
 
-use crate::model::{Attempt, Job, JobState};
-use crate::records::Tenant;
+use crate::model::{AttemptState, JobState};
+use crate::records::{AttemptsBy, JobsBy, Lookup, Tenant};
 
 /// Label: a tenant.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -67,12 +67,12 @@ impl TenantMetrics {
         }
         let mut tenant_of = BTreeMap::new();
         for state in [JobState::Pending, JobState::Provisioning, JobState::Running, JobState::Migrating] {
-            for j in self.store.by_index::<Job>("state", state.as_str())? {
+            for j in self.store.find(JobsBy::State(state))? {
                 *s.jobs.entry((j.spec.tenant.clone(), state.as_str())).or_default() += 1;
                 tenant_of.insert(j.id.clone(), j.spec.tenant.clone());
             }
         }
-        for a in self.store.by_index::<Attempt>("state", "running")? {
+        for a in self.store.find(AttemptsBy::State(AttemptState::Running))? {
             let Some(t) = tenant_of.get(&a.job_id) else { continue };
             *s.rate.entry(t.clone()).or_default() += f64::from(a.running_vms) * a.price_per_hour;
             let gpus =

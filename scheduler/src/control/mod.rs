@@ -48,6 +48,9 @@ mod metrics;
 mod placement;
 mod retention;
 mod round;
+mod round_attempts;
+mod round_cloud;
+mod round_placement;
 mod snapshot;
 #[cfg(test)]
 mod tests;
@@ -90,8 +93,11 @@ pub struct ControlConfig {
     /// Mark a job succeeded once its `duration_hours` of work are done (simulated clouds, where no
     /// user is there to say so).
     pub auto_complete: bool,
-    /// Solver time limit per round.
-    pub solve_time_limit_ms: u64,
+    /// Wall-clock limit on the solver per round (past it, the round places by the greedy plan).
+    /// `None`: no limit. A run in virtual time (the what-if) sets `None`: a wall-clock limit would
+    /// make its results depend on how loaded the machine was, and the solve ends on its own
+    /// (the LP solver's own iteration cap bounds it).
+    pub solve_time_limit_ms: Option<u64>,
     /// Re-plans within one round after synchronous failures, at most.
     pub max_replans_per_round: usize,
     /// Flush the store after writing an intent (off only for throwaway simulator stores).
@@ -123,7 +129,7 @@ impl Default for ControlConfig {
             delete_orphans: true,
             reconcile_cloud_ms: 3 * 60_000,
             auto_complete: false,
-            solve_time_limit_ms: 2_000,
+            solve_time_limit_ms: Some(2_000),
             max_replans_per_round: 4,
             durable: true,
             breaker: BreakerConfig::default(),

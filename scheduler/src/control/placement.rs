@@ -88,16 +88,20 @@ pub(crate) fn plan_input(snap: &Snapshot, st: &LoopState, config: &ControlConfig
 }
 
 /// The plan for a problem: the last one when the problem is the same (no new job, no capacity,
-/// quota or block change; the plan depends only on the problem, bar the solver's time limit, rarely
-/// reached), else a fresh solve. Returns the plan and the seconds spent solving, if it solved.
-pub(crate) fn solve(st: &mut LoopState, problem: solver::Problem, time_limit_ms: u64) -> (solver::Plan, Option<f64>) {
+/// quota or block change; the plan depends only on the problem, bar the solver's wall-clock limit,
+/// rarely reached and off in virtual time), else a fresh solve. Returns the plan and the seconds spent solving, if it solved.
+pub(crate) fn solve(
+    st: &mut LoopState,
+    problem: solver::Problem,
+    time_limit_ms: Option<u64>,
+) -> (solver::Plan, Option<f64>) {
     if let Some((last, plan)) = &st.last_solve
         && *last == problem
     {
         return (plan.clone(), None);
     }
     let started = std::time::Instant::now();
-    let options = solver::SolveOptions { method: solver::Method::Best, time_limit_ms: Some(time_limit_ms) };
+    let options = solver::SolveOptions { method: solver::Method::Best, time_limit_ms };
     let plan = solver::solve(&problem, &options);
     let secs = started.elapsed().as_secs_f64();
     st.last_solve = Some((problem, plan.clone()));

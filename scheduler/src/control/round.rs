@@ -1,6 +1,8 @@
 //! One reconcile round: **observe** (one snapshot of the store and the cloud, `snapshot.rs`) →
 //! **decide** (pure functions from the snapshot to actions: `follow.rs`, `watch.rs`, `cleanup.rs`,
-//! `deadline.rs`, `placement.rs`) → **act** (`act.rs`). The steps, in order:
+//! `deadline.rs`, `placement.rs`) → **act** (`act.rs`). This file holds the round's order, its
+//! report and gauges; the steps are driven from `round_cloud.rs` (1), `round_attempts.rs` (2–3)
+//! and `round_placement.rs` (6–7). The steps, in order:
 //! 1. reconcile the cloud (when due): delete tagged fleets no live attempt owns, retry the
 //!    deletions the loop owns;
 //! 2. follow attempts being provisioned (running, failed, or created again);
@@ -14,23 +16,16 @@
 //! Each decision is acted on before the next is made, and the snapshot holds what was written, so
 //! every decision sees its predecessors' records as the store now holds them.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 use state::StoreError;
 
-use super::actions::{Action, Change, JobEdit};
-use super::deadline::{self, deadline_managed};
-use super::demand::DemandPart;
-use super::feasibility::Feasibility;
-use super::follow::{self, FollowUp};
-use super::metrics::{ClassLabel, FilterLabel, OfferLabel, StateLabel};
+use super::metrics::{OfferLabel, StateLabel};
 use super::snapshot::Snapshot;
-use super::world::our_usage;
-use super::{Controller, LoopState, cleanup, placement, watch};
-use crate::cloud::CloudError;
-use crate::model::{Attempt, AttemptState, EventKind, Job, JobState};
-use crate::records::{JobsBy, Lookup, Tenant, attempt_key};
+use super::{Controller, LoopState, cleanup, placement};
+use crate::model::{Attempt, AttemptState, Job, JobState};
+use crate::records::{JobsBy, Lookup, Tenant};
 
 /// Why a round could not finish. Cloud failures never end a round: they are classified and acted
 /// on; only the store failing does.
@@ -142,280 +137,6 @@ impl Controller {
         Ok(())
     }
 
-    /// Every tagged fleet without a live attempt is deleted (recorded once as an `orphan_fleet`
-    /// event; with `delete_orphans` off, only recorded), and the deletions the loop owns that are
-    /// due are tried again.
-    async fn reconcile_cloud(
-        &self,
-        st: &mut LoopState,
-        snap: &mut Snapshot,
-        report: &mut RoundReport,
-    ) -> Result<(), ControlError> {
-        let mut actions: Vec<Action> =
-            st.deletions.due(snap.now).into_iter().map(|fleet| Action::Delete { fleet, then: None }).collect();
-        if let Some(fleets) = snap.cloud_fleets.take() {
-            let known: BTreeSet<String> =
-                fleets.iter().filter(|f| st.deletions.knows(&f.name)).map(|f| f.name.clone()).collect();
-            let orphans = cleanup::orphans(snap, &fleets, &known);
-            let live: BTreeSet<&str> = fleets.iter().map(|f| f.name.as_str()).collect();
-            st.orphans_reported.retain(|f| live.contains(f.as_str()));
-            for o in orphans {
-                report.orphans += 1;
-                if st.orphans_reported.insert(o.fleet.clone()) {
-                    self.record_orphan(snap.now, &o)?;
-                }
-                if self.config.delete_orphans {
-                    actions.push(Action::Delete { fleet: o.fleet, then: None });
-                }
-            }
-        }
-        self.act(st, snap, report, actions).await?;
-        Ok(())
-    }
-
-    fn record_orphan(&self, now: i64, o: &cleanup::Orphan) -> Result<(), StoreError> {
-        let what = if self.config.delete_orphans { "; deleting it" } else { "; left alone" };
-        tracing::warn!(fleet = %o.fleet, job = %o.job_id, "{}{what}", o.why);
-        self.store.transaction(|tx| {
-            tx.append_event(state::EventDraft {
-                at_ms: now,
-                kind: EventKind::OrphanFleet.as_str().into(),
-                job_id: Some(o.job_id.clone()),
-                tenant: None,
-                message: format!("{}{what}", o.why),
-                data: serde_json::Value::Null,
-            })?;
-            Ok(())
-        })
-    }
-
-    /// Step 2: every attempt being provisioned, from what the cloud said of it.
-    async fn follow_provisioning(
-        &self,
-        st: &mut LoopState,
-        snap: &mut Snapshot,
-        report: &mut RoundReport,
-        ended: &mut Vec<(Attempt, Option<Job>)>,
-    ) -> Result<(), ControlError> {
-        for a in snap.in_state(AttemptState::Provisioning) {
-            let job = snap.jobs.get(&a.job_id).cloned();
-            if job.as_ref().is_none_or(|j| j.state.is_final()) {
-                ended.push((a, job));
-                continue;
-            }
-            let key = attempt_key(&a.job_id, a.number);
-            match follow::follow_up(&a, snap.seen.get(&key)) {
-                FollowUp::Wait => {}
-                FollowUp::LookAgainIn(after_ms) => {
-                    self.act(st, snap, report, vec![Action::Requeue { attempt_key: key, after_ms }]).await?;
-                }
-                FollowUp::Create => {
-                    let refused = self.act(st, snap, report, vec![Action::Create(a)]).await?;
-                    self.fail_refused(st, snap, report, refused).await?;
-                }
-                FollowUp::Running(running_vms) => self.became_running(st, snap, report, &a, running_vms).await?,
-                FollowUp::Failed(err) => self.fail(st, snap, report, &a, &err).await?,
-            }
-        }
-        Ok(())
-    }
-
-    async fn became_running(
-        &self,
-        st: &mut LoopState,
-        snap: &mut Snapshot,
-        report: &mut RoundReport,
-        a: &Attempt,
-        running_vms: u32,
-    ) -> Result<(), ControlError> {
-        let now = snap.now;
-        self.metrics.provisioning_seconds.observe((now - a.started_at_ms).max(0) as f64 / 1000.0);
-        report.became_running += 1;
-        let (change, retired) = follow::became_running(snap, st, a, running_vms, self.config.below_min_grace_ms);
-        let running = change.attempts[0].clone();
-        self.act(st, snap, report, vec![Action::Record(change)]).await?;
-        // Make before break: the old placements go only now that the new one runs.
-        for old in retired {
-            let billed = st.deadline.replaces(&running, &old);
-            let actions = cleanup::retire(snap, &old, billed);
-            self.act(st, snap, report, actions).await?;
-        }
-        Ok(())
-    }
-
-    async fn fail(
-        &self,
-        st: &mut LoopState,
-        snap: &mut Snapshot,
-        report: &mut RoundReport,
-        a: &Attempt,
-        err: &CloudError,
-    ) -> Result<(), ControlError> {
-        self.metrics.provisioning_failures.get_or_create(&ClassLabel { class: err.class().as_str().to_string() }).inc();
-        report.provisioning_failures += 1;
-        let actions = follow::failed(snap, st, a, err);
-        self.act(st, snap, report, actions).await?;
-        Ok(())
-    }
-
-    async fn fail_refused(
-        &self,
-        st: &mut LoopState,
-        snap: &mut Snapshot,
-        report: &mut RoundReport,
-        refused: Vec<(Attempt, CloudError)>,
-    ) -> Result<usize, ControlError> {
-        let n = refused.len();
-        for (a, err) in refused {
-            self.fail(st, snap, report, &a, &err).await?;
-        }
-        Ok(n)
-    }
-
-    /// Step 3: every running attempt (those that reached running in step 2 included).
-    async fn watch_running(
-        &self,
-        st: &mut LoopState,
-        snap: &mut Snapshot,
-        report: &mut RoundReport,
-        ended: &mut Vec<(Attempt, Option<Job>)>,
-    ) -> Result<(), ControlError> {
-        for a in snap.in_state(AttemptState::Running) {
-            let job = match snap.jobs.get(&a.job_id) {
-                Some(job) if !job.state.is_final() => job.clone(),
-                other => {
-                    ended.push((a, other.cloned()));
-                    continue;
-                }
-            };
-            let w = watch::watch(snap, st, &self.config, &self.catalog, &a, &job);
-            if w.evicted {
-                report.evictions += 1;
-                self.metrics.evictions.inc();
-            }
-            let Some(change) = w.change else { continue };
-            let mut actions = vec![Action::Record(change)];
-            if w.delete_fleet {
-                actions.push(Action::Delete { fleet: a.fleet_name.clone(), then: None });
-            }
-            // Written before the fleet is deleted, so a crash in between leaves an ended attempt
-            // whose fleet the cloud reconciliation deletes.
-            self.act(st, snap, report, actions).await?;
-            if let Some(done) = w.finished {
-                report.finished += 1;
-                ended.push((done.0, Some(done.1)));
-            }
-        }
-        Ok(())
-    }
-
-    /// Step 6: each deadline job's policy chooses what the job holds this round (recorded in
-    /// `st.deadline.choices`; the plan narrows the job's demands to it). A change of choice is
-    /// recorded as a `deadline_choice` event; placements the choice leaves behind are retired.
-    async fn choose_deadlines(
-        &self,
-        st: &mut LoopState,
-        snap: &mut Snapshot,
-        report: &mut RoundReport,
-    ) -> Result<(), ControlError> {
-        let now = snap.now;
-        let tick_ms = self.config.deadline_tick_ms.max(1);
-        deadline::observe_spot(st, &self.catalog, now, tick_ms);
-        let jobs: Vec<Job> = snap.open_jobs().into_iter().filter(deadline_managed).collect();
-        let open: BTreeSet<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
-        let previous = deadline::begin_choices(st, &open);
-        if jobs.is_empty() {
-            return Ok(());
-        }
-        let ours = our_usage(snap.active());
-        let policy = (self.config.deadline_policy, tick_ms);
-        for job in &jobs {
-            let attempts: Vec<Attempt> = snap.attempts_of(&job.id).cloned().collect();
-            let refs: Vec<&Attempt> = attempts.iter().collect();
-            let Some(choice) = deadline::choose(st, &self.catalog, policy, job, &refs, &ours, now) else { continue };
-            let mut actions = Vec::new();
-            if previous.get(&job.id) != Some(&choice) {
-                let event = (EventKind::DeadlineChoice, format!("{} deadline policy: {choice}", choice.policy));
-                let change = Change { job: Some((job.id.clone(), JobEdit::Note { event })), ..Change::default() };
-                actions.push(Action::Record(change));
-            }
-            self.act(st, snap, report, actions).await?;
-            for old in deadline::leftovers(&refs, &choice) {
-                let action = cleanup::retire_leftover(snap, &old);
-                self.act(st, snap, report, vec![action]).await?;
-            }
-            st.deadline.choices.insert(job.id.clone(), choice);
-        }
-        Ok(())
-    }
-
-    /// Step 7: builds the solver problem from the snapshot, solves it (or reuses the last plan),
-    /// records why jobs wait, and places. Returns how many placements the cloud refused at once
-    /// (the round then plans again).
-    async fn plan_and_place(
-        &self,
-        st: &mut LoopState,
-        snap: &mut Snapshot,
-        report: &mut RoundReport,
-    ) -> Result<usize, ControlError> {
-        let now = snap.now;
-        let input = placement::plan_input(snap, st, &self.config, &self.catalog);
-        let caps: BTreeMap<String, Option<f64>> =
-            input.problem.jobs.iter().map(|d| (d.id.clone(), d.max_price_per_hour)).collect();
-        for filter in crate::model::OfferFilter::ALL {
-            let n = input.offer_counts.rejected.get(&filter).copied().unwrap_or(0);
-            self.metrics
-                .offers_rejected
-                .get_or_create(&FilterLabel { filter: filter.as_str().to_string() })
-                .set(n.into());
-        }
-        let mut reasons = input.reasons;
-        let plan = if input.problem.jobs.is_empty() {
-            None
-        } else {
-            let (plan, solved_in) = placement::solve(st, input.problem, self.config.solve_time_limit_ms);
-            if let Some(secs) = solved_in {
-                report.solve_ms += secs * 1000.0;
-                self.metrics.solve_seconds.observe(secs);
-            }
-            for u in &plan.unplaced {
-                let (job_id, _) = DemandPart::parse(&u.job);
-                reasons.entry(job_id.to_string()).or_default().extend(u.reasons.iter().cloned());
-            }
-            Some(plan)
-        };
-        let ours = our_usage(snap.active());
-        for job in input.jobs.iter().filter(|j| placement::is_pending(j)) {
-            let why = reasons.remove(&job.id).unwrap_or_default();
-            let Some(why) = placement::wait_reasons(st, &self.catalog, now, job, why, plan.as_ref()) else { continue };
-            if !why.is_empty() {
-                report.pending += 1;
-            }
-            if why.is_empty() || why == job.pending_reasons {
-                continue;
-            }
-            let chain = Feasibility { world: &st.world, breakers: &st.breakers, catalog: &self.catalog, now };
-            let counts = chain.job_counts(job, &ours);
-            if let Some(change) = placement::waiting_change(job, why, counts) {
-                self.act(st, snap, report, vec![Action::Record(change)]).await?;
-            }
-        }
-        let Some(plan) = plan else { return Ok(0) };
-        let mut refused = 0;
-        for p in &plan.placements {
-            let (job_id, _) = DemandPart::parse(&p.job);
-            let Some(job) = snap.jobs.get(job_id).cloned() else { continue };
-            if !placement::wanted(st, &job, p) {
-                continue;
-            }
-            let price = placement::price_and_cap(st, &self.catalog, p, caps.get(p.job.as_str()).copied().flatten());
-            let Some((_, change)) = placement::intent(st, &self.catalog, now, &job, p, price) else { continue };
-            let no = self.act(st, snap, report, vec![Action::Place(change)]).await?;
-            refused += self.fail_refused(st, snap, report, no).await?;
-        }
-        Ok(refused)
-    }
-
     /// Gauges, and the report's spend rate and GPUs by region, from the round's running attempts.
     fn update_gauges(&self, st: &LoopState, snap: &Snapshot, report: &mut RoundReport) -> Result<(), StoreError> {
         for s in JobState::ALL {
@@ -474,7 +195,7 @@ impl Controller {
         let snap = self.read_records(now)?;
         let input = placement::plan_input(&snap, &st, &self.config, &self.catalog);
         let options =
-            solver::SolveOptions { method: solver::Method::Best, time_limit_ms: Some(self.config.solve_time_limit_ms) };
+            solver::SolveOptions { method: solver::Method::Best, time_limit_ms: self.config.solve_time_limit_ms };
         let mut plan = solver::solve(&input.problem, &options);
         for (job, why) in input.reasons {
             plan.unplaced.push(solver::Unplaced { job, reasons: why });

@@ -46,9 +46,16 @@ impl LoopDriver {
         let start_ms = clock.now_ms();
         let jobs = JobService::new(store.clone(), catalog.clone(), clock.clone() as Arc<dyn Clock>).without_flush();
         // Nobody reads a throwaway store mid-run: running work is settled only when it changes and
-        // once at the end (`settle`), not every interval.
-        let config =
-            ControlConfig { auto_complete: true, durable: false, settle_interval_ms: None, ..ControlConfig::default() };
+        // once at the end (`settle`), not every interval. The solver has no wall-clock limit in
+        // virtual time: with one, a round's plan (and so the week's figures) would depend on how
+        // loaded the machine was.
+        let config = ControlConfig {
+            auto_complete: true,
+            durable: false,
+            settle_interval_ms: None,
+            solve_time_limit_ms: None,
+            ..ControlConfig::default()
+        };
         let ctl = Controller::new(
             store.clone(),
             cloud as Arc<dyn Cloud>,

@@ -1,0 +1,136 @@
+//! Steps 2 and 3 of a round: the attempts. Those being provisioned are followed (running, failed,
+//! or asked for again), those running are watched (cost, progress, evictions, migrations, budgets,
+//! completion). The decisions are `follow.rs`'s and `watch.rs`'s; this file drives them, acting on
+//! each before the next is made.
+
+use super::actions::Action;
+use super::follow::{self, FollowUp};
+use super::metrics::ClassLabel;
+use super::round::{ControlError, RoundReport};
+use super::snapshot::Snapshot;
+use super::{Controller, LoopState, cleanup, watch};
+use crate::cloud::CloudError;
+use crate::model::{Attempt, AttemptState, Job};
+use crate::records::attempt_key;
+
+impl Controller {
+    /// Step 2: every attempt being provisioned, from what the cloud said of it.
+    pub(super) async fn follow_provisioning(
+        &self,
+        st: &mut LoopState,
+        snap: &mut Snapshot,
+        report: &mut RoundReport,
+        ended: &mut Vec<(Attempt, Option<Job>)>,
+    ) -> Result<(), ControlError> {
+        for a in snap.in_state(AttemptState::Provisioning) {
+            let job = snap.jobs.get(&a.job_id).cloned();
+            if job.as_ref().is_none_or(|j| j.state.is_final()) {
+                ended.push((a, job));
+                continue;
+            }
+            let key = attempt_key(&a.job_id, a.number);
+            match follow::follow_up(&a, snap.seen.get(&key)) {
+                FollowUp::Wait => {}
+                FollowUp::LookAgainIn(after_ms) => {
+                    self.act(st, snap, report, vec![Action::Requeue { attempt_key: key, after_ms }]).await?;
+                }
+                FollowUp::Create => {
+                    let refused = self.act(st, snap, report, vec![Action::Create(a)]).await?;
+                    self.fail_refused(st, snap, report, refused).await?;
+                }
+                FollowUp::Running(running_vms) => self.became_running(st, snap, report, &a, running_vms).await?,
+                FollowUp::Failed(err) => self.fail(st, snap, report, &a, &err).await?,
+            }
+        }
+        Ok(())
+    }
+
+    async fn became_running(
+        &self,
+        st: &mut LoopState,
+        snap: &mut Snapshot,
+        report: &mut RoundReport,
+        a: &Attempt,
+        running_vms: u32,
+    ) -> Result<(), ControlError> {
+        let now = snap.now;
+        self.metrics.provisioning_seconds.observe((now - a.started_at_ms).max(0) as f64 / 1000.0);
+        report.became_running += 1;
+        let (change, retired) = follow::became_running(snap, st, a, running_vms, self.config.below_min_grace_ms);
+        let running = change.attempts[0].clone();
+        self.act(st, snap, report, vec![Action::Record(change)]).await?;
+        // Make before break: the old placements go only now that the new one runs.
+        for old in retired {
+            let billed = st.deadline.replaces(&running, &old);
+            let actions = cleanup::retire(snap, &old, billed);
+            self.act(st, snap, report, actions).await?;
+        }
+        Ok(())
+    }
+
+    async fn fail(
+        &self,
+        st: &mut LoopState,
+        snap: &mut Snapshot,
+        report: &mut RoundReport,
+        a: &Attempt,
+        err: &CloudError,
+    ) -> Result<(), ControlError> {
+        self.metrics.provisioning_failures.get_or_create(&ClassLabel { class: err.class().as_str().to_string() }).inc();
+        report.provisioning_failures += 1;
+        let actions = follow::failed(snap, st, a, err);
+        self.act(st, snap, report, actions).await?;
+        Ok(())
+    }
+
+    pub(super) async fn fail_refused(
+        &self,
+        st: &mut LoopState,
+        snap: &mut Snapshot,
+        report: &mut RoundReport,
+        refused: Vec<(Attempt, CloudError)>,
+    ) -> Result<usize, ControlError> {
+        let n = refused.len();
+        for (a, err) in refused {
+            self.fail(st, snap, report, &a, &err).await?;
+        }
+        Ok(n)
+    }
+
+    /// Step 3: every running attempt (those that reached running in step 2 included).
+    pub(super) async fn watch_running(
+        &self,
+        st: &mut LoopState,
+        snap: &mut Snapshot,
+        report: &mut RoundReport,
+        ended: &mut Vec<(Attempt, Option<Job>)>,
+    ) -> Result<(), ControlError> {
+        for a in snap.in_state(AttemptState::Running) {
+            let job = match snap.jobs.get(&a.job_id) {
+                Some(job) if !job.state.is_final() => job.clone(),
+                other => {
+                    ended.push((a, other.cloned()));
+                    continue;
+                }
+            };
+            let w = watch::watch(snap, st, &self.config, &self.catalog, &a, &job);
+            if w.evicted {
+                report.evictions += 1;
+                self.metrics.evictions.inc();
+            }
+            let Some(change) = w.change else { continue };
+            let mut actions = vec![Action::Record(change)];
+            if w.delete_fleet {
+                actions.push(Action::Delete { fleet: a.fleet_name.clone(), then: None });
+            }
+            // Written before the fleet is deleted, so a crash in between leaves an ended attempt
+            // whose fleet the cloud reconciliation deletes.
+            self.act(st, snap, report, actions).await?;
+            if let Some(done) = w.finished {
+                report.finished += 1;
+                ended.push((done.0, Some(done.1)));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,125 @@
+//! Steps 6 and 7 of a round: the deadline policies choose what each deadline job holds, then the
+//! round plans and places (the solver's problem from the snapshot, why jobs wait, the intents).
+//! The decisions are `deadline.rs`'s and `placement.rs`'s; this file drives them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::actions::{Action, Change, JobEdit};
+use super::deadline::{self, deadline_managed};
+use super::demand::DemandPart;
+use super::feasibility::Feasibility;
+use super::metrics::FilterLabel;
+use super::round::{ControlError, RoundReport};
+use super::snapshot::Snapshot;
+use super::world::our_usage;
+use super::{Controller, LoopState, cleanup, placement};
+use crate::model::{Attempt, EventKind, Job};
+
+impl Controller {
+    /// Step 6: each deadline job's policy chooses what the job holds this round (recorded in
+    /// `st.deadline.choices`; the plan narrows the job's demands to it). A change of choice is
+    /// recorded as a `deadline_choice` event; placements the choice leaves behind are retired.
+    pub(super) async fn choose_deadlines(
+        &self,
+        st: &mut LoopState,
+        snap: &mut Snapshot,
+        report: &mut RoundReport,
+    ) -> Result<(), ControlError> {
+        let now = snap.now;
+        let tick_ms = self.config.deadline_tick_ms.max(1);
+        deadline::observe_spot(st, &self.catalog, now, tick_ms);
+        let jobs: Vec<Job> = snap.open_jobs().into_iter().filter(deadline_managed).collect();
+        let open: BTreeSet<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+        let previous = deadline::begin_choices(st, &open);
+        if jobs.is_empty() {
+            return Ok(());
+        }
+        let ours = our_usage(snap.active());
+        let policy = (self.config.deadline_policy, tick_ms);
+        for job in &jobs {
+            let attempts: Vec<Attempt> = snap.attempts_of(&job.id).cloned().collect();
+            let refs: Vec<&Attempt> = attempts.iter().collect();
+            let Some(choice) = deadline::choose(st, &self.catalog, policy, job, &refs, &ours, now) else { continue };
+            let mut actions = Vec::new();
+            if previous.get(&job.id) != Some(&choice) {
+                let event = (EventKind::DeadlineChoice, format!("{} deadline policy: {choice}", choice.policy));
+                let change = Change { job: Some((job.id.clone(), JobEdit::Note { event })), ..Change::default() };
+                actions.push(Action::Record(change));
+            }
+            self.act(st, snap, report, actions).await?;
+            for old in deadline::leftovers(&refs, &choice) {
+                let action = cleanup::retire_leftover(snap, &old);
+                self.act(st, snap, report, vec![action]).await?;
+            }
+            st.deadline.choices.insert(job.id.clone(), choice);
+        }
+        Ok(())
+    }
+
+    /// Step 7: builds the solver problem from the snapshot, solves it (or reuses the last plan),
+    /// records why jobs wait, and places. Returns how many placements the cloud refused at once
+    /// (the round then plans again).
+    pub(super) async fn plan_and_place(
+        &self,
+        st: &mut LoopState,
+        snap: &mut Snapshot,
+        report: &mut RoundReport,
+    ) -> Result<usize, ControlError> {
+        let now = snap.now;
+        let input = placement::plan_input(snap, st, &self.config, &self.catalog);
+        let caps: BTreeMap<String, Option<f64>> =
+            input.problem.jobs.iter().map(|d| (d.id.clone(), d.max_price_per_hour)).collect();
+        for filter in crate::model::OfferFilter::ALL {
+            let n = input.offer_counts.rejected.get(&filter).copied().unwrap_or(0);
+            self.metrics
+                .offers_rejected
+                .get_or_create(&FilterLabel { filter: filter.as_str().to_string() })
+                .set(n.into());
+        }
+        let mut reasons = input.reasons;
+        let plan = if input.problem.jobs.is_empty() {
+            None
+        } else {
+            let (plan, solved_in) = placement::solve(st, input.problem, self.config.solve_time_limit_ms);
+            if let Some(secs) = solved_in {
+                report.solve_ms += secs * 1000.0;
+                self.metrics.solve_seconds.observe(secs);
+            }
+            for u in &plan.unplaced {
+                let (job_id, _) = DemandPart::parse(&u.job);
+                reasons.entry(job_id.to_string()).or_default().extend(u.reasons.iter().cloned());
+            }
+            Some(plan)
+        };
+        let ours = our_usage(snap.active());
+        for job in input.jobs.iter().filter(|j| placement::is_pending(j)) {
+            let why = reasons.remove(&job.id).unwrap_or_default();
+            let Some(why) = placement::wait_reasons(st, &self.catalog, now, job, why, plan.as_ref()) else { continue };
+            if !why.is_empty() {
+                report.pending += 1;
+            }
+            if why.is_empty() || why == job.pending_reasons {
+                continue;
+            }
+            let chain = Feasibility { world: &st.world, breakers: &st.breakers, catalog: &self.catalog, now };
+            let counts = chain.job_counts(job, &ours);
+            if let Some(change) = placement::waiting_change(job, why, counts) {
+                self.act(st, snap, report, vec![Action::Record(change)]).await?;
+            }
+        }
+        let Some(plan) = plan else { return Ok(0) };
+        let mut refused = 0;
+        for p in &plan.placements {
+            let (job_id, _) = DemandPart::parse(&p.job);
+            let Some(job) = snap.jobs.get(job_id).cloned() else { continue };
+            if !placement::wanted(st, &job, p) {
+                continue;
+            }
+            let price = placement::price_and_cap(st, &self.catalog, p, caps.get(p.job.as_str()).copied().flatten());
+            let Some((_, change)) = placement::intent(st, &self.catalog, now, &job, p, price) else { continue };
+            let no = self.act(st, snap, report, vec![Action::Place(change)]).await?;
+            refused += self.fail_refused(st, snap, report, no).await?;
+        }
+        Ok(refused)
+    }
+}
