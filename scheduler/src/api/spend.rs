@@ -34,7 +34,7 @@ use super::error::{ApiError, ErrorBody, blocking};
 use super::views::ClockView;
 use crate::clock::Clock;
 use crate::model::{Attempt, AttemptState, Job};
-use crate::records::{Tenant, attempt_key};
+use crate::records::{AttemptsBy, Lookup, Tenant, attempt_key};
 
 /// Loop time between two samples.
 pub const SAMPLE_EVERY_MS: i64 = 5 * 60_000;
@@ -116,8 +116,8 @@ impl Tenants<'_> {
 }
 
 fn open_attempts(store: &Store) -> Result<Vec<Attempt>, StoreError> {
-    let mut v = store.by_index::<Attempt>("state", "provisioning")?;
-    v.extend(store.by_index::<Attempt>("state", "running")?);
+    let mut v = store.find(AttemptsBy::State(AttemptState::Provisioning))?;
+    v.extend(store.find(AttemptsBy::State(AttemptState::Running))?);
     Ok(v)
 }
 
@@ -188,7 +188,7 @@ pub fn sample(store: &Store, now_ms: i64) -> Result<bool, StoreError> {
                 jobs.extend(batch.into_iter().filter_map(|e| e.job_id));
             }
             for job in jobs {
-                for a in store.by_index::<Attempt>("job", &job)? {
+                for a in store.find(AttemptsBy::Job(&job))? {
                     touched.entry(attempt_key(&a.job_id, a.number)).or_insert(a);
                 }
             }
