@@ -343,6 +343,100 @@ async fn an_eviction_mid_run_delivers_sigterm_first_and_the_work_resumes_elsewhe
     assert!(logs.contains("finished at step 40"), "{logs}");
 }
 
+/// Where `serve` says its simulated VMs are controlled.
+fn vms_url(s: &Server) -> String {
+    s.logs()
+        .lines()
+        .find_map(|l| l.strip_prefix("simulated VMs: ").map(|r| r.split_whitespace().next().unwrap().to_string()))
+        .expect("serve prints where its simulated VMs are controlled")
+}
+
+/// Waits until a line of the job's attempt `attempt` reads `text`.
+async fn wait_line(s: &Server, id: &str, attempt: u32, text: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let page: Value = client()
+            .get(format!("{}/v1/jobs/{id}/logs?attempt={attempt}", s.url))
+            .bearer_auth(&s.admin)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if page["lines"].as_array().unwrap().iter().any(|l| l["text"] == text) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "no line {text:?} from attempt {attempt}: {}", s.logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_notice_starts_the_replacement_at_once_and_the_old_placement_goes_once_it_runs() {
+    let dir = temp_dir("agents-notice");
+    let scenario = dir.join("evict.toml");
+    std::fs::write(&scenario, EVICTION_SCENARIO).unwrap();
+    let s =
+        Server::start(&dir, &dir.join("data"), 0, &["--speedup", "60", "--scenario", scenario.to_str().unwrap()], &[]);
+    let vms = vms_url(&s);
+    let spec = json!({"name": "resumable", "kind": "training", "gpus": 1, "sizes": ["Standard_NC4as_T4_v3"],
+                      "spot": "preferred", "run": RESUMABLE});
+    let id = submit(&s, &spec).await;
+    wait_line(&s, &id, 1, "step 3").await;
+    // Ten simulated hours of notice (ten real minutes): the job must not wait for the eviction.
+    let evict =
+        client().post(format!("{vms}/control/fleets/spw-{id}-a1/evict?notice_seconds=36000")).send().await.unwrap();
+    assert_eq!(evict.status(), StatusCode::ACCEPTED, "{}", evict.text().await.unwrap());
+    let d = wait_state(&s, &id, &["succeeded", "failed"], 90).await;
+    assert_eq!(d["job"]["state"], "succeeded", "{d:#}");
+    let attempts = d["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{d:#}");
+    assert_eq!(attempts[0]["state"], "replaced", "the noticed placement was retired, not lost: {d:#}");
+    assert_eq!(attempts[1]["region"], "westus3", "{d:#}");
+    assert!(!events_of(&d, "preemption_notice").is_empty(), "{d:#}");
+    assert!(events_of(&d, "evicted").is_empty(), "the replacement came before any eviction: {d:#}");
+    let logs = text(&cli(&s, &dir, &["logs", &id]));
+    assert!(logs.contains("[a1 r0] SIGTERM at step"), "{logs}");
+    assert!(logs.contains("finished at step 40 in westus3"), "{logs}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_vm_whose_agent_goes_silent_is_lost_and_the_work_moves_without_using_a_restart() {
+    let dir = temp_dir("agents-lost");
+    let config = dir.join("spillway.toml");
+    std::fs::write(&config, "[agent]\nheartbeat_interval_secs = 0.2\nheartbeat_timeout_secs = 1\n").unwrap();
+    let s = start(&dir, &["--config", config.to_str().unwrap()]);
+    let vms = vms_url(&s);
+    // max_restarts is 0: a failing command would end the job, a lost VM must not.
+    let run = "echo \"attempt $SPILLWAY_ATTEMPT start $SPILLWAY_RESTART\"\n\
+               if [ \"$SPILLWAY_ATTEMPT\" = 1 ]; then sleep 300; fi\necho done";
+    let id = submit(&s, &job("lost", 1, run)).await;
+    wait_line(&s, &id, 1, "attempt 1 start 0").await;
+    let listed: Value = client().get(format!("{vms}/control/vms")).send().await.unwrap().json().await.unwrap();
+    let fleet = format!("spw-{id}-a1");
+    let pid = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["fleet"] == fleet.as_str())
+        .and_then(|v| v["pid"].as_u64())
+        .unwrap_or_else(|| panic!("no agent process for {fleet}: {listed:#}"));
+    // The agent dies; the cloud still counts its VM as running.
+    let killed = Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap();
+    assert!(killed.success());
+    let d = wait_state(&s, &id, &["succeeded", "failed"], 60).await;
+    assert_eq!(d["job"]["state"], "succeeded", "{d:#}");
+    assert_eq!(events_of(&d, "vm_lost").len(), 1, "{d:#}");
+    assert!(events_of(&d, "restarted").is_empty(), "{d:#}");
+    let attempts = d["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{d:#}");
+    assert_eq!(attempts[0]["state"], "replaced", "{d:#}");
+    let logs = text(&cli(&s, &dir, &["logs", &id]));
+    assert!(logs.contains("[a2 r0] attempt 2 start 1"), "a new start (SPILLWAY_RESTART counts it): {logs}");
+    assert!(logs.contains("[a2 r0] done"), "{logs}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn gpu_telemetry_reaches_metrics_and_the_job_detail_and_idle_gpus_stop_the_job() {
     let dir = temp_dir("agents-gpu");

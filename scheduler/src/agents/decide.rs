@@ -13,6 +13,22 @@ pub fn is_gang(job: &Job) -> bool {
     job.spec.is_gang()
 }
 
+/// Why the control loop should place the job again and retire this attempt once the new placement
+/// runs (make before break), from what its agents reported: for a gang, a preemption notice, a lost
+/// VM or agents that never registered (one rank gone stops them all); for replicas and splittable
+/// work, only an attempt whose agents never came (the others keep working, and the cloud's own VM
+/// count moves the rest as today).
+pub fn replacement_reason(job: &Job, work: &AttemptWork) -> Option<&'static str> {
+    if job.state.is_final() || work.done {
+        return None;
+    }
+    if is_gang(job) {
+        work.needs_replacement()
+    } else {
+        work.unregistered_at_ms.map(|_| "VMs whose agents never registered")
+    }
+}
+
 /// What a rank should do now.
 pub fn action(job: &Job, work: &AttemptWork, node: &NodeRecord) -> Action {
     if job.state.is_final() {
@@ -197,6 +213,26 @@ mod tests {
         assert!(matches!(action(&j, &w, &n), Action::Stop { .. }));
         j.state = JobState::Succeeded;
         assert!(matches!(action(&j, &work(0), &n), Action::Stop { .. }));
+    }
+
+    #[test]
+    fn gangs_move_on_any_agent_trouble_and_replicas_only_when_no_agent_came() {
+        let gang = job("");
+        let replicas = job_of("batch", "gang = false");
+        let mut w = work(0);
+        assert_eq!(replacement_reason(&gang, &w), None);
+        w.notice_at_ms = Some(1);
+        assert_eq!(replacement_reason(&gang, &w), Some("a preemption notice"));
+        assert_eq!(replacement_reason(&replicas, &w), None);
+        let mut w = work(0);
+        w.lost_at_ms = Some(1);
+        assert_eq!(replacement_reason(&gang, &w), Some("a VM whose agent stopped sending heartbeats"));
+        assert_eq!(replacement_reason(&replicas, &w), None);
+        let mut w = work(0);
+        w.unregistered_at_ms = Some(1);
+        assert_eq!(replacement_reason(&replicas, &w), Some("VMs whose agents never registered"));
+        w.done = true;
+        assert_eq!(replacement_reason(&gang, &w), None, "finished work stays where it is");
     }
 
     #[test]

@@ -80,8 +80,8 @@ fn from_fleet(a: &Attempt, seen: &Seen) -> FollowUp {
 }
 
 /// An attempt reached running with `running_vms` VMs: the attempt and the job's state, and which
-/// of the job's other placements it retires (make before break: degraded ones, and the one a
-/// deadline policy moved the job away from). Records the breaker's success.
+/// of the job's other placements it retires (make before break: degraded ones, those whose agents
+/// reported trouble, and the one a deadline policy moved the job away from). Records the breaker's success.
 pub(crate) fn became_running(
     snap: &Snapshot,
     st: &mut LoopState,
@@ -99,7 +99,7 @@ pub(crate) fn became_running(
     st.breakers.record_success(&a.region, now);
     let siblings: Vec<&Attempt> =
         snap.attempts_of(&a.job_id).filter(|x| x.number != a.number && x.is_active()).collect();
-    let replaced_by_a = |x: &Attempt| super::is_degraded(x, now, grace_ms) || st.deadline.replaces(&a, x);
+    let replaced_by_a = |x: &Attempt| snap.to_replace(x, grace_ms) || st.deadline.replaces(&a, x);
     let all_running = siblings.iter().filter(|x| !replaced_by_a(x)).all(|x| x.state == AttemptState::Running);
     let retired: Vec<Attempt> = if all_running {
         siblings.iter().filter(|x| replaced_by_a(x)).map(|x| (*x).clone()).collect()

@@ -11,7 +11,7 @@ use super::demand::{DemandPart, demands};
 use super::feasibility::Feasibility;
 use super::snapshot::Snapshot;
 use super::world::our_usage;
-use super::{ControlConfig, LoopState, is_degraded};
+use super::{ControlConfig, LoopState};
 use crate::catalog::Catalog;
 use crate::model::{Attempt, AttemptState, Job, JobState, OfferFilterCounts, Priority, fleet_name};
 
@@ -39,7 +39,7 @@ pub(crate) fn plan_input(snap: &Snapshot, st: &LoopState, config: &ControlConfig
     let attempts: Vec<&Attempt> = snap.active().collect();
     let mut healthy: BTreeMap<&str, u32> = BTreeMap::new();
     for a in &attempts {
-        if !is_degraded(a, now, config.below_min_grace_ms) && !st.deadline.retiring(a) {
+        if !snap.to_replace(a, config.below_min_grace_ms) && !st.deadline.retiring(a) {
             *healthy.entry(a.job_id.as_str()).or_default() += a.gpus;
         }
     }

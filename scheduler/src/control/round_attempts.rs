@@ -61,7 +61,10 @@ impl Controller {
         self.act(st, snap, report, vec![Action::Record(change)]).await?;
         // Make before break: the old placements go only now that the new one runs.
         for old in retired {
-            let billed = st.deadline.replaces(&running, &old);
+            // Billed up to now where the old VMs ran to the end (a deadline move, agents' trouble
+            // while the cloud still counts the VMs); a degraded fleet was settled when it was watched.
+            let billed = st.deadline.replaces(&running, &old)
+                || snap.agent_trouble.contains_key(&attempt_key(&old.job_id, old.number));
             let actions = cleanup::retire(snap, &old, billed);
             self.act(st, snap, report, actions).await?;
         }

@@ -16,6 +16,8 @@ use state::StoreError;
 use super::deadline::deadline_managed;
 use super::world::our_usage;
 use super::{Controller, LoopState};
+use crate::agents::decide::replacement_reason;
+use crate::agents::records::AttemptWork;
 use crate::cloud::{CloudError, Fleet, OperationStatus, ProvisioningState, ScaleSet};
 use crate::model::{Attempt, AttemptState, BlockedOffer, Job, JobState, Offer};
 use crate::records::{AttemptsBy, JobsBy, Lookup, Tenant, attempt_key};
@@ -46,6 +48,11 @@ pub(crate) struct Snapshot {
     pub seen: BTreeMap<String, Seen>,
     /// Every fleet in the cloud, when this round reconciles the cloud with the store.
     pub cloud_fleets: Option<Vec<Fleet>>,
+    /// Running attempts of open jobs whose agents reported that the VMs can no longer carry the
+    /// work (a preemption notice, a lost VM, agents that never registered), with why, by attempt
+    /// key: each is placed again and retired once the new placement runs, though the cloud still
+    /// counts its VMs.
+    pub agent_trouble: BTreeMap<String, &'static str>,
 }
 
 impl Snapshot {
@@ -80,6 +87,15 @@ impl Snapshot {
             ))
         });
         jobs
+    }
+
+    /// Whether a running attempt is to be replaced (make before break): it has been below its
+    /// minimum past the grace period, or its agents reported trouble ([`Snapshot::agent_trouble`]).
+    /// Its GPUs do not count towards its job's demand, and its job's next placement retires it once
+    /// it runs.
+    pub fn to_replace(&self, a: &Attempt, grace_ms: i64) -> bool {
+        super::is_degraded(a, self.now, grace_ms)
+            || (a.state == AttemptState::Running && self.agent_trouble.contains_key(&attempt_key(&a.job_id, a.number)))
     }
 
     /// Records what a write put in the store.
@@ -216,6 +232,16 @@ impl Controller {
         }
         for t in self.store.scan::<Tenant>()? {
             snap.tenants.insert(t.name.clone(), t);
+        }
+        // What the agents said of running attempts (nothing, where no agents run: the what-if).
+        for a in snap.attempts.values().filter(|a| a.state == AttemptState::Running) {
+            let key = attempt_key(&a.job_id, a.number);
+            let Some(job) = snap.jobs.get(&a.job_id) else { continue };
+            if let Some(work) = self.store.get::<AttemptWork>(&key)?
+                && let Some(why) = replacement_reason(job, &work)
+            {
+                snap.agent_trouble.insert(key, why);
+            }
         }
         Ok(snap)
     }

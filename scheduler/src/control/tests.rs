@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::actions::{Action, JobEdit};
 use super::cleanup;
 use super::follow::{self, FollowUp};
+use super::placement;
 use super::snapshot::{Seen, Snapshot};
 use super::watch;
 use super::{ControlConfig, LoopState};
@@ -278,6 +279,53 @@ fn a_final_state_written_meanwhile_stands_against_the_loops_own_final_state() {
     let mut stored = gang("j", JobState::Running);
     let applied = edit.apply(&mut stored, NOW).unwrap();
     assert_eq!((stored.state, applied.events.len()), (JobState::Failed, 1));
+}
+
+#[test]
+fn agents_trouble_places_the_job_again_and_retires_the_attempt_once_the_new_one_runs() {
+    let j = gang("j", JobState::Running);
+    let a = attempt("j", 1, AttemptState::Running, Priority::Spot);
+    let mut snap = snapshot(std::slice::from_ref(&j), std::slice::from_ref(&a));
+    snap.seen.insert(attempt_key("j", 1), seen_fleet(Ok(fleet(&a.fleet_name, ProvisioningState::Succeeded, 2, &[]))));
+    let config = ControlConfig::default();
+    let catalog = Catalog::builtin();
+    let wanted = |snap: &Snapshot| {
+        let input = placement::plan_input(snap, &LoopState::default(), &config, &catalog);
+        input.problem.jobs.iter().map(|d| d.gpus).sum::<u32>()
+    };
+    assert_eq!(wanted(&snap), 0, "a healthy placement holds the job's GPUs");
+    let w = watch::watch(&snap, &mut LoopState::default(), &config, &catalog, &a, &j);
+    let Some((_, JobEdit::Accounted { job, .. })) = w.change.as_ref().and_then(|c| c.job.as_ref()) else { panic!() };
+    assert!(!job.awaiting_failover, "no trouble, no move");
+
+    // A preemption notice came while the cloud still counts both VMs.
+    snap.agent_trouble.insert(attempt_key("j", 1), "a preemption notice");
+    let w = watch::watch(&snap, &mut LoopState::default(), &config, &catalog, &a, &j);
+    assert!(!w.delete_fleet && !w.evicted, "the old VMs keep the work until the new placement runs");
+    let change = w.change.expect("the move is written");
+    let Some((_, JobEdit::Accounted { job, events })) = &change.job else { panic!("{change:?}") };
+    assert_eq!((job.state, job.awaiting_failover), (JobState::Migrating, true));
+    assert!(job.last_failure.as_deref().is_some_and(|f| f.contains("preemption notice")), "{job:?}");
+    assert!(events.iter().any(|(k, m)| *k == EventKind::Migrating && m.contains("preemption notice")), "{events:?}");
+    assert_eq!(wanted(&snap), 2, "the troubled placement's GPUs are asked for again");
+
+    // The replacement is being provisioned: no second one.
+    let mut moving = job.clone();
+    moving.awaiting_failover = false;
+    let b = attempt("j", 2, AttemptState::Provisioning, Priority::Regular);
+    snap.put_job(&moving);
+    snap.put_attempt(&b);
+    let w = watch::watch(&snap, &mut LoopState::default(), &config, &catalog, &a, &moving);
+    let moved_again = w
+        .change
+        .as_ref()
+        .and_then(|c| c.job.as_ref())
+        .is_some_and(|(_, e)| matches!(e, JobEdit::Accounted { job, .. } if job.awaiting_failover));
+    assert!(!moved_again, "one replacement at a time");
+
+    // It runs: the troubled placement is retired (make before break).
+    let (_, retired) = follow::became_running(&snap, &mut LoopState::default(), &b, 2, config.below_min_grace_ms);
+    assert_eq!(retired.iter().map(|x| x.number).collect::<Vec<_>>(), [1]);
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Decisions about running attempts: accrue their cost and their job's progress, notice VMs lost
 //! (evictions roll work back to the last checkpoint), migrate a fleet below its minimum past the
-//! grace period, end an attempt that lost every VM, finish a job whose budget ran out or whose work
+//! grace period or whose agents reported trouble (a preemption notice, a lost VM, agents that never
+//! registered), end an attempt that lost every VM, finish a job whose budget ran out or whose work
 //! is done, and re-price running VMs when the cloud's prices moved. Pure: they read the snapshot
 //! and the loop's memory and return what to write.
 
@@ -50,7 +51,8 @@ pub(crate) fn watch(
 ) -> Watched {
     let now = snap.now;
     let (mut a, mut job) = (attempt.clone(), job.clone());
-    let observed = observed_vms(&a, snap.seen.get(&crate::records::attempt_key(&a.job_id, a.number)));
+    let key = crate::records::attempt_key(&a.job_id, a.number);
+    let observed = observed_vms(&a, snap.seen.get(&key));
     let settled_until = a.accounted_until_ms.or(a.running_since_ms).unwrap_or(now);
     let before = (a.running_vms, a.below_min_since_ms, job.state, job.awaiting_failover, job.evictions);
     let spend = accrue(&mut a, &mut job, now);
@@ -81,6 +83,23 @@ pub(crate) fn watch(
     } else if a.below_min_since_ms.is_some() {
         a.below_min_since_ms = None;
         events.push((EventKind::Recovered, format!("attempt {} is back to {} VMs", a.number, a.vms)));
+    }
+    if let Some(why) = snap.agent_trouble.get(&key).copied()
+        && !job.awaiting_failover
+        && !snap.others_active(&a.job_id, a.number)
+    {
+        // The agents say these VMs cannot carry the work while the cloud still counts them: place
+        // the job again now; this attempt goes once the new one runs (make before break).
+        job.awaiting_failover = true;
+        job.last_failure = Some(format!("attempt {} in {} reported {why}", a.number, a.region));
+        if job.state == JobState::Running {
+            job.set_state(JobState::Migrating, now);
+        }
+        let msg = format!(
+            "attempt {} reported {why}; placing the job again (the attempt goes once the new placement runs)",
+            a.number
+        );
+        events.push((EventKind::Migrating, msg));
     }
     a.running_vms = observed;
     let mut blocks = Vec::new();
