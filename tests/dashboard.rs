@@ -562,7 +562,7 @@ async fn browser_tenant_viewer_quota_bar_and_escaped_names() {
                     tx,
                     &job,
                     now,
-                    "submitted",
+                    scheduler::model::EventKind::Submitted,
                     "<script>window.pwned = 1</script> imported",
                     Value::Null,
                 )?;

@@ -10,7 +10,7 @@ use scheduler::agents::protocol::{
 };
 use scheduler::agents::{AgentConfig, AgentError, AgentKeys, AgentMetrics, AgentService, LogCursor, LogFilter};
 use scheduler::clock::{Clock, ManualClock};
-use scheduler::model::{Attempt, AttemptState, Job, JobSpec, JobState, Priority, fleet_name};
+use scheduler::model::{Attempt, AttemptState, EventKind, Job, JobSpec, JobState, Priority, fleet_name};
 use state::{Fence, Store, StoreError};
 
 const T0: i64 = 1_800_000_000_000;
@@ -427,7 +427,7 @@ fn swept(store: &Store, job: &str) -> (Vec<bool>, Option<scheduler::agents::reco
     nodes.sort_by_key(|n| n.rank);
     let work = store.get(&scheduler::records::attempt_key(job, 1)).unwrap();
     let events = store.by_index::<scheduler::jobs::JobEvent>("job", job).unwrap();
-    (nodes.iter().map(|n| n.lost).collect(), work, events.iter().filter(|e| e.kind == "vm_lost").count())
+    (nodes.iter().map(|n| n.lost).collect(), work, events.iter().filter(|e| e.kind == EventKind::VmLost).count())
 }
 
 /// A server that is not (or no longer) the leader sweeps: its verdicts are refused as a whole and
