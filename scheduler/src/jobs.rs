@@ -306,10 +306,9 @@ impl JobService {
                 all.sort_by(|a, b| a.id.cmp(&b.id));
                 (all.split_off(all.len().saturating_sub(n)), total)
             }
-            (Some(s), None) => (
-                self.store.last_where_before(JobsBy::State(s), before, n)?,
-                self.store.count_where(JobsBy::State(s))?,
-            ),
+            (Some(s), None) => {
+                (self.store.last_where_before(JobsBy::State(s), before, n)?, self.store.count_where(JobsBy::State(s))?)
+            }
             (None, Some(t)) => (
                 self.store.last_where_before(JobsBy::Tenant(t), before, n)?,
                 self.store.count_where(JobsBy::Tenant(t))?,

@@ -41,6 +41,7 @@
 mod errors;
 pub mod fleet_body;
 mod quota;
+mod respond;
 mod routes;
 pub mod scheduled_events;
 

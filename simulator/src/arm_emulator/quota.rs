@@ -34,7 +34,7 @@ use scheduler::cloud::azure::quota::{
 use scheduler::model::QuotaPool;
 
 use super::AppState;
-use super::routes::{err, json, paged, rfc3339, set_header};
+use super::respond::{cloud_error, err, guid, json, localized, paged, rfc3339, set_header};
 
 const SCOPE: &str = "/subscriptions/{sub}/providers/Microsoft.Compute/locations/{region}/providers/Microsoft.Quota";
 
@@ -109,7 +109,7 @@ fn quota_body(sub: &str, region: &str, pool: &QuotaPool, limit: u64) -> CurrentQ
         properties: Some(QuotaProperties {
             limit: Some(LimitObject::value(limit)),
             unit: Some("Count".into()),
-            name: Some(ResourceName { value: Some(name), localized_value: Some(super::routes::localized(pool)) }),
+            name: Some(ResourceName { value: Some(name), localized_value: Some(localized(pool)) }),
             is_quota_applicable: Some(true),
             ..QuotaProperties::default()
         }),
@@ -119,7 +119,7 @@ fn quota_body(sub: &str, region: &str, pool: &QuotaPool, limit: u64) -> CurrentQ
 /// The region's pools and limits, or the error the usages route gives for it.
 fn pools(st: &AppState, region: &str) -> Result<Vec<scheduler::model::Quota>, Box<Response>> {
     settle(st);
-    st.cloud.quota_of(region).map_err(|e| Box::new(super::routes::cloud_error(&e)))
+    st.cloud.quota_of(region).map_err(|e| Box::new(cloud_error(&e)))
 }
 
 async fn list_quotas(State(st): St, Path((sub, region)): Path<(String, String)>, uri: Uri, Query(q): Q) -> Response {
@@ -197,8 +197,7 @@ async fn put_quota(
         ));
     }
     let now = st.cloud.now_ms();
-    let id =
-        super::routes::guid(st.cfg.faults.seed ^ 0x0051_554f_5441, st.next_monitor.fetch_add(1, Ordering::Relaxed));
+    let id = guid(st.cfg.faults.seed ^ 0x0051_554f_5441, st.next_monitor.fetch_add(1, Ordering::Relaxed));
     let wait_ms = i64::try_from(st.cfg.quota_request_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
     st.quota_requests.lock().unwrap_or_else(|p| p.into_inner()).insert(
         id.clone(),
@@ -250,7 +249,7 @@ fn details(id: &str, r: &QuotaRequest) -> QuotaRequestDetails {
             value: vec![SubRequest {
                 name: Some(ResourceName {
                     value: Some(r.pool.name().to_string()),
-                    localized_value: Some(super::routes::localized(&r.pool)),
+                    localized_value: Some(localized(&r.pool)),
                 }),
                 unit: Some("Count".into()),
                 provisioning_state: Some(state),

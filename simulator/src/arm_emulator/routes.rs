@@ -8,24 +8,24 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{MatchedPath, Path, Query, Request, State};
-use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
+use axum::http::{Method, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use rand::Rng;
 use scheduler::cloud::azure::models::{
-    ApiError, CapacityType, ComputeProfile, ErrorDetail, ErrorResponse, Fleet as ArmFleet, FleetProperties,
-    OperationState as ArmOpState, OperationStatusResult, Page, RegularPriorityProfile, ResourceSku,
-    ResourceSkuCapability, ResourceSkuLocationInfo, ResourceSkuRestriction, ResourceSkuRestrictionInfo,
-    RestrictionReasonCode, RestrictionType, SpotPriorityProfile, Usage, UsageName, VirtualMachine,
-    VirtualMachineScaleSet, VmOperationStatus, VmSizeProfile,
+    ApiError, CapacityType, ComputeProfile, ErrorDetail, Fleet as ArmFleet, FleetProperties,
+    OperationState as ArmOpState, OperationStatusResult, RegularPriorityProfile, ResourceSku, ResourceSkuCapability,
+    ResourceSkuLocationInfo, ResourceSkuRestriction, ResourceSkuRestrictionInfo, RestrictionReasonCode,
+    RestrictionType, SpotPriorityProfile, Usage, UsageName, VirtualMachine, VirtualMachineScaleSet, VmOperationStatus,
+    VmSizeProfile,
 };
 use scheduler::cloud::{Cloud, CloudError, FleetPart, FleetRequest, ProvisioningState};
-use scheduler::model::{Priority, QuotaPool};
-use serde::Serialize;
+use scheduler::model::Priority;
 use serde_json::{Value, json};
 
 use super::errors::{ArmErrorContext, arm_error};
+use super::respond::{cloud_error, err, error_response, guid, http_date, json, localized, paged, rfc3339, set_header};
 use super::{AppState, FLEET_API_VERSION, Monitor, StoredFleet, fleet_body, take_budget};
 use crate::sim_cloud::{CreateOptions, FleetSnapshot, OPERATION_URL_PREFIX, OperationState};
 
@@ -64,60 +64,6 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), arm_headers))
         .with_state(state)
-}
-
-fn error_response(status: StatusCode, error: ErrorDetail) -> Response {
-    (status, axum::Json(ErrorResponse { error })).into_response()
-}
-
-pub(super) fn err(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
-    error_response(status, ErrorDetail::new(code, message))
-}
-
-pub(super) fn json<T: Serialize>(status: StatusCode, body: &T) -> Response {
-    (status, axum::Json(body)).into_response()
-}
-
-pub(super) fn set_header(resp: &mut Response, name: &'static str, value: &str) {
-    if let Ok(v) = HeaderValue::from_str(value) {
-        resp.headers_mut().insert(name, v);
-    }
-}
-
-pub(super) fn rfc3339(ms: i64) -> String {
-    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .ok()
-        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
-        .unwrap_or_default()
-}
-
-/// An HTTP date (`Tue, 14 Nov 2023 22:13:20 GMT`).
-fn http_date(ms: i64) -> String {
-    let format = time::macros::format_description!(
-        "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
-    );
-    time::OffsetDateTime::from_unix_timestamp(ms.div_euclid(1000))
-        .ok()
-        .and_then(|t| t.format(&format).ok())
-        .unwrap_or_default()
-}
-
-/// A GUID-shaped id, unique per emulator and counter value.
-pub(super) fn guid(seed: u64, n: u64) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ seed;
-    for b in n.to_le_bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    let h2 = h.rotate_left(31).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ n;
-    format!(
-        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
-        h >> 32,
-        (h >> 16) & 0xffff,
-        h & 0xfff,
-        h2 >> 52,
-        h2 & 0xffff_ffff_ffff
-    )
 }
 
 /// Headers ARM puts on every answer, errors included: `x-ms-request-id`,
@@ -364,39 +310,6 @@ fn api_version(q: &HashMap<String, String>) -> &str {
 }
 
 // ---- paging ----
-
-/// One page of `items` per `$skipToken` (any case: the fleet VM list spells it `$skiptoken`), with
-/// an absolute `nextLink` that keeps the other query parameters as the client sent them.
-pub(super) fn paged<T: Serialize + Clone>(
-    st: &AppState,
-    uri: &Uri,
-    q: &HashMap<String, String>,
-    items: &[T],
-) -> Response {
-    let token = q.iter().find(|(k, _)| k.eq_ignore_ascii_case("$skipToken")).map(|(_, v)| v);
-    let skip = match token.map(|s| s.parse::<usize>()) {
-        None => 0,
-        Some(Ok(n)) => n,
-        Some(Err(_)) => return err(StatusCode::BAD_REQUEST, "InvalidSkipToken", "The $skipToken is not valid."),
-    };
-    let start = skip.min(items.len());
-    let end = start.saturating_add(st.cfg.page_size).min(items.len());
-    let next_link = (end < items.len()).then(|| {
-        let mut params: Vec<&str> = uri
-            .query()
-            .unwrap_or_default()
-            .split('&')
-            .filter(|p| {
-                let lower = p.to_ascii_lowercase();
-                !p.is_empty() && !lower.starts_with("$skiptoken=") && !lower.starts_with("%24skiptoken=")
-            })
-            .collect();
-        let token = format!("$skipToken={end}");
-        params.push(&token);
-        format!("{}{}?{}", st.base_url, uri.path(), params.join("&"))
-    });
-    json(StatusCode::OK, &Page { value: items[start..end].to_vec(), next_link })
-}
 
 // ---- fleets ----
 
@@ -966,20 +879,6 @@ async fn op_status(State(st): St, Path((sub, _region, op)): Path<(String, String
 }
 
 // ---- compute ----
-
-pub(super) fn cloud_error(e: &CloudError) -> Response {
-    let (status, detail) = arm_error(e, &ArmErrorContext::default());
-    error_response(status, detail)
-}
-
-/// A pool's display name, as the usages API spells it.
-pub(super) fn localized(pool: &QuotaPool) -> String {
-    match pool {
-        QuotaPool::Cores => "Total Regional vCPUs".to_string(),
-        QuotaPool::LowPriorityCores => "Total Regional Low-priority vCPUs".to_string(),
-        QuotaPool::Family(f) => format!("{f} vCPUs"),
-    }
-}
 
 async fn usages(State(st): St, Path((_sub, region)): Path<(String, String)>, uri: Uri, Query(q): Q) -> Response {
     super::quota::settle(&st);
