@@ -58,6 +58,15 @@ impl FleetShare {
     }
 }
 
+/// How much of its own share each of a job's fleets does when they run together: 1 while the
+/// fleets' shares (their [`FleetShare::progress_fraction`]s) add up to at most the whole job, else
+/// the whole job spread over them. A job never progresses faster than at its full size, however
+/// many GPUs it holds for a while (a fleet that refilled beside its top-up, two gang fleets during
+/// a move).
+pub fn overlap_scale(fractions_sum: f64) -> f64 {
+    if fractions_sum > 1.0 { 1.0 / fractions_sum } else { 1.0 }
+}
+
 /// Progress after `hours` at `fraction` of the job, never beyond the job's `duration_hours`.
 pub fn advance(progress_hours: f64, hours: f64, fraction: f64, duration_hours: Option<f64>) -> f64 {
     let p = progress_hours + hours * fraction;
@@ -103,6 +112,17 @@ mod tests {
         assert_eq!(FLEET.progress_fraction(false, 2), 1.0, "never more than the whole job");
         assert_eq!(advance(1.0, 2.0, 0.5, Some(1.5)), 1.5, "never beyond the job's duration");
         assert_eq!(hours_between(7_200_000, 3_600_000), 0.0);
+    }
+
+    #[test]
+    fn fleets_that_together_hold_more_than_the_job_do_the_job_once() {
+        let a = FleetShare { running_vms: 16, vms: 16, gpus: 16, price_per_vm: 0.8 };
+        let b = FleetShare { running_vms: 6, vms: 6, gpus: 6, price_per_vm: 0.8 };
+        let sum = a.progress_fraction(false, 16) + b.progress_fraction(false, 16);
+        let scale = overlap_scale(sum);
+        let rate = (a.progress_fraction(false, 16) + b.progress_fraction(false, 16)) * scale;
+        assert!((rate - 1.0).abs() < 1e-12, "22 GPUs for a 16-GPU job progress at full size, not {rate}");
+        assert_eq!(overlap_scale(10.0 / 16.0), 1.0, "10 of 16 GPUs progress at 10/16");
     }
 
     #[test]

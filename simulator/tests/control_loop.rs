@@ -636,3 +636,314 @@ async fn the_cloud_is_reconciled_every_few_minutes_and_a_refilling_orphan_is_del
     assert_eq!(events.iter().filter(|e| e.kind == "orphan_fleet").count(), 1, "recorded once: {events:#?}");
     assert_eq!(h.job(&job.id).state, JobState::Running, "the live work is untouched");
 }
+
+// ---- #24: caps, spend, failovers and progress across rounds ----
+
+const A10_BATCH_CAPPED: &str = r#"
+name = "embed-capped"
+kind = "batch"
+gpus = 16
+sizes = ["Standard_NV36ads_A10_v5"]
+regions = ["eastus", "westus3"]
+spot = "only"
+max_price_per_hour = 12.0
+duration_hours = 6.0
+checkpoint_interval_minutes = 10
+"#;
+
+const A10: &str = "Standard_NV36ads_A10_v5";
+
+/// Two regions with room in quota for a few dozen A10 VMs (capacity is set per test).
+fn a10_regions() -> SimCloudConfig {
+    let mut c = two_regions();
+    c.default_quota.low_priority_cores = 2_000;
+    c.default_quota.cores = 2_000;
+    c.default_quota.family = 2_000;
+    c
+}
+
+impl Harness {
+    fn a10_capacity(&self, east: u32, west: u32) {
+        self.cloud.set_capacity("eastus", A10, Priority::Spot, east).unwrap();
+        self.cloud.set_capacity("westus3", A10, Priority::Spot, west).unwrap();
+        for r in ["eastus", "westus3"] {
+            self.cloud.set_capacity(r, A10, Priority::Regular, 0).unwrap();
+        }
+    }
+
+    /// The job's price per hour: (what its running VMs bill now, what its live fleets may bill).
+    fn price_now(&self, id: &str) -> (f64, f64) {
+        let live: Vec<Attempt> = self.detail(id).attempts.into_iter().filter(|a| a.is_active()).collect();
+        let running = live.iter().map(|a| a.running_vms as f64 * a.price_per_hour).sum();
+        let held = live.iter().map(|a| a.vms as f64 * a.max_price_per_vm.unwrap_or(a.price_per_hour)).sum();
+        (running, held)
+    }
+}
+
+#[tokio::test]
+async fn a_price_cap_holds_for_the_jobs_total_across_rounds_and_the_reason_states_the_total() {
+    let h = harness("cap-total", a10_regions());
+    h.a10_capacity(10, 0);
+    let job = h.submit(A10_BATCH_CAPPED);
+    let check = |h: &Harness, when: &str| {
+        let (running, held) = h.price_now(&job.id);
+        assert!(running <= 12.0 + 1e-9, "{when}: running VMs bill {running:.2}/h, cap 12.00/h");
+        assert!(held <= 12.0 + 1e-9, "{when}: live fleets may bill {held:.2}/h, cap 12.00/h");
+    };
+    h.round().await;
+    h.step(61).await;
+    check(&h, "placed");
+    assert_eq!(h.job(&job.id).state, JobState::Running);
+    // eastus loses 3 of its 10 spot VMs and cannot refill for now; westus3 opens up.
+    let first = h.detail(&job.id).attempts[0].clone();
+    h.cloud.set_capacity("eastus", A10, Priority::Spot, 10).unwrap();
+    assert_eq!(h.cloud.evict(&first.fleet_name, 3).unwrap(), 3);
+    h.cloud.set_capacity("eastus", A10, Priority::Spot, 7).unwrap();
+    h.step(1).await;
+    check(&h, "below its minimum");
+    h.cloud.set_capacity("westus3", A10, Priority::Spot, 16).unwrap();
+    for i in 0..6 {
+        h.step(61).await;
+        check(&h, &format!("round {i} after the loss"));
+    }
+    // eastus gets its capacity back: the fleet refills, and the total still holds.
+    h.cloud.set_capacity("eastus", A10, Priority::Spot, 16).unwrap();
+    for i in 0..6 {
+        h.step(61).await;
+        check(&h, &format!("round {i} after the refill"));
+    }
+    let (running, _) = h.price_now(&job.id);
+    assert!(running >= 12.0 - 0.8 - 1e-9, "the job uses the room its cap leaves: {running:.2}/h");
+    // What it would take to place the rest is said as the job's total against its cap.
+    let plan = h.ctl.plan_preview().await.unwrap();
+    let why: Vec<String> = plan.unplaced.iter().filter(|u| u.job == job.id).flat_map(|u| u.reasons.clone()).collect();
+    assert!(
+        why.iter().any(|r| r.contains("would cost 12.80/h in total with 1 more VM at 0.80/h, cap 12.00/h")),
+        "{why:?}"
+    );
+}
+
+/// A splitmix64 step: the random runs below are seeded, so a failure replays.
+fn next_random(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn fleet_deleted_costs(h: &Harness, id: &str) -> Vec<f64> {
+    h.detail(id)
+        .events
+        .iter()
+        .filter(|e| e.kind.to_string() == "fleet_deleted")
+        .filter_map(|e| e.message.rsplit('$').next().and_then(|c| c.parse::<f64>().ok()))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_jobs_cost_never_goes_down_over_a_random_run() {
+    for seed in [1_u64, 7, 42] {
+        let mut rng = seed;
+        let h =
+            harness_with(&format!("spend-{seed}"), a10_regions(), ControlConfig { auto_complete: true, ..config() });
+        h.a10_capacity(6, 6);
+        let mut ids = Vec::new();
+        for i in 0..4 {
+            let gpus = 6 + next_random(&mut rng) % 8;
+            let hours = 1 + next_random(&mut rng) % 3;
+            let spec = format!(
+                "name = \"split-{i}\"\nkind = \"batch\"\ngpus = {gpus}\nsizes = [\"{A10}\"]\n\
+                 regions = [\"eastus\", \"westus3\"]\nspot = \"only\"\nduration_hours = {hours}.0\n\
+                 checkpoint_interval_minutes = 15\n"
+            );
+            ids.push(h.submit(&spec).id);
+        }
+        let mut last: std::collections::BTreeMap<String, f64> = Default::default();
+        for step in 0..120 {
+            match next_random(&mut rng) % 10 {
+                0 => {
+                    let live: Vec<_> = h.live_fleets().into_iter().filter(|f| f.running_vms > 0).collect();
+                    if !live.is_empty() {
+                        let f = &live[next_random(&mut rng) as usize % live.len()];
+                        let n = 1 + (next_random(&mut rng) % f.running_vms as u64) as u32;
+                        let _ = h.cloud.evict(&f.name, n);
+                    }
+                }
+                1 => h.a10_capacity((next_random(&mut rng) % 12) as u32, (next_random(&mut rng) % 12) as u32),
+                2 => {
+                    let id = &ids[next_random(&mut rng) as usize % ids.len()];
+                    let _ = h.jobs.cancel(id, "alice");
+                }
+                _ => {}
+            }
+            h.step(60 + (next_random(&mut rng) % 600) as i64).await;
+            for id in &ids {
+                let cost = h.job(id).cost_usd;
+                let before = last.insert(id.clone(), cost).unwrap_or(0.0);
+                assert!(cost >= before - 1e-9, "seed {seed} step {step}: job {id} cost went from {before} to {cost}");
+                let deleted = fleet_deleted_costs(&h, id);
+                assert!(
+                    deleted.windows(2).all(|w| w[1] >= w[0]),
+                    "seed {seed} step {step}: fleet_deleted costs of {id} go down: {deleted:?}"
+                );
+            }
+        }
+        // Every dollar is the job's: its cost is what its attempts cost, once settled.
+        h.ctl.settle_accounts().await.unwrap();
+        for id in &ids {
+            let d = h.detail(id);
+            let attempts: f64 = d.attempts.iter().map(|a| a.cost_usd).sum();
+            assert!(
+                (d.job.cost_usd - attempts).abs() < 1e-6,
+                "seed {seed}: job {id} cost {} vs attempts {attempts}",
+                d.job.cost_usd
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_fleets_of_a_job_ended_together_add_up_in_its_cost() {
+    let h = harness("spend-split", a10_regions());
+    h.a10_capacity(5, 5);
+    let job = h.submit(A10_BATCH_CAPPED);
+    h.round().await;
+    h.step(61).await;
+    let live = h.detail(&job.id).attempts.iter().filter(|a| a.is_active()).count();
+    assert_eq!(live, 2, "split over both regions");
+    h.step(3_600).await;
+    h.jobs.cancel(&job.id, "alice").unwrap();
+    h.step(1).await;
+    let d = h.detail(&job.id);
+    let attempts: f64 = d.attempts.iter().map(|a| a.cost_usd).sum();
+    assert!((d.job.cost_usd - attempts).abs() < 1e-6, "job cost {} vs its fleets' {attempts}", d.job.cost_usd);
+    let deleted = fleet_deleted_costs(&h, &job.id);
+    assert_eq!(deleted.len(), 2);
+    assert!(deleted[1] > deleted[0], "the second deletion reports both fleets: {deleted:?}");
+}
+
+#[tokio::test]
+async fn failovers_say_why_and_never_go_from_a_region_to_itself() {
+    // A spot gang job in one region: its fleet is evicted whole, and it is placed again in the
+    // same region on regular VMs. That is a new placement, not a failover.
+    let h = harness("self-failover", two_regions());
+    let job = h.submit(
+        r#"
+name = "ft-spot"
+kind = "training"
+gpus = 8
+sizes = ["Standard_NC96ads_A100_v4"]
+regions = ["eastus"]
+spot = "preferred"
+duration_hours = 2.0
+checkpoint_interval_minutes = 30
+"#,
+    );
+    h.round().await;
+    h.step(61).await;
+    let first = h.detail(&job.id).attempts[0].clone();
+    assert_eq!(first.priority, Priority::Spot);
+    h.cloud.evict(&first.fleet_name, first.vms).unwrap();
+    h.step(1).await;
+    h.step(61).await;
+    let d = h.detail(&job.id);
+    assert_eq!(d.attempts.len(), 2, "{:?}", d.attempts);
+    assert_eq!(d.attempts[1].region, "eastus");
+    let failovers: Vec<String> =
+        d.events.iter().filter(|e| e.kind.to_string() == "failover").map(|e| e.message.clone()).collect();
+    assert!(failovers.is_empty(), "eastus → eastus is no failover: {failovers:?}");
+    assert_eq!(d.job.failovers, 0);
+    let placed = d.events.iter().rfind(|e| e.kind.to_string() == "placed").unwrap();
+    assert!(placed.message.contains("placed again in eastus after: attempt 1 lost 2 of its 2"), "{}", placed.message);
+
+    // Across regions it is a failover, and it names where from and why.
+    let h = harness("failover-why", two_regions());
+    let job = h.submit(A100_GANG);
+    h.round().await;
+    h.step(61).await;
+    let first = h.detail(&job.id).attempts[0].clone();
+    h.cloud.set_outage(&first.region, None, None, true).unwrap();
+    h.step(1).await;
+    let d = h.detail(&job.id);
+    let failover = d.events.iter().find(|e| e.kind.to_string() == "failover").expect("a failover");
+    assert!(failover.message.starts_with(&format!("moving from {} to ", first.region)), "{}", failover.message);
+    let (_, why) = failover.message.split_once(" after: ").unwrap();
+    assert!(why.contains("lost 2 of its 2") && why.contains(&first.region), "{}", failover.message);
+}
+
+#[tokio::test]
+async fn a_migrating_job_that_cannot_be_placed_says_why() {
+    let h = harness("migrating-note", two_regions());
+    let job = h.submit(A100_GANG);
+    h.round().await;
+    h.step(61).await;
+    let first = h.detail(&job.id).attempts[0].clone();
+    let other = if first.region == "eastus" { "westus3" } else { "eastus" };
+    // One VM lost for good, and nowhere to go.
+    h.cloud.set_capacity(other, "Standard_NC96ads_A100_v4", Priority::Regular, 0).unwrap();
+    h.cloud.set_capacity(&first.region, "Standard_NC96ads_A100_v4", Priority::Regular, 2).unwrap();
+    h.cloud.evict(&first.fleet_name, 1).unwrap();
+    h.cloud.set_capacity(&first.region, "Standard_NC96ads_A100_v4", Priority::Regular, 1).unwrap();
+    h.step(1).await;
+    h.step(121).await;
+    h.step(61).await;
+    let j = h.job(&job.id);
+    assert_eq!(j.state, JobState::Migrating);
+    assert!(!j.pending_reasons.is_empty(), "a migrating job says what it waits for: {j:?}");
+    assert!(j.last_failure.as_deref().is_some_and(|f| f.contains("lost 1 of its 2")), "{:?}", j.last_failure);
+}
+
+#[tokio::test]
+async fn a_partly_placed_job_progresses_with_the_gpus_it_has_and_never_faster_than_whole() {
+    let cfg = ControlConfig { auto_complete: true, ..config() };
+    let h = harness_with("partial-progress", a10_regions(), cfg);
+    h.a10_capacity(10, 0);
+    let job = h.submit(
+        r#"
+name = "embed"
+kind = "batch"
+gpus = 16
+sizes = ["Standard_NV36ads_A10_v5"]
+regions = ["eastus", "westus3"]
+spot = "only"
+duration_hours = 1.5
+checkpoint_interval_minutes = 10
+"#,
+    );
+    h.round().await;
+    h.step(61).await;
+    for _ in 0..9 {
+        h.step(600).await; // 1.5 h on 10 of 16 GPUs
+    }
+    let j = h.job(&job.id);
+    assert_eq!(j.state, JobState::Running, "10 of 16 GPUs do 10/16 of the work an hour");
+    assert!((j.progress_hours - 1.5 * 10.0 / 16.0).abs() < 0.02, "progress {}", j.progress_hours);
+
+    // Now all 16 in eastus; 6 are lost, the job is topped up in westus3, and eastus refills just
+    // before the top-up runs: for a while the job holds more GPUs than it wants, and still
+    // progresses at its full size, not faster.
+    let h = harness_with("overlap-progress", a10_regions(), ControlConfig { auto_complete: true, ..config() });
+    h.a10_capacity(16, 0);
+    let job = h.submit(&A10_BATCH_CAPPED.replace("max_price_per_hour = 12.0\n", "").replace("6.0", "3.0"));
+    h.round().await;
+    h.step(61).await;
+    let first = h.detail(&job.id).attempts[0].clone();
+    assert_eq!(first.vms, 16);
+    h.cloud.evict(&first.fleet_name, 6).unwrap();
+    h.a10_capacity(10, 16);
+    h.step(1).await;
+    h.step(100).await; // still within the grace period
+    h.a10_capacity(16, 16); // eastus refills a minute from now
+    let r = h.step(21).await; // past the grace period: placed again
+    assert_eq!(r.placements, 1, "{r:?}");
+    h.step(50).await; // eastus is back to 16
+    h.step(61).await; // the new placement runs
+    let start = h.job(&job.id).progress_hours;
+    for _ in 0..6 {
+        h.step(600).await;
+    }
+    let done = h.job(&job.id).progress_hours - start;
+    assert!(done <= 1.0 + 1e-6, "an hour of work at most in an hour: {done}");
+    assert!(done >= 0.9, "and close to it, with every GPU it wants: {done}");
+}

@@ -75,11 +75,22 @@ pub(crate) fn reasons(inst: &Instance, sol: &Sol, j: usize) -> Vec<String> {
         } else if let Some(cap) = job.max_price_per_hour
             && price > cap - sol.job_price[j] + EPS
         {
-            Some(format!("price cap: {name} costs {price:.2}/h for {vms} {vm_word}, cap {cap:.2}/h"))
+            // The job's total against its whole cap: what it held before, what this plan gave it,
+            // and this offer on top (a cap that binds is about the total, never one VM).
+            let total = job.held_price_per_hour + sol.job_price[j] + price;
+            let cap = job.held_price_per_hour + cap;
+            let each = offer.price_per_hour;
+            Some(format!(
+                "price cap: {name} would cost {total:.2}/h in total with {vms} more {vm_word} at {each:.2}/h, cap {cap:.2}/h"
+            ))
         } else if let Some(budget) = job.budget
             && cost > budget - sol.job_cost[j] + EPS
         {
-            Some(format!("budget: {name} expected cost {cost:.2}, budget {budget:.2}"))
+            let total = job.held_cost + sol.job_cost[j] + cost;
+            let budget = job.held_cost + budget;
+            Some(format!(
+                "budget: {name} would bring the expected cost to {total:.2} in total ({cost:.2} for {vms} more {vm_word}), budget {budget:.2}"
+            ))
         } else {
             let need = u64::from(vms) * u64::from(offer.vcpus_per_vm);
             let mut r = None;

@@ -98,15 +98,25 @@ pub struct JobDemand {
     pub priority: u32,
     /// Expected run time, for cost.
     pub duration_hours: f64,
-    /// Cap on the job's total USD per hour (`vms × price_per_hour` over all its placements).
+    /// Cap on the job's total USD per hour (`vms × price_per_hour` over all its placements in this
+    /// problem): what is left of the job's own cap after what it already holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_price_per_hour: Option<f64>,
+    /// USD per hour the job already holds outside this problem (placements made before): not
+    /// planned with (`max_price_per_hour` is already net of it), only added back when a wait
+    /// reason states the job's total against its whole cap.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub held_price_per_hour: f64,
     /// Only offers with at least this many GPUs per VM.
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "positive_u32_opt")]
     pub min_gpus_per_vm: Option<u32>,
-    /// Cap on the job's expected cost (USD).
+    /// Cap on the job's expected cost (USD) in this problem: what is left of its own budget.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<f64>,
+    /// USD the job has spent or is committed to outside this problem (as `held_price_per_hour`,
+    /// only for stating the total in a wait reason).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub held_cost: f64,
     /// Where the job's data lives; running elsewhere costs egress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_region: Option<String>,
@@ -116,6 +126,10 @@ pub struct JobDemand {
     /// Explicit VM size allow-list; empty = any size.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sizes: Vec<String>,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 impl Default for JobDemand {
@@ -132,8 +146,10 @@ impl Default for JobDemand {
             priority: 1,
             duration_hours: 1.0,
             max_price_per_hour: None,
+            held_price_per_hour: 0.0,
             min_gpus_per_vm: None,
             budget: None,
+            held_cost: 0.0,
             data_region: None,
             data_gb: None,
             sizes: Vec::new(),
@@ -341,9 +357,13 @@ impl Problem {
             if !(j.duration_hours.is_finite() && j.duration_hours > 0.0) {
                 bad(p("duration_hours"), "expected a finite number > 0");
             }
-            for (name, value) in
-                [("max_price_per_hour", j.max_price_per_hour), ("budget", j.budget), ("data_gb", j.data_gb)]
-            {
+            for (name, value) in [
+                ("max_price_per_hour", j.max_price_per_hour),
+                ("budget", j.budget),
+                ("data_gb", j.data_gb),
+                ("held_price_per_hour", Some(j.held_price_per_hour)),
+                ("held_cost", Some(j.held_cost)),
+            ] {
                 if let Some(v) = value
                     && !(v.is_finite() && v >= 0.0)
                 {

@@ -169,15 +169,43 @@ fn price_cap_and_budget() {
     capped.max_price_per_hour = Some(20.0);
     let mut poor = job("poor", 8);
     poor.budget = Some(100.0);
-    let plan = best(&problem(vec![nc24("eastus")], vec![], vec![capped, poor]));
+    // A job that already holds $8/h and $40 outside the problem: the reason states its total
+    // against its whole cap and budget (the problem's cap and budget are what is left of them).
+    let mut holding = job("holding", 8);
+    holding.max_price_per_hour = Some(12.0);
+    holding.held_price_per_hour = 8.0;
+    let mut spent = job("spent", 8);
+    spent.budget = Some(100.0);
+    spent.held_cost = 40.0;
+    let plan = best(&problem(vec![nc24("eastus")], vec![], vec![capped, poor, holding, spent]));
     assert!(plan.placements.is_empty());
     assert_eq!(
         reasons(&plan, "capped"),
-        vec!["price cap: eastus Standard_NC24ads_A100_v4 regular costs 29.38/h for 8 VMs, cap 20.00/h"]
+        vec![
+            "price cap: eastus Standard_NC24ads_A100_v4 regular would cost 29.38/h in total with 8 more VMs at \
+             3.67/h, cap 20.00/h"
+        ]
+    );
+    assert_eq!(
+        reasons(&plan, "holding"),
+        vec![
+            "price cap: eastus Standard_NC24ads_A100_v4 regular would cost 37.38/h in total with 8 more VMs at \
+             3.67/h, cap 20.00/h"
+        ]
     );
     assert_eq!(
         reasons(&plan, "poor"),
-        vec!["budget: eastus Standard_NC24ads_A100_v4 regular expected cost 146.92, budget 100.00"]
+        vec![
+            "budget: eastus Standard_NC24ads_A100_v4 regular would bring the expected cost to 146.92 in total \
+             (146.92 for 8 more VMs), budget 100.00"
+        ]
+    );
+    assert_eq!(
+        reasons(&plan, "spent"),
+        vec![
+            "budget: eastus Standard_NC24ads_A100_v4 regular would bring the expected cost to 186.92 in total \
+             (146.92 for 8 more VMs), budget 140.00"
+        ]
     );
 }
 

@@ -3,16 +3,29 @@
 //! a fleet loses VMs.
 
 use crate::accounting::{self, FleetShare};
-use crate::model::{Attempt, Job};
+use crate::model::{Attempt, AttemptState, Job};
 
 /// What an attempt's fleet is, for accounting.
 pub(crate) fn fleet_share(a: &Attempt) -> FleetShare {
     FleetShare { running_vms: a.running_vms, vms: a.vms, gpus: a.gpus, price_per_vm: a.price_per_hour }
 }
 
+/// How much of its own share each running fleet of `job` does, given all the job's attempts
+/// `attempts` holds (others are ignored): see [`accounting::overlap_scale`].
+pub(crate) fn overlap_scale<'a>(job: &Job, attempts: impl IntoIterator<Item = &'a Attempt>) -> f64 {
+    let (gang, wanted) = (job.spec.is_gang(), job.wanted_gpus());
+    let sum: f64 = attempts
+        .into_iter()
+        .filter(|a| a.job_id == job.id && a.state == AttemptState::Running)
+        .map(|a| fleet_share(a).progress_fraction(gang, wanted))
+        .sum();
+    accounting::overlap_scale(sum)
+}
+
 /// Accrues a running attempt's cost (on the attempt and the job) and its job's progress up to
-/// `now` at its last known VM count; returns the USD accrued (the tenant's share to add).
-pub(crate) fn accrue(a: &mut Attempt, job: &mut Job, now: i64) -> f64 {
+/// `now` at its last known VM count; `scale` is the job's [`overlap_scale`] over that stretch.
+/// Returns the USD accrued (the tenant's share to add).
+pub(crate) fn accrue(a: &mut Attempt, job: &mut Job, now: i64, scale: f64) -> f64 {
     let from = a.accounted_until_ms.or(a.running_since_ms).unwrap_or(now);
     if now <= from {
         return 0.0;
@@ -23,7 +36,7 @@ pub(crate) fn accrue(a: &mut Attempt, job: &mut Job, now: i64) -> f64 {
     a.cost_usd += cost;
     job.cost_usd += cost;
     if !job.state.is_final() {
-        let fraction = fleet.progress_fraction(job.spec.is_gang(), job.wanted_gpus());
+        let fraction = fleet.progress_fraction(job.spec.is_gang(), job.wanted_gpus()) * scale;
         job.progress_hours = accounting::advance(job.progress_hours, hours, fraction, job.spec.duration_hours);
     }
     a.accounted_until_ms = Some(now);

@@ -18,17 +18,27 @@ pub(crate) enum JobEdit {
     /// state, even when the loop decided a final state of its own: only the cost and progress are
     /// taken over, and the loop's own final-state event is dropped.
     Accounted { job: Job, events: Vec<(EventKind, String)> },
-    /// Take over the job's cost and progress from `job` (a fleet of an ended job was deleted).
-    Settled { job: Job, event: (EventKind, String) },
+    /// A fleet of an ended job was deleted: add what it cost since it was last accounted to the
+    /// job's cost as stored (never take over a copy's total: fleets of one job are settled side
+    /// by side, and a copy would drop the others' share). `fallback` is the job before this
+    /// settlement, for when the store no longer holds it.
+    Settled { fallback: Job, added_usd: f64, fleet: String },
     /// An attempt reached running; the job runs when every placement it keeps does.
     BecameRunning { all_running: bool, message: String },
     /// An attempt failed to provision: the job is placed again (pending, unless another placement
     /// still runs).
-    ProvisioningFailed { last_failure: String, others_active: bool, message: String, class: &'static str },
+    ProvisioningFailed {
+        last_failure: String,
+        region: String,
+        others_active: bool,
+        message: String,
+        class: &'static str,
+    },
     /// Why the job waits, when it still waits, and how its candidate offers fared.
     Waiting { reasons: Vec<String>, offers: OfferFilterCounts, message: String },
-    /// A new attempt's intent: the job takes attempt `number`, if it still had `expected` attempts.
-    Placed { number: u32, expected: u32, message: String, moving_to: String },
+    /// A new attempt's intent: the job takes attempt `number`, if it still had `expected` attempts;
+    /// `region` is where it goes, `moving_to` says what, for people.
+    Placed { number: u32, expected: u32, message: String, region: String, moving_to: String },
     /// Only an event, if the job is still open.
     Note { event: (EventKind, String) },
 }
@@ -47,7 +57,7 @@ impl JobEdit {
     /// carry one (its accounting is still written), else none.
     pub fn fallback(&self) -> Option<Job> {
         match self {
-            JobEdit::Accounted { job, .. } | JobEdit::Settled { job, .. } => Some(job.clone()),
+            JobEdit::Accounted { job, .. } | JobEdit::Settled { fallback: job, .. } => Some(job.clone()),
             _ => None,
         }
     }
@@ -75,9 +85,10 @@ impl JobEdit {
                     .collect();
                 Some(Applied { write: true, events })
             }
-            JobEdit::Settled { job: ours, event } => {
-                job.cost_usd = ours.cost_usd;
-                Some(Applied { write: true, events: vec![(event.0, event.1.clone(), null())] })
+            JobEdit::Settled { added_usd, fleet, .. } => {
+                job.cost_usd += added_usd;
+                let message = format!("fleet {fleet} deleted; job cost ${:.2}", job.cost_usd);
+                Some(Applied { write: true, events: vec![(EventKind::FleetDeleted, message, null())] })
             }
             JobEdit::BecameRunning { all_running, message } => {
                 if job.state.is_final() {
@@ -88,10 +99,11 @@ impl JobEdit {
                 }
                 Some(Applied { write: true, events: vec![(EventKind::Running, message.clone(), null())] })
             }
-            JobEdit::ProvisioningFailed { last_failure, others_active, message, class } => {
+            JobEdit::ProvisioningFailed { last_failure, region, others_active, message, class } => {
                 job.last_failure = Some(last_failure.clone());
                 if !job.state.is_final() {
                     job.awaiting_failover = true;
+                    job.failover_from = Some(region.clone());
                     if !others_active {
                         job.set_state(JobState::Pending, now_ms);
                     }
@@ -100,14 +112,15 @@ impl JobEdit {
                 Some(Applied { write: true, events: vec![(EventKind::ProvisioningFailed, message.clone(), data)] })
             }
             JobEdit::Waiting { reasons, offers, message } => {
-                if job.state != JobState::Pending {
+                // A migrating job waits for its new placement as a pending one does, and says why.
+                if !matches!(job.state, JobState::Pending | JobState::Migrating) {
                     return None;
                 }
                 job.pending_reasons = reasons.clone();
                 job.offer_filters = Some(offers.clone());
                 Some(Applied { write: true, events: vec![(EventKind::Waiting, message.clone(), null())] })
             }
-            JobEdit::Placed { number, expected, message, moving_to } => {
+            JobEdit::Placed { number, expected, message, region, moving_to } => {
                 if job.state.is_final() || job.attempts != *expected {
                     return None;
                 }
@@ -116,13 +129,26 @@ impl JobEdit {
                     job.set_state(JobState::Provisioning, now_ms);
                 }
                 let mut events = Vec::new();
+                let mut message = message.clone();
                 if job.awaiting_failover {
-                    job.failovers += 1;
                     job.awaiting_failover = false;
-                    let after = job.last_failure.clone().unwrap_or_default();
-                    events.push((EventKind::Failover, format!("moving to {moving_to} after: {after}"), null()));
+                    let from = job.failover_from.take();
+                    let after = job.last_failure.clone().unwrap_or_else(|| "an earlier placement ended".into());
+                    match from {
+                        // Back where it failed (another size or priority, or capacity returned):
+                        // a new placement, not a move.
+                        Some(from) if from == *region => {
+                            message = format!("{message}; placed again in {region} after: {after}");
+                        }
+                        from => {
+                            job.failovers += 1;
+                            let from = from.map(|f| format!("from {f} ")).unwrap_or_default();
+                            let text = format!("moving {from}to {moving_to} after: {after}");
+                            events.push((EventKind::Failover, text, null()));
+                        }
+                    }
                 }
-                events.push((EventKind::Placed, message.clone(), null()));
+                events.push((EventKind::Placed, message, null()));
                 Some(Applied { write: true, events })
             }
             JobEdit::Note { event } => {

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use super::accounts::accrue;
+use super::accounts::{accrue, overlap_scale};
 use super::actions::{Action, Change, JobEdit};
 use super::snapshot::Snapshot;
 use crate::cloud::{Fleet, TAG_ATTEMPT, TAG_JOB};
@@ -13,8 +13,11 @@ use crate::model::{Attempt, AttemptState, EventKind, Job};
 use crate::records::attempt_key;
 
 /// A fleet of a job that ended (or vanished) is deleted; once the cloud has accepted the deletion,
-/// the attempt's cost is settled up to now and the attempt ends.
-pub(crate) fn clean_up(now: i64, attempt: &Attempt, job: Option<&Job>) -> Action {
+/// the attempt's cost is settled up to now and the attempt ends. The job's cost is *added to* as
+/// stored when the deletion is written: several fleets of one job are deleted side by side, and
+/// each one's settlement must count on top of the others', not replace them.
+pub(crate) fn clean_up(snap: &Snapshot, attempt: &Attempt, job: Option<&Job>) -> Action {
+    let now = snap.now;
     let mut a = attempt.clone();
     let then = match job {
         None => {
@@ -23,16 +26,21 @@ pub(crate) fn clean_up(now: i64, attempt: &Attempt, job: Option<&Job>) -> Action
             Change { attempts: vec![a], ..Change::default() }
         }
         Some(job) => {
-            let mut job = job.clone();
-            let spend = if a.state == AttemptState::Running { accrue(&mut a, &mut job, now) } else { 0.0 };
+            let mut accrued = job.clone();
+            let spend = if a.state == AttemptState::Running {
+                let scale = overlap_scale(job, snap.attempts_of(&job.id));
+                accrue(&mut a, &mut accrued, now, scale)
+            } else {
+                0.0
+            };
             a.state = AttemptState::Ended;
             a.ended_at_ms = Some(now);
             a.operation = None;
-            let message = format!("fleet {} deleted; job cost ${:.2}", a.fleet_name, job.cost_usd);
+            let edit = JobEdit::Settled { fallback: job.clone(), added_usd: spend, fleet: a.fleet_name.clone() };
             Change {
                 attempts: vec![a],
                 spend: Some((job.spec.tenant.clone(), spend)),
-                job: Some((job.id.clone(), JobEdit::Settled { job, event: (EventKind::FleetDeleted, message) })),
+                job: Some((job.id.clone(), edit)),
                 ..Change::default()
             }
         }
@@ -51,7 +59,8 @@ pub(crate) fn retire(snap: &Snapshot, old: &Attempt, billed: bool) -> Vec<Action
         && let Some(job) = snap.jobs.get(&old.job_id)
     {
         let mut job = job.clone();
-        let spend = accrue(&mut old, &mut job, now);
+        let scale = overlap_scale(&job, snap.attempts_of(&job.id));
+        let spend = accrue(&mut old, &mut job, now, scale);
         change.spend = Some((job.spec.tenant.clone(), spend));
         change.job = Some((job.id.clone(), JobEdit::Accounted { job, events: Vec::new() }));
     }
@@ -70,7 +79,8 @@ pub(crate) fn retire_leftover(snap: &Snapshot, old: &Attempt) -> Action {
     let mut change = Change::default();
     if let Some(job) = snap.jobs.get(&old.job_id) {
         let mut job = job.clone();
-        let spend = if old.state == AttemptState::Running { accrue(&mut old, &mut job, now) } else { 0.0 };
+        let scale = overlap_scale(&job, snap.attempts_of(&job.id));
+        let spend = if old.state == AttemptState::Running { accrue(&mut old, &mut job, now, scale) } else { 0.0 };
         let message = format!("attempt {} ({} in {}) retired: the job moved", old.number, old.priority, old.region);
         change.spend = Some((job.spec.tenant.clone(), spend));
         change.job =

@@ -6,6 +6,10 @@
 //! topped up elsewhere. An inference service asks in two parts: the GPUs needed to get back to
 //! `replicas.min`, weighted far above everything else of its priority, and the rest up to
 //! `replicas.desired` at its normal weight, so minimum replicas survive whatever else waits.
+//!
+//! A job's `max_price_per_hour` and `budget` are about its *total*: the demands get what is left of
+//! them after what the job already holds ([`Held`]: every VM its live fleets were asked for, at
+//! the price they may bill), so that no sequence of rounds takes the job past either.
 
 use crate::catalog::Catalog;
 use crate::model::{Job, JobKind};
@@ -50,11 +54,23 @@ impl DemandPart {
 /// overhead the deadline policies plan with.
 pub const RESTART_MARGIN_HOURS: f64 = 0.1;
 
-/// Builds the solver demands for a job whose healthy attempts carry `healthy_gpus`.
-/// The job's budget is what remains of it after what the job has cost so far. For a deadline job
-/// the loop then narrows them to its deadline policy's choice
-/// ([`apply_deadline_choice`](super::apply_deadline_choice)).
-pub fn demands(job: &Job, catalog: &Catalog, healthy_gpus: u32) -> Vec<solver::JobDemand> {
+/// What a job already holds when its new demands are made.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Held {
+    /// GPUs its healthy placements carry: the demand is for the rest.
+    pub gpus: u32,
+    /// USD per hour its live fleets may bill: every VM they were asked for (a fleet refills what
+    /// it lost) at the price it is billed at, a spot VM at its max price when it has one (the
+    /// most it may cost before it is evicted).
+    pub usd_per_hour: f64,
+}
+
+/// Builds the solver demands for a job that already holds `held`. The job's price cap is what its
+/// held fleets leave of it; its budget what remains after what it has cost so far and what its
+/// held fleets will cost over the rest of its work. For a deadline job the loop then narrows
+/// them to its deadline policy's choice ([`apply_deadline_choice`](super::apply_deadline_choice)).
+pub fn demands(job: &Job, catalog: &Catalog, held: Held) -> Vec<solver::JobDemand> {
+    let healthy_gpus = held.gpus;
     let spec = &job.spec;
     let sizes = spec.acceptable_sizes(catalog);
     if sizes.is_empty() {
@@ -72,10 +88,14 @@ pub fn demands(job: &Job, catalog: &Catalog, healthy_gpus: u32) -> Vec<solver::J
     let size_names: Vec<String> = sizes.iter().map(|s| s.name.clone()).collect();
     let spot = spec.spot_policy();
     let remaining_hours = job.remaining_hours().unwrap_or(1.0).max(1.0 / 60.0);
-    let remaining_budget = spec.budget.map(|b| (b - job.cost_usd).max(0.0));
+    let committed_usd = held.usd_per_hour * remaining_hours;
+    let held_cost = job.cost_usd + committed_usd;
+    let remaining_cap = spec.max_price_per_hour.map(|c| (c - held.usd_per_hour).max(0.0));
+    let remaining_budget = spec.budget.map(|b| (b - held_cost).max(0.0));
     let base = |id: String, gpus: u32, priority: u32| {
-        // A cap on the job's total price per hour applies pro rata to a part of it.
-        let share = gpus as f64 / wanted.max(1) as f64;
+        // What is left of the cap and budget is shared by the parts pro rata, so that the parts
+        // placed together never pass it either.
+        let share = gpus as f64 / deficit.max(1) as f64;
         solver::JobDemand {
             id,
             gpus,
@@ -86,7 +106,12 @@ pub fn demands(job: &Job, catalog: &Catalog, healthy_gpus: u32) -> Vec<solver::J
             spot,
             priority,
             duration_hours: remaining_hours,
-            max_price_per_hour: spec.max_price_per_hour.map(|c| c * share),
+            max_price_per_hour: remaining_cap.map(|c| c * share),
+            held_price_per_hour: if spec.max_price_per_hour.is_some() {
+                held.usd_per_hour + remaining_cap.unwrap_or(0.0) * (1.0 - share)
+            } else {
+                0.0
+            },
             min_gpus_per_vm: if spec.kind == JobKind::Inference && spec.gpus <= 8 {
                 // A replica must fit on one VM: its GPUs cannot be split across machines.
                 Some(spec.min_gpus_per_vm.unwrap_or(1).max(spec.gpus))
@@ -94,6 +119,11 @@ pub fn demands(job: &Job, catalog: &Catalog, healthy_gpus: u32) -> Vec<solver::J
                 spec.min_gpus_per_vm
             },
             budget: remaining_budget.map(|b| b * share),
+            held_cost: if spec.budget.is_some() {
+                held_cost + remaining_budget.unwrap_or(0.0) * (1.0 - share)
+            } else {
+                0.0
+            },
             data_region: spec.data_region.clone(),
             data_gb: spec.data_gb,
             sizes: size_names.clone(),

@@ -99,7 +99,16 @@ pub(crate) fn became_running(
     st.breakers.record_success(&a.region, now);
     let siblings: Vec<&Attempt> =
         snap.attempts_of(&a.job_id).filter(|x| x.number != a.number && x.is_active()).collect();
-    let replaced_by_a = |x: &Attempt| snap.to_replace(x, grace_ms) || st.deadline.replaces(&a, x);
+    // A gang is placed again only when none of its placements was healthy, so a gang's new fleet
+    // replaces all the others (one that refilled meanwhile too: a gang needs one fleet). A
+    // splittable job's fleet below its minimum keeps its share; the new one tops it up. A fleet
+    // whose agents reported trouble, or that a deadline policy moves the job away from, goes.
+    let gang = snap.jobs.get(&a.job_id).is_some_and(|j| j.spec.is_gang());
+    let replaced_by_a = |x: &Attempt| {
+        (gang && (x.state == AttemptState::Running || super::is_degraded(x, now, grace_ms)))
+            || snap.has_agent_trouble(x)
+            || st.deadline.replaces(&a, x)
+    };
     let all_running = siblings.iter().filter(|x| !replaced_by_a(x)).all(|x| x.state == AttemptState::Running);
     let retired: Vec<Attempt> = if all_running {
         siblings.iter().filter(|x| replaced_by_a(x)).map(|x| (*x).clone()).collect()
@@ -141,6 +150,7 @@ pub(crate) fn failed(snap: &Snapshot, st: &mut LoopState, a: &Attempt, err: &Clo
     failed.operation = None;
     let edit = JobEdit::ProvisioningFailed {
         last_failure: format!("{} {} in {}: {}", a.size, a.priority, a.region, err),
+        region: a.region.clone(),
         others_active: snap.others_active(&a.job_id, a.number),
         message: format!(
             "attempt {} ({} × {} {} in {}) failed: {}",

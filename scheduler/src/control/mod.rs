@@ -59,7 +59,7 @@ mod world;
 
 pub use breaker::{BreakerConfig, BreakerState, RegionBreakers};
 pub use deadline::{DeadlineChoice, apply_deadline_choice, deadline_managed};
-pub use demand::{DemandPart, MIN_REPLICA_BOOST, RESTART_MARGIN_HOURS, demands};
+pub use demand::{DemandPart, Held, MIN_REPLICA_BOOST, RESTART_MARGIN_HOURS, demands};
 pub use driver::{DriverConfig, RoundHealth, RoundStatus, run_forever};
 pub use metrics::{ClassLabel, ControlMetrics, FilterLabel, OfferLabel, StateLabel};
 pub use round::{ControlError, RoundReport};

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use super::actions::{Change, JobEdit};
 use super::deadline::apply_deadline_choice;
-use super::demand::{DemandPart, demands};
+use super::demand::{DemandPart, Held, demands};
 use super::feasibility::Feasibility;
 use super::snapshot::Snapshot;
 use super::world::our_usage;
@@ -37,11 +37,14 @@ pub(crate) fn plan_input(snap: &Snapshot, st: &LoopState, config: &ControlConfig
     let now = snap.now;
     let jobs = snap.open_jobs();
     let attempts: Vec<&Attempt> = snap.active().collect();
-    let mut healthy: BTreeMap<&str, u32> = BTreeMap::new();
+    let mut held: BTreeMap<&str, Held> = BTreeMap::new();
     for a in &attempts {
-        if !snap.to_replace(a, config.below_min_grace_ms) && !st.deadline.retiring(a) {
-            *healthy.entry(a.job_id.as_str()).or_default() += a.gpus;
-        }
+        let Some(job) = snap.jobs.get(&a.job_id) else { continue };
+        let h = held.entry(a.job_id.as_str()).or_default();
+        let replaced = st.deadline.retiring(a) || snap.has_agent_trouble(a);
+        let (gpus, vms) = holds(job, a, now, config.below_min_grace_ms, replaced);
+        h.gpus += gpus;
+        h.usd_per_hour += vms as f64 * billed_at_most(a);
     }
     let mut over_budget: BTreeMap<&str, String> = BTreeMap::new();
     for t in snap.tenants.values() {
@@ -57,7 +60,7 @@ pub(crate) fn plan_input(snap: &Snapshot, st: &LoopState, config: &ControlConfig
     let mut problem_jobs = Vec::new();
     let mut reasons: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for job in &jobs {
-        let mut d = demands(job, catalog, healthy.get(job.id.as_str()).copied().unwrap_or(0));
+        let mut d = demands(job, catalog, held.get(job.id.as_str()).copied().unwrap_or_default());
         if d.is_empty() {
             continue;
         }
@@ -85,6 +88,33 @@ pub(crate) fn plan_input(snap: &Snapshot, st: &LoopState, config: &ControlConfig
         .collect();
     let problem = solver::Problem { offers, quotas, jobs: problem_jobs, egress: Vec::new() };
     PlanInput { jobs, problem, reasons, offer_counts }
+}
+
+/// What an active attempt holds for its job: the GPUs that count against the job's demand, and the
+/// VMs that may bill. A healthy placement holds all it was asked for (a fleet refills what it
+/// loses). A gang placement below its minimum past the grace period, one whose agents reported
+/// trouble and one a deadline policy moves the job away from (`retiring`) are replaced as a whole
+/// once the replacement runs: they hold no GPUs and only the VMs they still run. A splittable job's placement below its minimum keeps doing its
+/// share with the VMs it runs and is topped up elsewhere for the rest; it may refill, so it holds
+/// every VM it was asked for.
+pub(crate) fn holds(job: &Job, a: &Attempt, now: i64, grace_ms: i64, retiring: bool) -> (u32, u32) {
+    let degraded = is_degraded(a, now, grace_ms);
+    if retiring || (degraded && job.spec.is_gang()) {
+        (0, a.running_vms.min(a.vms))
+    } else if degraded {
+        (a.running_vms.min(a.vms) * (a.gpus / a.vms.max(1)), a.vms)
+    } else {
+        (a.gpus, a.vms)
+    }
+}
+
+/// The most a VM of the attempt may bill per hour: its price, or a spot VM's max price when it has
+/// one (the cloud evicts it before it costs more).
+pub(crate) fn billed_at_most(a: &Attempt) -> f64 {
+    match (a.priority, a.max_price_per_vm) {
+        (Priority::Spot, Some(max)) if max >= 0.0 => max.max(a.price_per_hour),
+        _ => a.price_per_hour,
+    }
 }
 
 /// The plan for a problem: the last one when the problem is the same (no new job, no capacity,
@@ -209,6 +239,7 @@ pub(crate) fn intent(
         number,
         expected: job.attempts,
         message,
+        region: p.region.clone(),
         moving_to: format!("{} in {}", size.name, p.region),
     };
     let change =
@@ -224,8 +255,11 @@ pub(crate) fn wanted(st: &LoopState, job: &Job, p: &solver::Placement) -> bool {
 }
 
 /// The price per VM-hour a placement is billed at (the cloud's, or the plan's when the cloud no
-/// longer lists it), and the spot cap per VM: the solver kept `vms × price` within the part's cap,
-/// so spreading the cap over the VMs gives a per-VM cap at or above the price it planned with.
+/// longer lists it), and, for a job with a price cap, the spot max price per VM: the price the
+/// solver planned with (at least the cloud's now), since the cap holds for the job's total at
+/// every moment and the plan used all the room it needed at that price. A spot price that rises
+/// past it evicts the VMs (the loop places them again within the cap); the job's held price
+/// counts its spot VMs at this max price ([`billed_at_most`]).
 pub(crate) fn price_and_cap(
     st: &LoopState,
     catalog: &Catalog,
@@ -233,13 +267,20 @@ pub(crate) fn price_and_cap(
     part_cap: Option<f64>,
 ) -> (f64, Option<f64>) {
     let vms = p.vms.max(1) as f64;
-    let price = st.world.list_price(catalog, &p.region, &p.size, p.priority).unwrap_or(p.price_per_hour / vms);
-    (price, part_cap.map(|c| c / vms))
+    let planned = p.price_per_hour / vms;
+    let price = st.world.list_price(catalog, &p.region, &p.size, p.priority).unwrap_or(planned);
+    (price, part_cap.map(|_| planned.max(price)))
 }
 
 /// Whether the job still waits for its whole demand (pending, for the report).
 pub(crate) fn is_pending(job: &Job) -> bool {
     job.state == JobState::Pending
+}
+
+/// Whether the job waits for a placement and says why: pending, or migrating (its placement
+/// degraded or lost, its replacement not placed yet).
+pub(crate) fn is_waiting(job: &Job) -> bool {
+    matches!(job.state, JobState::Pending | JobState::Migrating)
 }
 
 fn fmt_time(ms: i64) -> String {

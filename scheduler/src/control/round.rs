@@ -108,7 +108,7 @@ impl Controller {
         let mut ended: Vec<(Attempt, Option<Job>)> = Vec::new();
         self.follow_provisioning(st, &mut snap, &mut report, &mut ended).await?;
         self.watch_running(st, &mut snap, &mut report, &mut ended).await?;
-        let cleanups = ended.iter().map(|(a, job)| cleanup::clean_up(now, a, job.as_ref())).collect();
+        let cleanups = ended.iter().map(|(a, job)| cleanup::clean_up(&snap, a, job.as_ref())).collect();
         self.act(st, &mut snap, &mut report, cleanups).await?;
         self.forget_finished(st, now)?;
         self.choose_deadlines(st, &mut snap, &mut report).await?;
@@ -170,7 +170,8 @@ impl Controller {
     pub async fn settle_accounts(&self) -> Result<(), ControlError> {
         let _round = self.state.lock().await;
         let now = self.clock.now_ms();
-        for a in self.store.find(crate::records::AttemptsBy::State(AttemptState::Running))? {
+        let running = self.store.find(crate::records::AttemptsBy::State(AttemptState::Running))?;
+        for a in &running {
             if a.accounted_until_ms.or(a.running_since_ms).unwrap_or(now) >= now {
                 continue;
             }
@@ -178,7 +179,8 @@ impl Controller {
                 let Some(mut job) = tx.get::<Job>(&a.job_id)? else { return Ok(()) };
                 let mut tenant = tx.get::<Tenant>(&job.spec.tenant)?.unwrap_or_else(|| Tenant::named(&job.spec.tenant));
                 let mut a = a.clone();
-                tenant.spent_usd += super::accounts::accrue(&mut a, &mut job, now);
+                let scale = super::accounts::overlap_scale(&job, &running);
+                tenant.spent_usd += super::accounts::accrue(&mut a, &mut job, now, scale);
                 tx.put(&job)?;
                 tx.put(&a)?;
                 tx.put(&tenant)?;

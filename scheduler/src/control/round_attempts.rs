@@ -3,14 +3,14 @@
 //! completion). The decisions are `follow.rs`'s and `watch.rs`'s; this file drives them, acting on
 //! each before the next is made.
 
-use super::actions::Action;
+use super::actions::{Action, Change, JobEdit};
 use super::follow::{self, FollowUp};
 use super::metrics::ClassLabel;
 use super::round::{ControlError, RoundReport};
 use super::snapshot::Snapshot;
 use super::{Controller, LoopState, cleanup, watch};
 use crate::cloud::CloudError;
-use crate::model::{Attempt, AttemptState, Job};
+use crate::model::{Attempt, AttemptState, EventKind, Job};
 use crate::records::attempt_key;
 
 impl Controller {
@@ -132,6 +132,24 @@ impl Controller {
             if let Some(done) = w.finished {
                 report.finished += 1;
                 ended.push((done.0, Some(done.1)));
+            }
+        }
+        // Placements a refilled fleet made surplus go (make before break: what stays runs).
+        for job in snap.open_jobs() {
+            for old in watch::surplus(snap, &self.config, &job) {
+                let event = (
+                    EventKind::FleetDeleted,
+                    format!(
+                        "attempt {} ({} × {} {} in {}) retired: the job's other placements cover its GPUs again",
+                        old.number, old.vms, old.size, old.priority, old.region
+                    ),
+                );
+                let mut actions = cleanup::retire(snap, &old, true);
+                actions.push(Action::Record(Change {
+                    job: Some((job.id.clone(), JobEdit::Note { event })),
+                    ..Change::default()
+                }));
+                self.act(st, snap, report, actions).await?;
             }
         }
         Ok(())

@@ -92,10 +92,10 @@ impl Controller {
             Some(plan)
         };
         let ours = our_usage(snap.active());
-        for job in input.jobs.iter().filter(|j| placement::is_pending(j)) {
+        for job in input.jobs.iter().filter(|j| placement::is_waiting(j)) {
             let why = reasons.remove(&job.id).unwrap_or_default();
             let Some(why) = placement::wait_reasons(st, &self.catalog, now, job, why, plan.as_ref()) else { continue };
-            if !why.is_empty() {
+            if !why.is_empty() && placement::is_pending(job) {
                 report.pending += 1;
             }
             if why.is_empty() || why == job.pending_reasons {

@@ -89,13 +89,11 @@ impl Snapshot {
         jobs
     }
 
-    /// Whether a running attempt is to be replaced (make before break): it has been below its
-    /// minimum past the grace period, or its agents reported trouble ([`Snapshot::agent_trouble`]).
-    /// Its GPUs do not count towards its job's demand, and its job's next placement retires it once
-    /// it runs.
-    pub fn to_replace(&self, a: &Attempt, grace_ms: i64) -> bool {
-        super::is_degraded(a, self.now, grace_ms)
-            || (a.state == AttemptState::Running && self.agent_trouble.contains_key(&attempt_key(&a.job_id, a.number)))
+    /// Whether a running attempt's agents reported trouble ([`Snapshot::agent_trouble`]): it is
+    /// replaced as a whole, whatever its job's shape (make before break): its GPUs do not count
+    /// towards its job's demand, and its job's next placement retires it once it runs.
+    pub fn has_agent_trouble(&self, a: &Attempt) -> bool {
+        a.state == AttemptState::Running && self.agent_trouble.contains_key(&attempt_key(&a.job_id, a.number))
     }
 
     /// Records what a write put in the store.

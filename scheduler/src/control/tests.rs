@@ -240,7 +240,8 @@ fn a_users_cancel_wins_over_the_loops_accounting() {
     let applied = edit.apply(&mut stored, NOW).unwrap();
     assert_eq!((stored.state, stored.cost_usd, stored.progress_hours), (JobState::Cancelled, 12.0, 3.0));
     assert!(applied.write);
-    let placed = JobEdit::Placed { number: 2, expected: 1, message: "p".into(), moving_to: "x".into() };
+    let placed =
+        JobEdit::Placed { number: 2, expected: 1, message: "p".into(), region: "eastus".into(), moving_to: "x".into() };
     assert!(placed.apply(&mut stored, NOW).is_none(), "no intent for a finished job");
     let mut moved = gang("j", JobState::Pending);
     moved.attempts = 2;

@@ -5,7 +5,7 @@
 //! is done, and re-price running VMs when the cloud's prices moved. Pure: they read the snapshot
 //! and the loop's memory and return what to write.
 
-use super::accounts::{accrue, roll_back};
+use super::accounts::{accrue, overlap_scale, roll_back};
 use super::actions::{Change, JobEdit};
 use super::error_policy;
 use super::snapshot::{Seen, Snapshot};
@@ -55,7 +55,8 @@ pub(crate) fn watch(
     let observed = observed_vms(&a, snap.seen.get(&key));
     let settled_until = a.accounted_until_ms.or(a.running_since_ms).unwrap_or(now);
     let before = (a.running_vms, a.below_min_since_ms, job.state, job.awaiting_failover, job.evictions);
-    let spend = accrue(&mut a, &mut job, now);
+    let scale = overlap_scale(&job, snap.attempts_of(&job.id));
+    let spend = accrue(&mut a, &mut job, now, scale);
     // Running VMs are billed at the offer's price now (a spot price moves): what ran so far was
     // accrued at the old price just above, what runs from now on at the new one.
     let mut repriced = false;
@@ -71,8 +72,22 @@ pub(crate) fn watch(
     if observed < a.vms {
         lost_vms(st, &mut a, &mut job, observed, now, &mut events, &mut out);
         let degraded = observed == 0 || now - a.below_min_since_ms.unwrap_or(now) >= config.below_min_grace_ms;
-        if degraded && !job.awaiting_failover {
+        // A gang below its minimum does nothing and moves as a whole; a splittable job moves only
+        // when a fleet lost everything and nothing else runs for it (otherwise what it lost is
+        // topped up beside what still runs, and the job keeps running).
+        let moves = job.spec.is_gang() || (observed == 0 && !snap.others_active(&a.job_id, a.number));
+        if degraded && moves && !job.awaiting_failover {
             job.awaiting_failover = true;
+            job.failover_from = Some(a.region.clone());
+            job.last_failure = Some(format!(
+                "attempt {} lost {} of its {} {} VMs in {} ({})",
+                a.number,
+                a.vms - observed,
+                a.vms,
+                a.size,
+                a.region,
+                if a.priority == Priority::Spot { "spot eviction" } else { "capacity lost" }
+            ));
             if job.state == JobState::Running {
                 job.set_state(JobState::Migrating, now);
             }
@@ -91,6 +106,7 @@ pub(crate) fn watch(
         // The agents say these VMs cannot carry the work while the cloud still counts them: place
         // the job again now; this attempt goes once the new one runs (make before break).
         job.awaiting_failover = true;
+        job.failover_from = Some(a.region.clone());
         job.last_failure = Some(format!("attempt {} in {} reported {why}", a.number, a.region));
         if job.state == JobState::Running {
             job.set_state(JobState::Migrating, now);
@@ -143,6 +159,29 @@ pub(crate) fn watch(
         blocks,
         ..Change::default()
     });
+    out
+}
+
+/// A splittable job's running placements it no longer needs, newest first: a fleet that refilled
+/// after the job was topped up elsewhere leaves the job holding more GPUs than it wants; each
+/// placement whose GPUs the job's other placements cover without it is retired (billed up to now,
+/// its fleet deleted), so the job pays for what it uses.
+pub(crate) fn surplus(snap: &Snapshot, config: &ControlConfig, job: &Job) -> Vec<Attempt> {
+    if job.spec.is_gang() || job.state.is_final() || super::deadline::deadline_managed(job) {
+        return Vec::new();
+    }
+    let now = snap.now;
+    let live: Vec<&Attempt> = snap.attempts_of(&job.id).filter(|a| a.is_active()).collect();
+    let mut held: u32 =
+        live.iter().map(|a| super::placement::holds(job, a, now, config.below_min_grace_ms, snap.has_agent_trouble(a)).0).sum();
+    let wanted = job.wanted_gpus();
+    let mut out = Vec::new();
+    for a in live.iter().rev() {
+        if a.state == AttemptState::Running && a.below_min_since_ms.is_none() && held >= wanted + a.gpus {
+            held -= a.gpus;
+            out.push((*a).clone());
+        }
+    }
     out
 }
 

@@ -110,7 +110,7 @@ pub struct Job {
     /// Spot evictions suffered.
     #[serde(default)]
     pub evictions: u32,
-    /// While pending: why it is not placed (empty otherwise).
+    /// While pending or migrating: why it is not (re)placed (empty otherwise).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending_reasons: Vec<String>,
     /// While pending: how its candidate offers fared against the feasibility chain when its
@@ -126,6 +126,10 @@ pub struct Job {
     /// Set when an attempt failed or degraded: the next placement is a failover.
     #[serde(default)]
     pub awaiting_failover: bool,
+    /// The region the awaited failover leaves (set with `awaiting_failover`): a placement back in
+    /// it is a new placement there, not a failover.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover_from: Option<String>,
 }
 
 impl Job {
@@ -150,6 +154,7 @@ impl Job {
             last_failure: None,
             end_reason: None,
             awaiting_failover: false,
+            failover_from: None,
         }
     }
 

@@ -460,7 +460,7 @@ fn evidence(
         let mut demands = Vec::new();
         for j in waiting_at(snap.t_ms) {
             let job = Job::new(j.id.clone(), j.spec.clone(), s.start_ms + j.at_ms);
-            demands.extend(scheduler::control::demands(&job, catalog, 0));
+            demands.extend(scheduler::control::demands(&job, catalog, scheduler::control::Held::default()));
         }
         let problem = solver::Problem {
             offers: solver_offers(catalog, &snap.offers),

@@ -223,15 +223,19 @@ impl Broker {
             Ok(op) => {
                 let j = &mut self.jobs[idx];
                 if j.awaiting_failover {
-                    j.failovers += 1;
                     j.awaiting_failover = false;
                     let from = j.spans.last().map(|s| s.region.clone()).unwrap_or_default();
-                    self.failovers.push(Failover {
-                        at_hours: (now - self.start_ms) as f64 / 3_600_000.0,
-                        job: j.id.clone(),
-                        from,
-                        to: req.region.clone(),
-                    });
+                    // A failover leaves a region; another offer in the same one is not one (as
+                    // the control loop counts them).
+                    if from != req.region {
+                        j.failovers += 1;
+                        self.failovers.push(Failover {
+                            at_hours: (now - self.start_ms) as f64 / 3_600_000.0,
+                            job: j.id.clone(),
+                            from,
+                            to: req.region.clone(),
+                        });
+                    }
                 }
                 j.spans.push(AttemptSpan {
                     region: req.region.clone(),

@@ -70,7 +70,8 @@ impl LoopDriver {
     fn outcome(&mut self, job: &Job, attempts: &[Attempt]) -> JobOutcome {
         let mut spans = Vec::new();
         for (i, a) in attempts.iter().enumerate() {
-            if i > 0 {
+            // A failover leaves a region: a new placement in the same one is not one.
+            if i > 0 && attempts[i - 1].region != a.region {
                 self.failovers.push(Failover {
                     at_hours: (a.started_at_ms - self.start_ms) as f64 / 3_600_000.0,
                     job: job.id.clone(),
