@@ -805,7 +805,8 @@ async fn a_jobs_cost_never_goes_down_over_a_random_run() {
 
 #[tokio::test]
 async fn the_fleets_of_a_job_ended_together_add_up_in_its_cost() {
-    let h = harness("spend-split", a10_regions());
+    // Settled only on changes, so each fleet has an hour to settle when the job ends.
+    let h = harness_with("spend-split", a10_regions(), ControlConfig { settle_interval_ms: None, ..config() });
     h.a10_capacity(5, 5);
     let job = h.submit(A10_BATCH_CAPPED);
     h.round().await;

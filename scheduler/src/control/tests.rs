@@ -167,7 +167,18 @@ fn a_failed_attempt_blocks_its_offer_marks_the_pool_full_and_is_placed_again_and
 
 #[test]
 fn a_running_replacement_retires_the_degraded_placement_make_before_break() {
-    let j = batch("j", JobState::Migrating);
+    // A splittable job's placement below its minimum keeps doing its share: the new one tops it
+    // up and retires nothing.
+    let b = batch("j", JobState::Running);
+    let mut kept = attempt("j", 1, AttemptState::Running, Priority::Spot);
+    kept.below_min_since_ms = Some(NOW - 600_000);
+    kept.running_vms = 1;
+    let topup = attempt("j", 2, AttemptState::Provisioning, Priority::Spot);
+    let snap = snapshot(&[b], &[kept, topup.clone()]);
+    let (_, retired) = follow::became_running(&snap, &mut LoopState::default(), &topup, 2, 120_000);
+    assert!(retired.is_empty(), "{retired:?}");
+
+    let j = gang("j", JobState::Migrating);
     let mut old = attempt("j", 1, AttemptState::Running, Priority::Spot);
     old.below_min_since_ms = Some(NOW - 600_000);
     old.running_vms = 1;
@@ -334,10 +345,18 @@ fn a_finished_jobs_fleet_is_settled_once_deleted_and_orphans_are_found_by_their_
     let mut j = gang("j", JobState::Cancelled);
     j.cost_usd = 1.0;
     let a = attempt("j", 1, AttemptState::Running, Priority::Regular);
-    let Action::Delete { fleet: deleted, then: Some(then) } = cleanup::clean_up(NOW, &a, Some(&j)) else { panic!() };
+    let snap = snapshot(std::slice::from_ref(&j), std::slice::from_ref(&a));
+    let Action::Delete { fleet: deleted, then: Some(then) } = cleanup::clean_up(&snap, &a, Some(&j)) else { panic!() };
     assert_eq!(deleted, a.fleet_name);
     assert_eq!(then.attempts[0].state, AttemptState::Ended);
     assert_eq!(then.spend, Some(("default".to_string(), 4.0)), "2 VMs × $2 × the hour since the last settle");
+    // The settlement adds to the job as stored: another fleet of the job, settled first, counts.
+    let Some((_, edit)) = &then.job else { panic!("{then:?}") };
+    let mut stored = j.clone();
+    stored.cost_usd = 6.0;
+    let applied = edit.apply(&mut stored, NOW).unwrap();
+    assert_eq!(stored.cost_usd, 10.0, "$6 stored (the other fleet's settlement included) + $4");
+    assert!(applied.events[0].1.ends_with("job cost $10.00"), "{:?}", applied.events);
 
     let live = attempt("k", 3, AttemptState::Running, Priority::Regular);
     let snap = snapshot(&[], std::slice::from_ref(&live));
