@@ -11,7 +11,7 @@ use super::demand::{DemandPart, Held, demands};
 use super::feasibility::Feasibility;
 use super::snapshot::Snapshot;
 use super::world::our_usage;
-use super::{ControlConfig, LoopState};
+use super::{ControlConfig, LoopState, is_degraded};
 use crate::catalog::Catalog;
 use crate::model::{Attempt, AttemptState, Job, JobState, OfferFilterCounts, Priority, fleet_name};
 

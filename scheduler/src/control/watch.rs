@@ -172,8 +172,10 @@ pub(crate) fn surplus(snap: &Snapshot, config: &ControlConfig, job: &Job) -> Vec
     }
     let now = snap.now;
     let live: Vec<&Attempt> = snap.attempts_of(&job.id).filter(|a| a.is_active()).collect();
-    let mut held: u32 =
-        live.iter().map(|a| super::placement::holds(job, a, now, config.below_min_grace_ms, snap.has_agent_trouble(a)).0).sum();
+    let mut held: u32 = live
+        .iter()
+        .map(|a| super::placement::holds(job, a, now, config.below_min_grace_ms, snap.has_agent_trouble(a)).0)
+        .sum();
     let wanted = job.wanted_gpus();
     let mut out = Vec::new();
     for a in live.iter().rev() {
