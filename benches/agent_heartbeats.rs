@@ -139,6 +139,8 @@ fn prepare_store(data: &Path, n: u32) -> AgentKeys {
         alternatives: Vec::new(),
         priority: Priority::Regular,
         vms: n,
+        min_vms: None,
+        growing_to: None,
         gpus: n,
         vcpus: 4 * u64::from(n),
         family: "standardNCASv3_T4Family".into(),

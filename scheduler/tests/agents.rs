@@ -68,6 +68,8 @@ fn job_with(w: &World, id: &str, vms: u32, extra: &str) -> Attempt {
         alternatives: Vec::new(),
         priority: Priority::Spot,
         vms,
+        min_vms: None,
+        growing_to: None,
         gpus: vms,
         vcpus: 4 * vms as u64,
         family: "standardNCASv3_T4Family".into(),

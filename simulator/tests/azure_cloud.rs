@@ -334,3 +334,46 @@ async fn a_wrong_token_is_refused_without_retries() {
     // The right token works against the same server.
     client(&env).quota("eastus").await.unwrap();
 }
+
+#[tokio::test]
+async fn a_fleet_is_resized_by_a_put_of_the_new_capacity_and_a_missing_one_is_never_created() {
+    let env = start(sim_config(), |_| {}).await;
+    let cloud = client(&env);
+    let req = request("job-grow", "eastus", Priority::Regular, 2, None);
+    cloud.begin_create_fleet(&req).await.unwrap();
+    env.clock.advance_ms(61_000);
+    assert_eq!(cloud.get_fleet(&req.name).await.unwrap().running_vms, Some(2));
+    let puts = env.emulator.stats().count("PUT", "fleets", None);
+
+    // Grown to 3 with the minimum it was created with: one PUT on the same name, answered 200.
+    let grown = FleetRequest { vms: 3, ..req.clone() };
+    let op = cloud.begin_resize_fleet(&grown).await.unwrap();
+    assert_eq!(op.fleet_name, req.name);
+    assert_eq!(env.emulator.stats().count("PUT", "fleets", None), puts + 1);
+    assert_eq!(env.emulator.stats().count("PUT", "fleets", Some(200)), 1, "an update, not a creation");
+    assert_eq!(cloud.get_fleet(&req.name).await.unwrap().provisioning_state, ProvisioningState::Updating);
+    env.clock.advance_ms(61_000);
+    assert_eq!(cloud.poll_operation(&op).await.unwrap(), OperationStatus::Succeeded);
+    let fleet = cloud.get_fleet(&req.name).await.unwrap();
+    assert_eq!((fleet.capacity_vms, fleet.min_capacity_vms, fleet.running_vms), (3, 2, Some(3)));
+    assert_eq!(cloud.list_fleets().await.unwrap().len(), 1);
+    let quota = cloud.quota("eastus").await.unwrap();
+    let cores = quota.iter().find(|q| q.pool == QuotaPool::Cores).unwrap();
+    assert_eq!(cores.usage, 72, "the quota of 3 VMs, held once");
+
+    // Azure refuses to change minCapacity: the refusal comes back classified, the fleet unchanged.
+    let bad = FleetRequest { vms: 4, min_vms: 4, ..req.clone() };
+    let err = cloud.begin_resize_fleet(&bad).await.unwrap_err();
+    assert!(!err.is_retryable(), "{err:?}");
+    assert!(err.to_string().contains("minCapacity"), "{err}");
+    assert_eq!(cloud.get_fleet(&req.name).await.unwrap().capacity_vms, 3);
+
+    // A resize of a fleet that is gone (or going) never creates it again.
+    let other = request("job-gone", "eastus", Priority::Regular, 1, None);
+    assert!(matches!(cloud.begin_resize_fleet(&other).await, Err(CloudError::NotFound { .. })));
+    cloud.delete_fleet(&req.name).await.unwrap();
+    assert!(matches!(cloud.begin_resize_fleet(&grown).await, Err(CloudError::NotFound { .. })));
+    env.clock.advance_ms(10_000);
+    assert!(matches!(cloud.begin_resize_fleet(&grown).await, Err(CloudError::NotFound { .. })));
+    assert!(cloud.list_fleets().await.unwrap().is_empty());
+}

@@ -284,6 +284,8 @@ async fn a_restart_mid_provisioning_adopts_the_fleet_and_makes_no_duplicate_or_o
         alternatives: vec![],
         priority: Priority::Regular,
         vms: 2,
+        min_vms: None,
+        growing_to: None,
         gpus: 8,
         vcpus: 192,
         family: "standardNCADSA100v4Family".into(),
@@ -947,4 +949,104 @@ checkpoint_interval_minutes = 10
     let done = h.job(&job.id).progress_hours - start;
     assert!(done <= 1.0 + 1e-6, "an hour of work at most in an hour: {done}");
     assert!(done >= 0.9, "and close to it, with every GPU it wants: {done}");
+}
+
+#[tokio::test]
+async fn a_job_grows_its_fleet_with_a_put_of_the_new_capacity_instead_of_adding_fleets() {
+    let h = harness("grow-fleet", a10_regions());
+    h.a10_capacity(10, 0);
+    let job = h.submit(
+        r#"
+name = "embed"
+kind = "batch"
+gpus = 16
+sizes = ["Standard_NV36ads_A10_v5"]
+regions = ["eastus", "westus3"]
+spot = "only"
+duration_hours = 4.0
+"#,
+    );
+    h.round().await;
+    h.step(61).await;
+    let first = h.detail(&job.id).attempts[0].clone();
+    assert_eq!((first.vms, first.gpus, first.state), (10, 10, AttemptState::Running));
+    // Room for all 16 in eastus: the job's fleet there grows to 16; no second fleet, no second try.
+    h.a10_capacity(16, 0);
+    let r = h.step(61).await;
+    assert_eq!(r.placements, 1, "{r:?}");
+    let growing = h.detail(&job.id).attempts;
+    assert_eq!(growing.len(), 1, "one fleet per job × region × priority: {growing:?}");
+    assert_eq!(growing[0].vms, 10, "the new capacity counts once the cloud confirms it");
+    for _ in 0..3 {
+        h.step(61).await;
+    }
+    let d = h.detail(&job.id);
+    assert_eq!(d.job.attempts, 1, "attempts count real attempts, not growths");
+    assert_eq!(d.attempts.len(), 1, "{:?}", d.attempts);
+    let a = &d.attempts[0];
+    assert_eq!((a.vms, a.gpus, a.running_vms, a.state), (16, 16, 16, AttemptState::Running), "{a:?}");
+    assert_eq!(a.growing_to, None);
+    let fleets: Vec<_> = h.live_fleets().into_iter().filter(|f| f.tags.get(TAG_JOB) == Some(&job.id)).collect();
+    assert_eq!(fleets.len(), 1, "{fleets:?}");
+    assert_eq!(fleets[0].name, first.fleet_name);
+    let f = h.cloud.get_fleet(&first.fleet_name).await.unwrap();
+    assert_eq!((f.capacity_vms, f.min_capacity_vms, f.running_vms), (16, 10, Some(16)), "minCapacity never changes");
+    let kinds = h.event_kinds(&job.id);
+    assert_eq!(kinds.iter().filter(|k| *k == "resized").count(), 2, "asked, then done: {kinds:?}");
+    assert_eq!(kinds.iter().filter(|k| *k == "placed").count(), 1, "{kinds:?}");
+    assert!(h.cloud.counters().creates_refused == 0);
+    // Billed for 16 VMs from the growth on: an hour more costs 16 VM-hours.
+    let before = h.job(&job.id).cost_usd;
+    for _ in 0..60 {
+        h.step(60).await;
+    }
+    let hour = h.job(&job.id).cost_usd - before;
+    let expected = 16.0 * a.price_per_hour;
+    assert!((hour - expected).abs() < 0.01 * expected, "an hour of 16 VMs: {hour:.3} vs {expected:.3}");
+}
+
+#[tokio::test]
+async fn a_growth_the_cloud_refuses_leaves_the_fleet_as_it_was() {
+    let h = harness("grow-refused", a10_regions());
+    h.a10_capacity(10, 0);
+    let job = h.submit(
+        r#"
+name = "embed"
+kind = "batch"
+gpus = 16
+sizes = ["Standard_NV36ads_A10_v5"]
+regions = ["eastus"]
+spot = "only"
+duration_hours = 4.0
+"#,
+    );
+    h.round().await;
+    h.step(61).await;
+    let first = h.detail(&job.id).attempts[0].clone();
+    assert_eq!((first.region.as_str(), first.vms), ("eastus", 10));
+    // eastus' spot quota shrinks to what the fleet holds, unknown to the loop, and capacity opens.
+    h.cloud.set_quota_limit("eastus", &QuotaPool::LowPriorityCores, 360).unwrap();
+    h.a10_capacity(16, 16);
+    let r = h.step(61).await;
+    assert_eq!(r.placements, 1, "{r:?}");
+    let d = h.detail(&job.id);
+    assert_eq!(d.attempts.len(), 1, "{:?}", d.attempts);
+    let a = &d.attempts[0];
+    assert_eq!((a.vms, a.vcpus, a.growing_to, a.state), (10, 360, None, AttemptState::Running), "{a:?}");
+    let f = h.cloud.get_fleet(&first.fleet_name).await.unwrap();
+    assert_eq!((f.capacity_vms, f.running_vms), (10, Some(10)));
+    let refusal = d.events.iter().filter(|e| e.kind.to_string() == "resized").map(|e| e.message.clone()).next_back();
+    assert!(refusal.as_deref().is_some_and(|m| m.contains("refused") && m.contains("keeps 10")), "{refusal:?}");
+    // The job keeps running on what it has, and waits for quota for the rest.
+    for _ in 0..3 {
+        h.step(61).await;
+    }
+    let j = h.job(&job.id);
+    assert_eq!(j.state, JobState::Running);
+    assert_eq!(j.attempts, 1);
+    assert!(
+        j.pending_reasons.is_empty() || j.pending_reasons.iter().any(|r| r.contains("quota")),
+        "{:?}",
+        j.pending_reasons
+    );
 }

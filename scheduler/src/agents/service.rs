@@ -446,6 +446,10 @@ impl AgentService {
                 return Ok(Err(AgentError::NotFound(format!("no job {}", a.job_id))));
             };
             let mut work = tx.get::<AttemptWork>(&akey)?.unwrap_or_else(|| new_attempt_work(a));
+            if !job.spec.runs_work() {
+                // A capacity-only job's fleet may grow (control::growth): its new VMs get new ranks.
+                work.num_nodes = work.num_nodes.max(a.vms.max(1));
+            }
             let mut nodes = read_nodes(tx, &a.job_id, a.number, work.num_nodes)?;
             let pick = nodes
                 .iter()

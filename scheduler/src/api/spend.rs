@@ -465,6 +465,8 @@ mod tests {
             alternatives: vec![],
             priority: Priority::Regular,
             vms: 2,
+            min_vms: None,
+            growing_to: None,
             gpus: 2,
             vcpus: 8,
             family: "standardNCASv3_T4Family".into(),

@@ -4,7 +4,7 @@
 //! `SimCloud` (in the `simulator` crate). Errors are classified *here*, at the boundary, into
 //! [`CloudError`]; nothing above this trait parses an Azure error string.
 //!
-//! Fleet creation is split into `begin_create_fleet` and `poll_operation` so the control loop
+//! Fleet creation (and resizing) is split into `begin_*` and `poll_operation` so the control loop
 //! never blocks a round on a long-running operation: it starts the operation, stores the handle
 //! with the attempt, and polls it in later rounds, which works the same in real and virtual time.
 
@@ -38,6 +38,15 @@ pub trait Cloud: Send + Sync {
     /// Starts creating (or updating) a fleet. Refusals the cloud gives at once (quota, size not
     /// available, bad request) come back as classified errors.
     async fn begin_create_fleet(&self, request: &FleetRequest) -> Result<FleetOperation, CloudError>;
+
+    /// Starts changing the capacity of a fleet that exists (`request` names it, with its region,
+    /// sizes, zones, minimums and spot cap as created, and the new capacity): how a job grows or
+    /// shrinks where it already runs, instead of adding a fleet. On Azure a PUT of the new capacity
+    /// on the same fleet name (`minCapacity` cannot change after creation). `CloudError::NotFound`
+    /// when the fleet does not exist (a resize never creates one); refusals (quota for the growth,
+    /// a property that cannot change, another operation in progress) come back classified. The
+    /// operation is polled with [`Cloud::poll_operation`].
+    async fn begin_resize_fleet(&self, request: &FleetRequest) -> Result<FleetOperation, CloudError>;
 
     /// Reads where a create operation is. A failed operation is `Ok(OperationStatus::Failed(_))`
     /// with its classified cause; `Err` means the poll itself failed.

@@ -51,6 +51,16 @@ impl Controller {
                 }
                 Action::Place(change) => refused.extend(self.place(st, snap, report, &change).await?),
                 Action::Create(a) => refused.extend(self.create(st, snap, report, a).await?),
+                Action::Grow(change) => {
+                    if self.write(snap, &change)?.is_some()
+                        && let Some(a) = change.attempts_with_job.first().cloned()
+                    {
+                        report.placements += 1;
+                        self.metrics.placements.inc();
+                        refused.extend(self.resize(st, snap, report, a).await?);
+                    }
+                }
+                Action::Resize(a) => refused.extend(self.resize(st, snap, report, a).await?),
                 Action::Requeue { attempt_key, after_ms } => {
                     st.look_again.insert(attempt_key, snap.now.saturating_add(after_ms));
                 }
@@ -178,6 +188,39 @@ impl Controller {
         }
     }
 
+    /// Asks the cloud to grow a running attempt's fleet to its `growing_to`; `Some` when the cloud
+    /// refused at once (the round's `fail_refused` then takes the growth back).
+    async fn resize(
+        &self,
+        st: &mut LoopState,
+        snap: &mut Snapshot,
+        report: &mut RoundReport,
+        mut a: Attempt,
+    ) -> Result<Option<Refusal>, ControlError> {
+        let key = attempt_key(&a.job_id, a.number);
+        match self.cloud.begin_resize_fleet(&fleet_request(&a)).await {
+            Ok(op) => {
+                if op.retry_after_ms > 0 {
+                    let after = i64::try_from(op.retry_after_ms).unwrap_or(i64::MAX);
+                    st.look_again.insert(key, snap.now.saturating_add(after));
+                }
+                a.operation = Some(op);
+                self.store.put(&a)?;
+                snap.put_attempt(&a);
+                Ok(None)
+            }
+            Err(e) if e.is_retryable() => {
+                tracing::debug!(fleet = %a.fleet_name, error = %e, "resize deferred");
+                report.cloud_errors += 1;
+                if let Some(after) = error_policy::requeue_after_ms(&e) {
+                    st.look_again.insert(key, snap.now.saturating_add(after));
+                }
+                Ok(None)
+            }
+            Err(e) => Ok(Some((a, e))),
+        }
+    }
+
     /// Deletes fleets side by side, then writes each one's follow-up change in order once the cloud
     /// accepted its deletion. A deletion still backing off after a failure is not tried yet.
     async fn delete_fleets(
@@ -233,7 +276,9 @@ impl Controller {
 }
 
 /// The request for an attempt's fleet: its deterministic name, the chosen size then the ranked
-/// alternatives, all its VMs as the minimum, the spot cap, and the tags that find it again.
+/// alternatives, its capacity (the one it grows to, during a growth), the minimum it was created
+/// with (all its VMs; Azure refuses to change it later), the spot cap, and the tags that find it
+/// again.
 fn fleet_request(a: &Attempt) -> FleetRequest {
     let mut sizes = vec![a.size.clone()];
     sizes.extend(a.alternatives.iter().cloned());
@@ -246,8 +291,8 @@ fn fleet_request(a: &Attempt) -> FleetRequest {
         region: a.region.clone(),
         priority: a.priority,
         sizes,
-        vms: a.vms,
-        min_vms: a.vms,
+        vms: a.target().vms,
+        min_vms: a.min_vms.unwrap_or(a.vms),
         max_price_per_vm,
         zones: Vec::new(),
         tags: [(TAG_JOB.to_string(), a.job_id.clone()), (TAG_ATTEMPT.to_string(), a.number.to_string())]

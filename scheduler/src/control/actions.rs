@@ -1,5 +1,5 @@
 //! The actions decisions return and the round performs (`act.rs`): write records, place an
-//! attempt, ask for a fleet again, delete a fleet. Each says what to record; none does I/O itself.
+//! attempt, ask for a fleet again, grow a fleet, delete a fleet. Each says what to record; none does I/O itself.
 //!
 //! A job is never overwritten with a copy the decision made from the snapshot: a decision says how
 //! to *edit* the job ([`JobEdit`]), and the edit is applied to the job as the store holds it when
@@ -186,6 +186,11 @@ pub(crate) enum Action {
     Place(Change),
     /// Ask the cloud for the fleet of an intent already on disk (the create never went out).
     Create(Attempt),
+    /// Write a running attempt's growth durably, then ask the cloud to resize its fleet (the
+    /// change carries the attempt with its `growing_to`, and the job's event).
+    Grow(Change),
+    /// Ask the cloud to resize the fleet of a growth already on disk (the resize never went out).
+    Resize(Attempt),
     /// Delete a fleet. `then` is written once the cloud has accepted the deletion; without it, the
     /// deletion is the loop's to retry (with backoff, until the cloud confirms the fleet gone).
     Delete { fleet: String, then: Option<Change> },

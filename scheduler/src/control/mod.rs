@@ -44,6 +44,7 @@ mod driver;
 pub mod error_policy;
 mod feasibility;
 mod follow;
+mod growth;
 mod metrics;
 mod placement;
 mod retention;
@@ -186,6 +187,9 @@ pub(crate) struct LoopState {
     pub(crate) deletions: Deletions,
     /// Orphan fleets already recorded (one event each, however many passes find them).
     pub(crate) orphans_reported: BTreeSet<String>,
+    /// Attempts whose fleet the cloud refused to grow for a reason no block covers, by attempt
+    /// key: the job's next placement in their region gets a fleet of its own.
+    pub(crate) unresizable: BTreeSet<String>,
 }
 
 /// True when an attempt has been below its minimum for longer than the grace period, or has

@@ -104,7 +104,9 @@ pub(crate) fn holds(job: &Job, a: &Attempt, now: i64, grace_ms: i64, retiring: b
     } else if degraded {
         (a.running_vms.min(a.vms) * (a.gpus / a.vms.max(1)), a.vms)
     } else {
-        (a.gpus, a.vms)
+        // A growth in flight counts: the cloud holds its VMs' quota and may bill them soon.
+        let t = a.target();
+        (t.gpus, t.vms)
     }
 }
 
@@ -214,6 +216,8 @@ pub(crate) fn intent(
         alternatives,
         priority,
         vms: p.vms,
+        min_vms: None,
+        growing_to: None,
         gpus: p.gpus,
         vcpus: p.vms as u64 * size.vcpus as u64,
         family: size.family.clone(),

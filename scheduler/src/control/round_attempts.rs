@@ -8,7 +8,7 @@ use super::follow::{self, FollowUp};
 use super::metrics::ClassLabel;
 use super::round::{ControlError, RoundReport};
 use super::snapshot::Snapshot;
-use super::{Controller, LoopState, cleanup, watch};
+use super::{Controller, LoopState, cleanup, growth, watch};
 use crate::cloud::CloudError;
 use crate::model::{Attempt, AttemptState, EventKind, Job};
 use crate::records::attempt_key;
@@ -95,6 +95,12 @@ impl Controller {
     ) -> Result<usize, ControlError> {
         let n = refused.len();
         for (a, err) in refused {
+            if a.state == AttemptState::Running && a.growing_to.is_some() {
+                // A growth refused: the fleet keeps what it has.
+                let change = growth::refused(snap, st, &a, &err);
+                self.act(st, snap, report, vec![Action::Record(change)]).await?;
+                continue;
+            }
             self.fail(st, snap, report, &a, &err).await?;
         }
         Ok(n)
@@ -116,6 +122,12 @@ impl Controller {
                     continue;
                 }
             };
+            if a.growing_to.is_some() && a.operation.is_none() {
+                // A growth written but never sent (a crash, a throttled call): send it again.
+                let refused = self.act(st, snap, report, vec![Action::Resize(a.clone())]).await?;
+                self.fail_refused(st, snap, report, refused).await?;
+            }
+            let Some(a) = snap.attempts.get(&attempt_key(&a.job_id, a.number)).cloned() else { continue };
             let w = watch::watch(snap, st, &self.config, &self.catalog, &a, &job);
             if w.evicted {
                 report.evictions += 1;

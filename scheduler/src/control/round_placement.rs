@@ -12,7 +12,7 @@ use super::metrics::FilterLabel;
 use super::round::{ControlError, RoundReport};
 use super::snapshot::Snapshot;
 use super::world::our_usage;
-use super::{Controller, LoopState, cleanup, placement};
+use super::{Controller, LoopState, cleanup, growth, placement};
 use crate::model::{Attempt, EventKind, Job};
 
 impl Controller {
@@ -116,8 +116,15 @@ impl Controller {
                 continue;
             }
             let price = placement::price_and_cap(st, &self.catalog, p, caps.get(p.job.as_str()).copied().flatten());
-            let Some((_, change)) = placement::intent(st, &self.catalog, now, &job, p, price) else { continue };
-            let no = self.act(st, snap, report, vec![Action::Place(change)]).await?;
+            // Where the job already runs a fleet of that offer, the fleet grows instead.
+            let action = match growth::fleet_to_grow(snap, st, &job, p, price.0) {
+                Some(a) => Action::Grow(growth::grow(a, p)),
+                None => match placement::intent(st, &self.catalog, now, &job, p, price) {
+                    Some((_, change)) => Action::Place(change),
+                    None => continue,
+                },
+            };
+            let no = self.act(st, snap, report, vec![action]).await?;
             refused += self.fail_refused(st, snap, report, no).await?;
         }
         Ok(refused)

@@ -5,7 +5,7 @@
 //!
 //! The cloud is read once per attempt per round: a provisioning attempt's operation (not before the
 //! `Retry-After` the cloud gave), then its fleet when the operation says it is done or is gone; a
-//! running attempt's fleet. Every few minutes (`ControlConfig::reconcile_cloud_ms`, and at the first
+//! running attempt's fleet (after its growth's operation, when it grows). Every few minutes (`ControlConfig::reconcile_cloud_ms`, and at the first
 //! round after a start) the round also lists every fleet in the cloud, to find the tagged ones no
 //! live attempt owns.
 
@@ -123,6 +123,7 @@ impl Controller {
         let mut snap = self.read_records(now)?;
         // What the loop remembers of attempts no longer active is of no use any more.
         st.look_again.retain(|key, _| snap.attempts.get(key).is_some_and(Attempt::is_active));
+        st.unresizable.retain(|key| snap.attempts.get(key).is_some_and(Attempt::is_active));
         let live: BTreeSet<&str> = snap.active().map(|a| a.fleet_name.as_str()).collect();
         st.deletions.forget_unowned_except(&live);
         let mut cloud_errors = self.refresh_world(st, &snap, now).await;
@@ -248,6 +249,10 @@ impl Controller {
     async fn look_at(&self, a: &Attempt) -> Seen {
         let mut seen = Seen::default();
         if a.state == AttemptState::Running {
+            // A growth in flight: its operation first, then the fleet as it stands.
+            if let (Some(_), Some(op)) = (a.growing_to, &a.operation) {
+                seen.operation = Some(self.cloud.poll_operation(op).await);
+            }
             seen.fleet = Some(self.cloud.get_fleet(&a.fleet_name).await);
             return seen;
         }

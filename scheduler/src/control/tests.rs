@@ -56,6 +56,8 @@ fn attempt(job_id: &str, number: u32, state: AttemptState, priority: Priority) -
         alternatives: Vec::new(),
         priority,
         vms: 2,
+        min_vms: None,
+        growing_to: None,
         gpus: 2,
         vcpus: 48,
         family: "standardNCADSA100v4Family".into(),

@@ -69,6 +69,17 @@ pub(crate) fn watch(
     }
     let mut out = Watched::default();
     let mut events: Vec<(EventKind, String)> = Vec::new();
+    // A growth the cloud finished counts from now on (what ran so far was accrued just above).
+    let seen_op = snap.seen.get(&key).and_then(|s| s.operation.as_ref());
+    let mut growth_block = None;
+    let grew = match super::growth::follow(snap, st, &mut a, seen_op) {
+        Some((event, block)) => {
+            events.push(event);
+            growth_block = block;
+            true
+        }
+        None => false,
+    };
     if observed < a.vms {
         lost_vms(st, &mut a, &mut job, observed, now, &mut events, &mut out);
         let degraded = observed == 0 || now - a.below_min_since_ms.unwrap_or(now) >= config.below_min_grace_ms;
@@ -118,7 +129,7 @@ pub(crate) fn watch(
         events.push((EventKind::Migrating, msg));
     }
     a.running_vms = observed;
-    let mut blocks = Vec::new();
+    let mut blocks: Vec<_> = growth_block.into_iter().collect();
     if out.delete_fleet {
         // Nothing left to keep running: end the attempt now so the job is placed afresh.
         a.state = AttemptState::Failed;
@@ -141,6 +152,7 @@ pub(crate) fn watch(
         events.extend(EventKind::of_final_state(*state).map(|k| (k, why.clone())));
     }
     let changed = out.delete_fleet
+        || grew
         || repriced
         || finished.is_some()
         || !events.is_empty()

@@ -248,8 +248,17 @@ pub struct Attempt {
     pub alternatives: Vec<String>,
     /// Spot or regular.
     pub priority: Priority,
-    /// VMs asked for.
+    /// VMs asked for (and confirmed by the cloud, for a fleet that grew).
     pub vms: u32,
+    /// The fleet's minimum when it differs from `vms`: a fleet that grew keeps the minimum it was
+    /// created with (Azure refuses to change `minCapacity` after creation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_vms: Option<u32>,
+    /// The capacity the fleet is being grown to (the update's operation is in `operation`);
+    /// `vms`, `gpus` and the cost stay what the cloud confirmed until it is done. `vcpus` already
+    /// counts the new VMs: the cloud holds their quota from the request on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub growing_to: Option<Capacity>,
     /// GPUs this attempt carries.
     pub gpus: u32,
     /// vCPUs this attempt draws from quota.
@@ -272,7 +281,7 @@ pub struct Attempt {
     /// When it ended, Unix milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at_ms: Option<i64>,
-    /// The create operation in flight, kept so a restarted scheduler can poll it.
+    /// The create (or resize) operation in flight, kept so a restarted scheduler can poll it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operation: Option<super::FleetOperation>,
     /// VMs running at the last look.
@@ -300,6 +309,26 @@ impl Attempt {
     pub fn is_active(&self) -> bool {
         matches!(self.state, AttemptState::Provisioning | AttemptState::Running)
     }
+
+    /// The capacity the fleet will have once a growth in flight is done.
+    pub fn target(&self) -> Capacity {
+        self.growing_to.unwrap_or(Capacity { vms: self.vms, gpus: self.gpus })
+    }
+
+    /// vCPUs per VM of the attempt's size.
+    pub fn vcpus_per_vm(&self) -> u64 {
+        self.vcpus / u64::from(self.target().vms.max(1))
+    }
+}
+
+/// A fleet's capacity, as the job counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capacity {
+    /// VMs.
+    pub vms: u32,
+    /// GPUs the job counts on them (≤ VMs × GPUs per VM: a splittable job's last VM may be
+    /// partly idle).
+    pub gpus: u32,
 }
 
 /// The fleet name for a job's attempt: deterministic, so that after a crash the scheduler finds

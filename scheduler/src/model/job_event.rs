@@ -59,11 +59,14 @@ pub enum EventKind {
     VmLost,
     /// A running attempt's agents did not all register in time (the work is placed anew).
     AgentsMissing,
+    /// A job's fleet changed its capacity (a PUT of the new capacity on the same fleet): the job
+    /// grows where it already runs instead of adding a fleet, or a growth was refused.
+    Resized,
 }
 
 impl EventKind {
     /// Every kind, in the order above.
-    pub const ALL: [EventKind; 22] = [
+    pub const ALL: [EventKind; 23] = [
         EventKind::Submitted,
         EventKind::Placed,
         EventKind::Failover,
@@ -86,6 +89,7 @@ impl EventKind {
         EventKind::RankExited,
         EventKind::VmLost,
         EventKind::AgentsMissing,
+        EventKind::Resized,
     ];
 
     /// The name stored in the log and shown in APIs.
@@ -113,6 +117,7 @@ impl EventKind {
             EventKind::RankExited => "rank_exited",
             EventKind::VmLost => "vm_lost",
             EventKind::AgentsMissing => "agents_missing",
+            EventKind::Resized => "resized",
         }
     }
 

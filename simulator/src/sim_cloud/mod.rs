@@ -416,6 +416,17 @@ impl Cloud for SimCloud {
         self.begin_create(request, &CreateOptions::default()).map(|a| a.operation)
     }
 
+    async fn begin_resize_fleet(&self, request: &FleetRequest) -> Result<FleetOperation, CloudError> {
+        let mut w = self.world();
+        let op_id = w.begin_resize(request)?;
+        let retry_after_ms = self.retry_after_ms(&w, &op_id);
+        Ok(FleetOperation {
+            fleet_name: request.name.clone(),
+            status_url: Some(format!("{OPERATION_URL_PREFIX}{op_id}")),
+            retry_after_ms,
+        })
+    }
+
     async fn poll_operation(&self, operation: &FleetOperation) -> Result<OperationStatus, CloudError> {
         let op_id =
             operation.status_url.as_deref().and_then(|u| u.strip_prefix(OPERATION_URL_PREFIX)).ok_or_else(|| {

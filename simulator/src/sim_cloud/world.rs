@@ -688,6 +688,26 @@ impl World {
         }
     }
 
+    /// Changes the capacity of a fleet that exists, keeping its `maintain` (a PUT of the new
+    /// capacity on the same name, as [`World::begin_update`] checks it); `NotFound` when the fleet
+    /// does not exist or is being deleted: a resize never creates a fleet.
+    pub fn begin_resize(&mut self, req: &FleetRequest) -> Result<String, CloudError> {
+        let maintain = match self.fleets.get(&req.name) {
+            Some(f) if f.part_of.is_none() && f.deleting_until_ms.is_none() => f.maintain,
+            _ => return Err(CloudError::NotFound { what: format!("fleet {}", req.name) }),
+        };
+        self.counters.creates_attempted += 1;
+        let canonical = self.canonical(req);
+        if self.fleets[&req.name].req == canonical {
+            self.counters.creates_repeated += 1;
+            return Ok(self.fleets[&req.name].op_id.clone());
+        }
+        self.begin_update(req, maintain).inspect_err(|e| {
+            self.counters.creates_refused += 1;
+            *self.counters.failures_by_class.entry(e.class()).or_default() += 1;
+        })
+    }
+
     /// Checks one part's request against the region, its sizes and the quota; returns the usable
     /// sizes and the one whose quota would be held.
     fn admit(&self, req: &FleetRequest) -> Result<(Vec<String>, String), CloudError> {

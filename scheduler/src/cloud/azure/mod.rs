@@ -491,6 +491,50 @@ impl AzureCloud {
     }
 }
 
+impl AzureCloud {
+    /// Where an operation is, read from its status link (or the fleet's own state without one).
+    async fn poll(&self, operation: &FleetOperation) -> Result<OperationStatus, CloudError> {
+        let name = &operation.fleet_name;
+        let Some(link) = &operation.status_url else {
+            let fleet = self.get_fleet(name).await?;
+            return Ok(match fleet.provisioning_state {
+                ProvisioningState::Succeeded => OperationStatus::Succeeded,
+                ProvisioningState::Failed | ProvisioningState::Canceled => {
+                    OperationStatus::Failed(self.failure_from_scale_sets(name).await)
+                }
+                _ => OperationStatus::InProgress { retry_after_ms: DEFAULT_POLL.as_millis() as u64 },
+            });
+        };
+        let url = self.server_url(link)?;
+        let ctx = ErrorContext { resource: Some(format!("operation of fleet {name}")), ..ErrorContext::default() };
+        let reply = self.call(Method::Get, &url, None, &[200, 201, 202, 204], &ctx).await?;
+        let wait = retry_after(&reply.headers).unwrap_or(DEFAULT_POLL).as_millis() as u64;
+        let parsed: Option<OperationStatusResult> =
+            if reply.body.is_empty() { None } else { serde_json::from_slice(&reply.body).ok() };
+        let state = match parsed {
+            Some(s) => s,
+            // A `Location` monitor: 202 while running, 200/201/204 when done.
+            None if reply.status == 202 => return Ok(OperationStatus::InProgress { retry_after_ms: wait }),
+            None => return Ok(OperationStatus::Succeeded),
+        };
+        Ok(match state.status {
+            OperationState::Succeeded => OperationStatus::Succeeded,
+            OperationState::Failed | OperationState::Canceled => {
+                let ctx = self.context_of(name).await;
+                let error = state.error.unwrap_or_else(|| {
+                    ErrorDetail::new(
+                        state.status.as_str(),
+                        format!("the operation on fleet {name} ended {}", state.status),
+                    )
+                });
+                let cause = classify::classify(None, None, &error, &ctx);
+                OperationStatus::Failed(cause)
+            }
+            _ => OperationStatus::InProgress { retry_after_ms: wait },
+        })
+    }
+}
+
 #[async_trait::async_trait]
 impl Cloud for AzureCloud {
     async fn offers(&self) -> Result<Vec<Offer>, CloudError> {
@@ -569,45 +613,24 @@ impl Cloud for AzureCloud {
         }
     }
 
+    async fn begin_resize_fleet(&self, request: &FleetRequest) -> Result<FleetOperation, CloudError> {
+        // A PUT on a name that no longer exists would create the fleet afresh: read it first. (The
+        // 2024-11-01 definition offers no conditional PUT; a deletion racing this read is found by
+        // the loop's reconciliation as a fleet no live attempt owns.)
+        let current = to_fleet(self.get_wire_fleet(&request.name).await?, &request.name)?;
+        if current.provisioning_state == ProvisioningState::Deleting {
+            return Err(CloudError::NotFound { what: format!("fleet {} (being deleted)", request.name) });
+        }
+        self.begin_create_fleet(request).await
+    }
+
     async fn poll_operation(&self, operation: &FleetOperation) -> Result<OperationStatus, CloudError> {
-        let name = &operation.fleet_name;
-        let Some(link) = &operation.status_url else {
-            let fleet = self.get_fleet(name).await?;
-            return Ok(match fleet.provisioning_state {
-                ProvisioningState::Succeeded => OperationStatus::Succeeded,
-                ProvisioningState::Failed | ProvisioningState::Canceled => {
-                    OperationStatus::Failed(self.failure_from_scale_sets(name).await)
-                }
-                _ => OperationStatus::InProgress { retry_after_ms: DEFAULT_POLL.as_millis() as u64 },
-            });
-        };
-        let url = self.server_url(link)?;
-        let ctx = ErrorContext { resource: Some(format!("operation of fleet {name}")), ..ErrorContext::default() };
-        let reply = self.call(Method::Get, &url, None, &[200, 201, 202, 204], &ctx).await?;
-        let wait = retry_after(&reply.headers).unwrap_or(DEFAULT_POLL).as_millis() as u64;
-        let parsed: Option<OperationStatusResult> =
-            if reply.body.is_empty() { None } else { serde_json::from_slice(&reply.body).ok() };
-        let state = match parsed {
-            Some(s) => s,
-            // A `Location` monitor: 202 while running, 200/201/204 when done.
-            None if reply.status == 202 => return Ok(OperationStatus::InProgress { retry_after_ms: wait }),
-            None => return Ok(OperationStatus::Succeeded),
-        };
-        Ok(match state.status {
-            OperationState::Succeeded => OperationStatus::Succeeded,
-            OperationState::Failed | OperationState::Canceled => {
-                let ctx = self.context_of(name).await;
-                let error = state.error.unwrap_or_else(|| {
-                    ErrorDetail::new(
-                        state.status.as_str(),
-                        format!("the operation on fleet {name} ended {}", state.status),
-                    )
-                });
-                let cause = classify::classify(None, None, &error, &ctx);
-                OperationStatus::Failed(cause)
-            }
-            _ => OperationStatus::InProgress { retry_after_ms: wait },
-        })
+        let status = self.poll(operation).await;
+        if matches!(status, Ok(OperationStatus::Succeeded | OperationStatus::Failed(_))) {
+            // The fleet just changed (created, grown): VM counts read before are stale.
+            self.vm_counts.lock().await.remove(&operation.fleet_name);
+        }
+        status
     }
 
     async fn get_fleet(&self, name: &str) -> Result<Fleet, CloudError> {
