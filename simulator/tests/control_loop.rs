@@ -1050,3 +1050,44 @@ duration_hours = 4.0
         j.pending_reasons
     );
 }
+
+#[tokio::test]
+async fn a_growth_written_but_never_sent_is_sent_once_after_a_restart() {
+    let h = harness("grow-restart", a10_regions());
+    h.a10_capacity(10, 0);
+    let job = h.submit(
+        r#"
+name = "embed"
+kind = "batch"
+gpus = 16
+sizes = ["Standard_NV36ads_A10_v5"]
+regions = ["eastus"]
+spot = "only"
+duration_hours = 4.0
+"#,
+    );
+    h.round().await;
+    h.step(61).await;
+    // "Crash" between writing the growth and asking the cloud: the record says growing, the
+    // cloud's fleet has not heard of it.
+    let mut a = h.detail(&job.id).attempts[0].clone();
+    a.growing_to = Some(scheduler::model::Capacity { vms: 16, gpus: 16 });
+    a.min_vms = Some(10);
+    a.vcpus = 16 * 36;
+    h.store.put(&a).unwrap();
+    h.a10_capacity(16, 0);
+    let restarted = controller(&h.store, &h.cloud, &h.clock, config());
+    h.clock.advance_ms(1000);
+    let r = restarted.reconcile().await.unwrap();
+    assert_eq!(r.placements, 0, "the growth on record is sent, not planned again: {r:?}");
+    assert_eq!(h.cloud.get_fleet(&a.fleet_name).await.unwrap().capacity_vms, 16);
+    for _ in 0..3 {
+        h.clock.advance_ms(61_000);
+        restarted.reconcile().await.unwrap();
+    }
+    let d = h.detail(&job.id);
+    assert_eq!(d.attempts.len(), 1, "{:?}", d.attempts);
+    assert_eq!((d.attempts[0].vms, d.attempts[0].running_vms, d.attempts[0].growing_to), (16, 16, None));
+    assert_eq!(h.live_fleets().len(), 1);
+    assert_eq!(h.cloud.counters().creates_refused, 0);
+}

@@ -52,11 +52,17 @@ impl Controller {
                 Action::Place(change) => refused.extend(self.place(st, snap, report, &change).await?),
                 Action::Create(a) => refused.extend(self.create(st, snap, report, a).await?),
                 Action::Grow(change) => {
-                    if self.write(snap, &change)?.is_some()
-                        && let Some(a) = change.attempts_with_job.first().cloned()
-                    {
-                        report.placements += 1;
-                        self.metrics.placements.inc();
+                    let Some(applied) = self.write(snap, &change)? else { continue };
+                    if self.config.durable {
+                        self.store.flush()?;
+                    }
+                    if applied.events.iter().any(|(k, _, _)| *k == EventKind::Failover) {
+                        report.failovers += 1;
+                        self.metrics.failovers.inc();
+                    }
+                    report.placements += 1;
+                    self.metrics.placements.inc();
+                    if let Some(a) = change.attempts_with_job.first().cloned() {
                         refused.extend(self.resize(st, snap, report, a).await?);
                     }
                 }

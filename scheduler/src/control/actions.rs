@@ -39,6 +39,9 @@ pub(crate) enum JobEdit {
     /// A new attempt's intent: the job takes attempt `number`, if it still had `expected` attempts;
     /// `region` is where it goes, `moving_to` says what, for people.
     Placed { number: u32, expected: u32, message: String, region: String, moving_to: String },
+    /// A running fleet of the job grows (`control::growth`): a `resized` event, and, like a
+    /// placement, it answers a failure the job awaited a new placement for.
+    Grown { message: String, region: String, moving_to: String },
     /// Only an event, if the job is still open.
     Note { event: (EventKind, String) },
 }
@@ -129,26 +132,17 @@ impl JobEdit {
                     job.set_state(JobState::Provisioning, now_ms);
                 }
                 let mut events = Vec::new();
-                let mut message = message.clone();
-                if job.awaiting_failover {
-                    job.awaiting_failover = false;
-                    let from = job.failover_from.take();
-                    let after = job.last_failure.clone().unwrap_or_else(|| "an earlier placement ended".into());
-                    match from {
-                        // Back where it failed (another size or priority, or capacity returned):
-                        // a new placement, not a move.
-                        Some(from) if from == *region => {
-                            message = format!("{message}; placed again in {region} after: {after}");
-                        }
-                        from => {
-                            job.failovers += 1;
-                            let from = from.map(|f| format!("from {f} ")).unwrap_or_default();
-                            let text = format!("moving {from}to {moving_to} after: {after}");
-                            events.push((EventKind::Failover, text, null()));
-                        }
-                    }
-                }
+                let message = take_failover(job, region, moving_to, message, &mut events);
                 events.push((EventKind::Placed, message, null()));
+                Some(Applied { write: true, events })
+            }
+            JobEdit::Grown { message, region, moving_to } => {
+                if job.state.is_final() {
+                    return None;
+                }
+                let mut events = Vec::new();
+                let message = take_failover(job, region, moving_to, message, &mut events);
+                events.push((EventKind::Resized, message, null()));
                 Some(Applied { write: true, events })
             }
             JobEdit::Note { event } => {
@@ -157,6 +151,36 @@ impl JobEdit {
                 }
                 Some(Applied { write: false, events: vec![(event.0, event.1.clone(), null())] })
             }
+        }
+    }
+}
+
+/// A placement (a new fleet, or more VMs in a fleet the job has) that answers a failure the job
+/// awaits a new placement for: a `failover` event when it leaves the region the job failed in,
+/// else the placement's message says it is placed again there. Returns the placement's message.
+fn take_failover(
+    job: &mut Job,
+    region: &str,
+    moving_to: &str,
+    message: &str,
+    events: &mut Vec<JobEventDraft>,
+) -> String {
+    if !job.awaiting_failover {
+        return message.to_string();
+    }
+    job.awaiting_failover = false;
+    let from = job.failover_from.take();
+    let after = job.last_failure.clone().unwrap_or_else(|| "an earlier placement ended".into());
+    match from {
+        // Back where it failed (another size or priority, or capacity returned): a new
+        // placement, not a move.
+        Some(from) if from == region => format!("{message}; placed again in {region} after: {after}"),
+        from => {
+            job.failovers += 1;
+            let from = from.map(|f| format!("from {f} ")).unwrap_or_default();
+            let text = format!("moving {from}to {moving_to} after: {after}");
+            events.push((EventKind::Failover, text, serde_json::Value::Null));
+            message.to_string()
         }
     }
 }

@@ -57,18 +57,16 @@ pub(crate) fn grow(a: &Attempt, p: &solver::Placement) -> Change {
     grown.vcpus = a.vcpus_per_vm() * u64::from(to.vms);
     grown.growing_to = Some(to);
     grown.min_vms = Some(a.min_vms.unwrap_or(a.vms));
-    let event = (
-        EventKind::Resized,
-        format!(
-            "attempt {} grows from {} to {} × {} {} in {} (+{} GPUs), fleet {}",
-            a.number, a.vms, to.vms, a.size, a.priority, a.region, p.gpus, a.fleet_name
-        ),
+    let message = format!(
+        "attempt {} grows from {} to {} × {} {} in {} (+{} GPUs), fleet {}",
+        a.number, a.vms, to.vms, a.size, a.priority, a.region, p.gpus, a.fleet_name
     );
-    Change {
-        job: Some((a.job_id.clone(), JobEdit::Note { event })),
-        attempts_with_job: vec![grown],
-        ..Change::default()
-    }
+    let edit = JobEdit::Grown {
+        message,
+        region: a.region.clone(),
+        moving_to: format!("{} more {} in {}", p.vms, a.size, a.region),
+    };
+    Change { job: Some((a.job_id.clone(), edit)), attempts_with_job: vec![grown], ..Change::default() }
 }
 
 /// The cloud refused a growth at once: the attempt is back to what it has, the offer is blocked as
@@ -119,9 +117,9 @@ pub(crate) fn follow(
         }
         Ok(OperationStatus::Failed(err)) => {
             let block = settle_failure(snap, st, a, err, snap.now);
+            a.vcpus = a.vcpus_per_vm() * u64::from(a.vms);
             a.growing_to = None;
             a.operation = None;
-            a.vcpus = a.vcpus_per_vm() * u64::from(a.vms);
             let msg =
                 format!("attempt {}: growing to {} VMs failed: {err}; the fleet keeps {}", a.number, to.vms, a.vms);
             Some(((EventKind::Resized, msg), block))
