@@ -259,3 +259,50 @@ fn the_checker_finds_what_it_is_meant_to() {
     g.entry("b".into()).or_default().insert("a".into(), BTreeSet::new());
     assert_eq!(find_cycle(&g), Some(vec!["a".to_string(), "b".to_string(), "a".to_string()]));
 }
+
+/// Issue #22: nothing above the `Cloud` trait can read the simulated cloud's hidden state (free
+/// capacity, exact eviction rates, outages). The scheduler cannot (it never depends on the
+/// simulator, `crates_depend_one_way`); in the what-if engine only the engine itself, which plays
+/// the world (its outages, capacity and price changes) and reads the cloud's counters for the report,
+/// names `SimCloud`: every policy (the control loop's driver, the baselines, the driver trait)
+/// is handed `Arc<dyn Cloud>` and names neither the simulated cloud nor the emulator. The trait has
+/// no `Any` supertrait, so a `dyn Cloud` cannot be downcast back to the simulator.
+#[test]
+fn what_if_policies_see_the_cloud_only_through_the_trait() {
+    let whatif = root().join("simulator/src/whatif");
+    let world_side = ["engine.rs", "mod.rs", "scenario.rs", "report.rs", "workload.rs", "fit.rs"];
+    let mut policies = 0;
+    for file in sources(&whatif) {
+        let name = file.file_name().unwrap().to_string_lossy().to_string();
+        if world_side.contains(&name.as_str()) {
+            continue;
+        }
+        policies += 1;
+        let text = code(&file);
+        for hidden in ["sim_cloud", "SimCloud", "arm_emulator", "World", "free_capacity", "fleets_snapshot"] {
+            assert!(
+                !text.contains(hidden),
+                "{} names `{hidden}`: a what-if policy must see the cloud only through `Cloud`",
+                file.display()
+            );
+        }
+    }
+    assert!(policies >= 3, "the policies (driver, loop_driver, baselines) were not found under {}", whatif.display());
+    // The engine hands each policy the trait object, never the simulated cloud itself.
+    let engine = code(&whatif.join("engine.rs"));
+    for ctor in ["LoopDriver::new(", "Broker::new("] {
+        let at = engine.find(ctor).unwrap_or_else(|| panic!("engine.rs no longer calls {ctor}"));
+        let call = &engine[at..at + engine[at..].find(';').unwrap()];
+        assert!(call.contains("as Arc<dyn Cloud>"), "engine.rs passes {ctor} something other than `Arc<dyn Cloud>`: {call}");
+    }
+    let cloud = code(&root().join("scheduler/src/cloud/mod.rs"));
+    assert!(!cloud.contains("Any"), "the Cloud trait must not allow downcasting (no `Any`)");
+    // What the trait returns: `Offer` carries no free capacity from either cloud.
+    for file in ["simulator/src/sim_cloud/mod.rs", "scheduler/src/cloud/azure/mod.rs"] {
+        let text = code(&root().join(file));
+        assert!(
+            text.contains("capacity_vms: None") && !text.contains("capacity_vms: Some"),
+            "{file} must list offers without their free capacity (Azure never publishes it)"
+        );
+    }
+}

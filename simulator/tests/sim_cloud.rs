@@ -6,7 +6,7 @@ use std::sync::Arc;
 use scheduler::Catalog;
 use scheduler::clock::ManualClock;
 use scheduler::cloud::{Cloud, CloudError, FailureClass, FleetRequest, OperationStatus, ProvisioningState};
-use scheduler::model::{Priority, QuotaPool};
+use scheduler::model::{EvictionBand, PlacementScore, Priority, QuotaPool, spot_eviction_prior};
 use simulator::sim_cloud::{OfferCapacity, RegionQuota, RestrictionConfig, SimCloud, SimCloudConfig};
 
 const A100: &str = "Standard_NC24ads_A100_v4"; // 24 vCPUs, standardNCADSA100v4Family
@@ -394,8 +394,10 @@ async fn shrinking_spot_capacity_evicts_but_regular_stays() {
     assert_eq!(c.get_fleet("spot").await.unwrap().running_vms, Some(4), "capacity back: maintain refills");
 }
 
+/// Issue #22: offers show what Azure publishes (prices; for spot the eviction-rate band and a
+/// placement score), never the free capacity, the exact rate or an outage as such.
 #[tokio::test]
-async fn offers_carry_catalog_prices_capacity_and_eviction_rates() {
+async fn offers_carry_prices_and_published_spot_signals_but_hide_capacity_and_outages() {
     let mut cfg = SimCloudConfig::modest(["eastus"]);
     cfg.sizes = vec![A100.into(), A100X2.into()];
     cfg.capacity.push(OfferCapacity {
@@ -403,7 +405,7 @@ async fn offers_carry_catalog_prices_capacity_and_eviction_rates() {
         size: A100.into(),
         priority: Some(Priority::Spot),
         vms: Some(3),
-        eviction_rate_per_hour: Some(0.25),
+        eviction_rate_per_hour: Some(0.12),
     });
     let (c, _) = cloud(cfg);
     let offers = c.offers().await.unwrap();
@@ -411,11 +413,31 @@ async fn offers_carry_catalog_prices_capacity_and_eviction_rates() {
     let cat = Catalog::builtin();
     for o in &offers {
         assert_eq!(o.price_per_hour, cat.price(&o.size, "eastus").and_then(|p| p.for_priority(o.priority)));
+        assert_eq!(o.capacity_vms, None, "free capacity is never published: {o:?}");
     }
     let spot = offers.iter().find(|o| o.size == A100 && o.priority == Priority::Spot).unwrap();
-    assert_eq!((spot.capacity_vms, spot.eviction_rate_per_hour), (Some(3), 0.25));
+    assert_eq!(spot.eviction_band, Some(EvictionBand::From10To15), "0.12/h is published as the 10-15 % band");
+    let score = spot.placement_score.expect("spot offers have a placement score");
+    assert_eq!(
+        spot.eviction_rate_per_hour,
+        spot_eviction_prior(spot.eviction_band, Some(score), 0.0),
+        "the solver's rate is the prior from the published signals, not the hidden 0.12"
+    );
     let reg = offers.iter().find(|o| o.size == A100 && o.priority == Priority::Regular).unwrap();
-    assert_eq!((reg.capacity_vms, reg.eviction_rate_per_hour), (Some(8), 0.0));
+    assert_eq!((reg.eviction_rate_per_hour, reg.eviction_band, reg.placement_score), (0.0, None, None));
+
+    // An outage of regular capacity changes nothing the offers show: it is found by asking.
+    let before: Vec<_> = offers.iter().filter(|o| o.priority == Priority::Regular).cloned().collect();
+    c.set_outage("eastus", None, Some(Priority::Regular), true).unwrap();
+    let during: Vec<_> =
+        c.offers().await.unwrap().into_iter().filter(|o| o.priority == Priority::Regular).collect();
+    assert_eq!(before, during, "a regular outage is invisible in the offers");
+    // A spot offer with nothing free scores Low, whatever the noise: the score is the one hint.
+    c.set_outage("eastus", None, Some(Priority::Spot), true).unwrap();
+    for o in c.offers().await.unwrap().iter().filter(|o| o.priority == Priority::Spot) {
+        assert_eq!(o.placement_score, Some(PlacementScore::Low), "{o:?}");
+        assert_eq!(o.capacity_vms, None);
+    }
 }
 
 #[test]

@@ -388,6 +388,8 @@ fn the_feasibility_chain_names_the_filter_that_rejected_each_offer() {
         price_per_hour: price,
         capacity_vms: capacity,
         eviction_rate_per_hour: 0.0,
+        eviction_band: None,
+        placement_score: None,
     };
     st.world.offers = vec![offer(Priority::Regular, Some(3.0), Some(1)), offer(Priority::Spot, None, None)];
     let chain = Feasibility { world: &st.world, breakers: &st.breakers, catalog: &catalog, now: NOW };

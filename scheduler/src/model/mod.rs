@@ -16,6 +16,7 @@ mod offer_filter;
 mod quota;
 mod size;
 mod spec_reader;
+mod spot_signal;
 pub mod strict_json;
 
 pub use blocked_offer::BlockedOffer;
@@ -36,3 +37,4 @@ pub use size::{SizeCatalog, VmSize, Workload};
 /// Spot or regular, spot policies and quota pools have one home, the solver (the lowest layer).
 pub use solver::{Priority, QuotaPool, SpotPolicy, normalize_family};
 pub use spec_reader::MAX_LIST_ITEMS;
+pub use spot_signal::{EvictionBand, PlacementScore, spot_eviction_prior};

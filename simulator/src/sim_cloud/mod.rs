@@ -5,6 +5,15 @@
 //! ([`SimCloudConfig`]). Time comes from an `Arc<dyn Clock>`: a `ManualClock` in the simulator and
 //! the tests, a real or scaled clock behind `spillway serve` and the ARM emulator.
 //!
+//! Behind the `Cloud` trait it shows only what Azure shows (issue #22): prices, quota (usages),
+//! size restrictions, and for spot the two capacity signals Azure publishes, the eviction-rate
+//! band of the offer's current rate (`0-5` … `20+` % per hour) and a placement score (`High`,
+//! `Medium`, `Low`) made from the hidden free capacity with deterministic noise. An offer's free
+//! capacity, its exact eviction rate and an outage are never shown: a scheduler finds them from
+//! refused creations, failed allocations and lost VMs, as on Azure. The control hooks below and
+//! the inspection methods (`free_capacity`, `fleets_snapshot`, `counters`) are the world's side,
+//! for the what-if engine, the emulator and tests; no policy is ever given this type.
+//!
 //! Semantics, chosen to match Azure where Azure is known:
 //! - **Create** is validated and quota-checked at once, like Azure's synchronous refusals: regular
 //!   VMs draw on their family pool and on `cores`, spot VMs on `lowPriorityCores`; the whole
@@ -46,7 +55,7 @@ use scheduler::cloud::{
     Cloud, CloudError, Fleet, FleetOperation, FleetPartStatus, FleetRequest, OperationStatus, ProvisioningState,
     ScaleSet, SizeRestriction,
 };
-use scheduler::model::{FieldErrors, Offer, Priority, Quota, QuotaPool};
+use scheduler::model::{FieldErrors, Offer, Priority, Quota, QuotaPool, spot_eviction_prior};
 
 pub use config::{ConfigError, OfferCapacity, QuotaLimits, RegionQuota, RestrictionConfig, SimCloudConfig};
 pub use world::{FleetPartSnapshot, FleetSnapshot, OperationState, OperationView, SimCounters};
@@ -369,23 +378,35 @@ pub fn scale_set_name(fleet: &str, size: &str) -> String {
 #[async_trait::async_trait]
 impl Cloud for SimCloud {
     async fn offers(&self) -> Result<Vec<Offer>, CloudError> {
+        // What Azure publishes, no more: prices, and for spot the eviction-rate band and the
+        // placement score. Free capacity and the exact rate stay hidden (outages and shortages are
+        // found by asking, as on Azure).
         let w = self.world();
         let used = w.capacity_used_by_offer();
         let mut out = Vec::new();
         for (region, name, row) in w.offered() {
             for priority in [Priority::Regular, Priority::Spot] {
-                let key = (region.clone(), name.clone(), priority);
-                let running = used.get(&(region.as_str(), name.as_str(), priority)).copied().unwrap_or(0);
-                let capacity_vms = Some(w.capacity_free_given(&key, running));
-                let eviction_rate_per_hour = w.eviction_rate(&key);
-                let (region, size, _) = key;
+                let (eviction_band, placement_score) = if priority == Priority::Spot {
+                    let key = (region.clone(), name.clone(), priority);
+                    let running = used.get(&(region.as_str(), name.as_str(), priority)).copied().unwrap_or(0);
+                    let free = w.capacity_free_given(&key, running);
+                    (Some(w.eviction_band(&key)), Some(w.placement_score(&key, free, 1)))
+                } else {
+                    (None, None)
+                };
                 out.push(Offer {
-                    region,
-                    size,
+                    region: region.clone(),
+                    size: name.clone(),
                     priority,
                     price_per_hour: row.for_priority(priority),
-                    capacity_vms,
-                    eviction_rate_per_hour,
+                    capacity_vms: None,
+                    eviction_rate_per_hour: if priority == Priority::Spot {
+                        spot_eviction_prior(eviction_band, placement_score, 0.0)
+                    } else {
+                        0.0
+                    },
+                    eviction_band,
+                    placement_score,
                 });
             }
         }

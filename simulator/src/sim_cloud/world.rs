@@ -12,7 +12,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use scheduler::Catalog;
 use scheduler::cloud::{CloudError, FailureClass, FleetRequest, ProvisioningState};
-use scheduler::model::{Priority, QuotaPool, VmSize};
+use scheduler::model::{EvictionBand, PlacementScore, Priority, QuotaPool, VmSize};
 use serde::{Deserialize, Serialize};
 
 use super::config::SimCloudConfig;
@@ -527,6 +527,32 @@ impl World {
         let held = self.reclaimed.iter().filter(|(k, until)| k == key && *until > self.now_ms).count();
         let held = u32::try_from(held).unwrap_or(u32::MAX);
         self.capacity_total(key).saturating_sub(used).saturating_sub(held)
+    }
+
+    /// The eviction-rate band Azure would publish for a spot offer: the band its current rate falls in.
+    pub fn eviction_band(&self, key: &OfferKey) -> EvictionBand {
+        EvictionBand::of_rate(self.eviction_rate(key))
+    }
+
+    /// The spot placement score Azure would publish for `desired` VMs of an offer with `free` VMs
+    /// free: `High` when the free VMs, times a noise factor, cover four times the request, `Medium`
+    /// when they cover it, `Low` otherwise. The factor (0.5 to 1.5) is drawn per offer and hour
+    /// from the seed, so a score is sometimes wrong both ways, as a published estimate is, and
+    /// reproducible.
+    pub fn placement_score(&self, key: &OfferKey, free: u32, desired: u32) -> PlacementScore {
+        let hour = self.now_ms.div_euclid(3_600_000) as u64;
+        let h = self.cfg.seed ^ fnv1a(&key.0).rotate_left(7) ^ fnv1a(&key.1).rotate_left(19) ^ hour.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let h = fnv1a(&h.to_string());
+        let factor = 0.5 + (h % 1001) as f64 / 1000.0;
+        let seen = f64::from(free) * factor;
+        let desired = f64::from(desired.max(1));
+        if seen >= 4.0 * desired {
+            PlacementScore::High
+        } else if seen >= desired {
+            PlacementScore::Medium
+        } else {
+            PlacementScore::Low
+        }
     }
 
     pub fn eviction_rate(&self, key: &OfferKey) -> f64 {

@@ -1,4 +1,4 @@
-//! The baselines: per-job brokers that drive the same `SimCloud` through the `Cloud` trait, with
+//! The baselines: per-job brokers that drive the same simulated cloud through the `Cloud` trait, with
 //! the control loop's accounting (cost = VMs running at the last look × price × time; a gang job
 //! progresses only while all its VMs run; a loss rolls work back to the last checkpoint; the job
 //! succeeds once `duration_hours` of work are done, seen at a round).
@@ -7,17 +7,28 @@
 //! arrives, and a running VM is billed at the price in effect (a price change is accrued from the
 //! round that sees it, as the control loop does).
 //!
+//! Every baseline sees the cloud only through the `Cloud` trait, as Azure shows it: prices, quota
+//! (usages) and refusals; free capacity is never shown, so each learns where capacity is short
+//! from its own failures.
+//!
 //! - `greedy-failover`: how a per-job broker behaves. Each job alone ranks every offer it accepts
 //!   (allowed regions × acceptable sizes × spot when its policy allows it) by the job's price per
-//!   hour, cheapest first, and asks for them in turn: no quota check, no capacity estimate, no
-//!   memory of other jobs' failures. A refusal moves it to the next offer at once (within the
-//!   round); a creation that fails later moves it on at the next round; after the last offer it
-//!   starts again from the cheapest. A lost fleet (eviction, outage) is deleted and the job moves
-//!   on to the next offer.
+//!   hour, cheapest first, and asks for them in turn: no quota check, no memory of other jobs'
+//!   failures, no pause. A refusal moves it to the next offer at once (within the round); a
+//!   creation that fails later moves it on at the next round; after the last offer it starts
+//!   again from the cheapest. A lost fleet (eviction, outage) is deleted and the job moves on to
+//!   the next offer.
+//! - `skypilot-like`: SkyPilot's failover. Per job, candidates cheapest first; a *pass* tries each
+//!   at most once (the pass's blocklist), a refusal moving on at once and a creation that fails
+//!   later at the next round; when a pass has tried every candidate the job waits
+//!   [`SKYPILOT_RETRY_GAP_MS`] (`--retry-until-up`'s gap) before the next full pass. A lost VM
+//!   relaunches the job through the same passes, from the cheapest candidate.
 //! - `single-region`: each job uses its first allowed region only (the tenant's home region with
-//!   the trace mapping). It waits there for capacity: each round it reads the region's free
-//!   capacity and quota and asks only for an offer that shows room for the whole job (cheapest
-//!   first); jobs go in arrival order, later jobs fill what earlier ones cannot use.
+//!   the trace mapping) and waits there. Each round it asks for the cheapest offer whose quota
+//!   pools (as the usages show them) have room for the whole job and that no failure has blocked;
+//!   a refusal or failed allocation blocks what it names for the control loop's durations
+//!   (`scheduler::control::error_policy`, shared by all jobs of the broker), so it learns from
+//!   refusals like the loop does. Jobs go in arrival order.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,13 +37,17 @@ use scheduler::Catalog;
 use scheduler::accounting;
 use scheduler::clock::{Clock, ManualClock};
 use scheduler::cloud::{Cloud, CloudError, FleetOperation, FleetRequest, OperationStatus, TAG_ATTEMPT, TAG_JOB};
-use scheduler::model::{JobSpec, Priority, QuotaPool, SpotPolicy, fleet_name};
+use scheduler::control::error_policy::{self, Tried};
+use scheduler::model::{BlockedOffer, JobSpec, Priority, QuotaPool, SpotPolicy, fleet_name};
 
 use super::WhatIfError;
 use super::driver::{Driver, RoundState};
 use super::report::{AttemptSpan, Failover, JobOutcome, Outcome};
 use super::scenario::Policy;
 use super::workload::TraceJob;
+
+/// SkyPilot's pause between two full failover passes of a job (`--retry-until-up`).
+pub const SKYPILOT_RETRY_GAP_MS: i64 = 30_000;
 
 /// An offer a job can use, with what it costs the job.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,9 +90,13 @@ struct BJob {
     running_vms: u32,
     accounted_ms: i64,
     spans: Vec<AttemptSpan>,
+    /// `skypilot-like`: candidates tried in the current pass.
+    tried: Vec<bool>,
+    /// `skypilot-like`: no new pass before this time.
+    next_pass_ms: i64,
 }
 
-/// A baseline broker (`greedy-failover` or `single-region`).
+/// A baseline broker (`greedy-failover`, `skypilot-like` or `single-region`).
 pub(crate) struct Broker {
     policy: Policy,
     cloud: Arc<dyn Cloud>,
@@ -89,6 +108,8 @@ pub(crate) struct Broker {
     start_ms: i64,
     /// The cloud's prices as listed at the last round, by (region, size, priority).
     prices: BTreeMap<(String, String, Priority), f64>,
+    /// `single-region`: what refusals and failed allocations blocked, by block key.
+    blocks: BTreeMap<String, BlockedOffer>,
 }
 
 impl Broker {
@@ -104,7 +125,25 @@ impl Broker {
             failovers: Vec::new(),
             start_ms,
             prices: BTreeMap::new(),
+            blocks: BTreeMap::new(),
         }
+    }
+
+    /// `single-region` learns from a failure of candidate `k`: the block the control loop's error
+    /// policy calls for (other brokers keep no memory).
+    fn learn(&mut self, idx: usize, k: usize, err: &CloudError, now: i64) {
+        if self.policy != Policy::SingleRegion {
+            return;
+        }
+        let c = &self.jobs[idx].candidates[k];
+        let tried = Tried { region: &c.region, size: &c.size, priority: c.priority };
+        if let Some(b) = error_policy::block_for(err, tried, now) {
+            self.blocks.insert(b.key(), b);
+        }
+    }
+
+    fn blocked(&self, c: &Candidate, now: i64) -> bool {
+        self.blocks.values().any(|b| b.is_active(now) && b.covers(&c.region, &c.size, &c.family, c.priority))
     }
 
     /// Reads the cloud's prices; true when any moved since the last read.
@@ -252,6 +291,7 @@ impl Broker {
                 if !matches!(e, CloudError::Throttled { .. } | CloudError::Transient { .. }) {
                     self.jobs[idx].awaiting_failover = true;
                 }
+                self.learn(idx, k, &e, now);
                 false
             }
         }
@@ -269,46 +309,58 @@ impl Broker {
         }
     }
 
-    /// Single region: the cheapest offer of the home region that shows room for the whole job.
-    async fn place_single(
-        &mut self,
-        idx: usize,
-        now: i64,
-        free: &mut BTreeMap<(String, String, Priority), u32>,
-        quota: &mut BTreeMap<(String, String), u64>,
-    ) {
+    /// SkyPilot: the rest of the current pass, cheapest first, each candidate once; a finished pass
+    /// waits [`SKYPILOT_RETRY_GAP_MS`] before the next.
+    async fn place_skypilot(&mut self, idx: usize, now: i64) {
+        if now < self.jobs[idx].next_pass_ms {
+            return;
+        }
+        let n = self.jobs[idx].candidates.len();
+        for k in 0..n {
+            if self.jobs[idx].tried[k] {
+                continue;
+            }
+            self.jobs[idx].tried[k] = true;
+            if self.try_create(idx, k, now).await {
+                return;
+            }
+        }
+        let j = &mut self.jobs[idx];
+        j.tried.iter_mut().for_each(|t| *t = false);
+        j.next_pass_ms = now + SKYPILOT_RETRY_GAP_MS;
+    }
+
+    /// Single region: the cheapest offer of the home region, not blocked by an earlier failure,
+    /// whose quota pools show room for the whole job; a refusal blocks it and moves on.
+    async fn place_single(&mut self, idx: usize, now: i64, quota: &mut BTreeMap<(String, String), u64>) {
         let n = self.jobs[idx].candidates.len();
         for k in 0..n {
             let c = self.jobs[idx].candidates[k].clone();
-            let cap = free.get(&(c.region.clone(), c.size.clone(), c.priority)).copied().unwrap_or(0);
             let need = c.vms as u64 * c.vcpus_per_vm;
             let pools = QuotaPool::keys_drawn_by(c.priority, &c.family);
             let fits = pools.iter().all(|p| quota.get(&(c.region.clone(), p.clone())).is_none_or(|&q| q >= need));
-            if cap < c.vms || !fits {
+            if !fits || self.blocked(&c, now) {
                 continue;
             }
             if self.try_create(idx, k, now).await {
-                *free.entry((c.region.clone(), c.size.clone(), c.priority)).or_default() -= c.vms;
                 for p in pools {
                     if let Some(q) = quota.get_mut(&(c.region.clone(), p)) {
                         *q = q.saturating_sub(need);
                     }
                 }
+                return;
             }
-            return;
         }
     }
 
-    /// Free capacity and free quota per pool, as the cloud shows them now.
-    async fn world(&self) -> (BTreeMap<(String, String, Priority), u32>, BTreeMap<(String, String), u64>) {
-        let mut free = BTreeMap::new();
+    /// Free quota per (region, pool), as the usages show it now, in the regions jobs ask for.
+    async fn quota(&self) -> BTreeMap<(String, String), u64> {
         let mut quota = BTreeMap::new();
-        if let Ok(offers) = self.cloud.offers().await {
-            for o in offers {
-                free.insert((o.region.clone(), o.size.clone(), o.priority), o.capacity_vms.unwrap_or(u32::MAX));
-            }
-        }
-        let regions: std::collections::BTreeSet<String> = free.keys().map(|k| k.0.clone()).collect();
+        let regions: std::collections::BTreeSet<String> = self
+            .open
+            .iter()
+            .flat_map(|&i| self.jobs[i].candidates.iter().map(|c| c.region.clone()))
+            .collect();
         for r in regions {
             if let Ok(q) = self.cloud.quota(&r).await {
                 for x in q {
@@ -316,7 +368,7 @@ impl Broker {
                 }
             }
         }
-        (free, quota)
+        quota
     }
 }
 
@@ -330,6 +382,7 @@ impl Driver for Broker {
     async fn submit(&mut self, job: &TraceJob) -> Result<(), WhatIfError> {
         let now = self.clock.now_ms();
         let candidates = self.candidates(&job.spec);
+        let candidates_len = candidates.len();
         self.open.push(self.jobs.len());
         self.jobs.push(BJob {
             id: job.id.clone(),
@@ -350,6 +403,8 @@ impl Driver for Broker {
             running_vms: 0,
             accounted_ms: now,
             spans: Vec::new(),
+            tried: vec![false; candidates_len],
+            next_pass_ms: now,
         });
         Ok(())
     }
@@ -370,13 +425,15 @@ impl Driver for Broker {
                         let j = &mut self.jobs[idx];
                         j.phase = Phase::Running { cand, since_ms: now };
                         j.running_vms = running;
+                        j.tried.iter_mut().for_each(|t| *t = false);
                         j.accounted_ms = now;
                         j.first_running_ms.get_or_insert(now);
                         if let Some(sp) = j.spans.last_mut() {
                             sp.running_ms = Some(now);
                         }
                     }
-                    Ok(OperationStatus::Failed(_)) => {
+                    Ok(OperationStatus::Failed(e)) => {
+                        self.learn(idx, cand, &e, now);
                         delete(&self.cloud, &self.jobs[idx].fleet).await?;
                         let j = &mut self.jobs[idx];
                         j.phase = Phase::Waiting;
@@ -406,6 +463,7 @@ impl Driver for Broker {
                         Broker::roll_back(j);
                         j.running_vms = 0;
                         j.phase = Phase::Waiting;
+                        j.next_pass_ms = now;
                         j.awaiting_failover = true;
                         if let Some(sp) = j.spans.last_mut() {
                             sp.ended_ms = Some(now);
@@ -431,14 +489,14 @@ impl Driver for Broker {
             }
         }
         // Place waiting jobs, in arrival order.
-        let (mut free, mut quota) =
-            if self.policy == Policy::SingleRegion { self.world().await } else { Default::default() };
+        let mut quota = if self.policy == Policy::SingleRegion { self.quota().await } else { BTreeMap::new() };
         for &idx in &open {
             if self.jobs[idx].phase != Phase::Waiting || self.jobs[idx].candidates.is_empty() {
                 continue;
             }
             match self.policy {
-                Policy::SingleRegion => self.place_single(idx, now, &mut free, &mut quota).await,
+                Policy::SingleRegion => self.place_single(idx, now, &mut quota).await,
+                Policy::SkypilotLike => self.place_skypilot(idx, now).await,
                 _ => self.place_greedy(idx, now).await,
             }
         }

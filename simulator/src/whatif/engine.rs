@@ -12,7 +12,7 @@
 //!   Finished jobs (final, no fleet left) are archived out of the throwaway store after each round:
 //!   their outcome is recorded and their records deleted, as a retention policy would, so a round
 //!   costs what the open work costs and not what the history does.
-//! - `greedy-failover` and `single-region`: the brokers of [`super::baselines`].
+//! - `greedy-failover`, `skypilot-like` and `single-region`: the brokers of [`super::baselines`].
 //!
 //! Cost over time is integrated per round from the running fleets at the rate the control loop
 //! accounts them (VMs running at the last look × price), so it matches the jobs' billed cost.
@@ -308,13 +308,13 @@ pub(crate) async fn run_policy_observed(
             let store = Store::in_memory().map_err(|e| WhatIfError::Store(e.to_string()))?;
             PolicyDriver::Loop(LoopDriver::new(
                 store,
-                cloud.clone(),
+                cloud.clone() as Arc<dyn Cloud>,
                 clock.clone(),
                 Arc::new(catalog),
                 policy == Policy::RegularOnly,
             ))
         }
-        Policy::GreedyFailover | Policy::SingleRegion => {
+        Policy::GreedyFailover | Policy::SkypilotLike | Policy::SingleRegion => {
             PolicyDriver::Broker(Broker::new(policy, cloud.clone() as Arc<dyn Cloud>, clock.clone(), catalog))
         }
     };

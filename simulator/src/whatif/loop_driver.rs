@@ -1,6 +1,8 @@
 //! The production control loop as a what-if policy (`spillway`, `regular-only`): the real
 //! `Controller` on an in-memory store, driven through the `Cloud` and `Clock` traits, with jobs
-//! submitted through `JobService::submit_with_id`.
+//! submitted through `JobService::submit_with_id`. It is handed the cloud as `Arc<dyn Cloud>` only:
+//! what the loop knows of capacity it learns as on Azure (`tests/layering.rs` holds every policy to
+//! that).
 
 use std::sync::Arc;
 
@@ -17,7 +19,6 @@ use super::WhatIfError;
 use super::driver::{Driver, RoundState};
 use super::report::{AttemptSpan, Failover, JobOutcome, Outcome};
 use super::workload::TraceJob;
-use crate::sim_cloud::SimCloud;
 
 fn store_err(e: impl std::fmt::Display) -> WhatIfError {
     WhatIfError::Store(e.to_string())
@@ -38,7 +39,7 @@ pub(crate) struct LoopDriver {
 impl LoopDriver {
     pub(crate) fn new(
         store: Store,
-        cloud: Arc<SimCloud>,
+        cloud: Arc<dyn Cloud>,
         clock: Arc<ManualClock>,
         catalog: Arc<Catalog>,
         no_spot: bool,
@@ -58,7 +59,7 @@ impl LoopDriver {
         };
         let ctl = Controller::new(
             store.clone(),
-            cloud as Arc<dyn Cloud>,
+            cloud,
             clock as Arc<dyn Clock>,
             catalog.clone(),
             config,

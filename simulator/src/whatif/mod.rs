@@ -11,7 +11,8 @@
 //!   their mapping onto `JobSpec`s.
 //! - [`engine`]: discrete events in virtual time, reconcile rounds every `interval_seconds`, each
 //!   policy run by a driver (`driver`: the trait; `loop_driver`: the production control loop).
-//! - [`baselines`]: `greedy-failover` and `single-region`, per-job brokers on the same `SimCloud`.
+//! - [`baselines`]: `greedy-failover`, `skypilot-like` and `single-region`, per-job brokers on the
+//!   same cloud, seen through the `Cloud` trait only.
 //! - [`report`]: the table, the JSON and the self-contained HTML report.
 //! - [`advise`]: the quota increases that would have helped a week, confirmed by simulating it again.
 //!

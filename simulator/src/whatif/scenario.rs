@@ -78,6 +78,9 @@ pub enum Policy {
     Spillway,
     /// A per-job broker: the cheapest offer first, tried in turn with no quota check.
     GreedyFailover,
+    /// SkyPilot's failover: per job, cheapest first, each candidate once per pass, 30 s between
+    /// passes.
+    SkypilotLike,
     /// Each job's first allowed region only, waiting there for capacity.
     SingleRegion,
     /// The real control loop with spot disabled for every job.
@@ -86,13 +89,15 @@ pub enum Policy {
 
 impl Policy {
     /// Every policy, in report order.
-    pub const ALL: [Policy; 4] = [Policy::Spillway, Policy::GreedyFailover, Policy::SingleRegion, Policy::RegularOnly];
+    pub const ALL: [Policy; 5] =
+        [Policy::Spillway, Policy::GreedyFailover, Policy::SkypilotLike, Policy::SingleRegion, Policy::RegularOnly];
 
     /// The name used in files and reports.
     pub fn name(self) -> &'static str {
         match self {
             Policy::Spillway => "spillway",
             Policy::GreedyFailover => "greedy-failover",
+            Policy::SkypilotLike => "skypilot-like",
             Policy::SingleRegion => "single-region",
             Policy::RegularOnly => "regular-only",
         }

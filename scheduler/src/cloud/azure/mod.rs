@@ -556,6 +556,8 @@ impl Cloud for AzureCloud {
                         price_per_hour: row.for_priority(priority),
                         capacity_vms: None,
                         eviction_rate_per_hour: if priority == Priority::Spot { self.spot_eviction_rate } else { 0.0 },
+                        eviction_band: None,
+                        placement_score: None,
                     });
                 }
             }
