@@ -293,7 +293,10 @@ fn what_if_policies_see_the_cloud_only_through_the_trait() {
     for ctor in ["LoopDriver::new(", "Broker::new("] {
         let at = engine.find(ctor).unwrap_or_else(|| panic!("engine.rs no longer calls {ctor}"));
         let call = &engine[at..at + engine[at..].find(';').unwrap()];
-        assert!(call.contains("as Arc<dyn Cloud>"), "engine.rs passes {ctor} something other than `Arc<dyn Cloud>`: {call}");
+        assert!(
+            call.contains("as Arc<dyn Cloud>"),
+            "engine.rs passes {ctor} something other than `Arc<dyn Cloud>`: {call}"
+        );
     }
     let cloud = code(&root().join("scheduler/src/cloud/mod.rs"));
     assert!(!cloud.contains("Any"), "the Cloud trait must not allow downcasting (no `Any`)");

@@ -377,3 +377,69 @@ async fn a_fleet_is_resized_by_a_put_of_the_new_capacity_and_a_missing_one_is_ne
     assert!(matches!(cloud.begin_resize_fleet(&grown).await, Err(CloudError::NotFound { .. })));
     assert!(cloud.list_fleets().await.unwrap().is_empty());
 }
+
+/// Issue #22: `AzureCloud` reads the spot signals as Azure publishes them, from the emulator that
+/// serves them out of the simulated cloud's hidden state: eviction-rate bands from Resource Graph
+/// (paged with `$skipToken`), placement scores per location. They match what the simulated cloud
+/// shows through the trait, no offer carries a capacity, the signals are cached for
+/// `spot_signals_refresh_secs` on the scheduler's clock, and every call is counted.
+#[tokio::test]
+async fn offers_carry_the_published_spot_signals_cached_and_counted() {
+    let mut cfg = sim_config();
+    cfg.capacity.push(simulator::sim_cloud::OfferCapacity {
+        region: "westus3".into(),
+        size: A100.into(),
+        priority: Some(Priority::Spot),
+        vms: Some(0),
+        eviction_rate_per_hour: Some(0.3),
+    });
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let sim = Arc::new(SimCloud::new(cfg, Catalog::builtin(), clock.clone()).expect("valid sim config"));
+    let mut ecfg = EmulatorConfig::new(TOKEN);
+    ecfg.page_size = 3;
+    let emulator = serve(ecfg, sim.clone()).await.expect("emulator starts");
+    let env = Env { emulator, clock: clock.clone() };
+    let cloud = client(&env).with_clock(clock.clone());
+
+    let offers = cloud.offers().await.expect("offers");
+    let direct = sim.offers().await.expect("sim offers");
+    let mut compared = 0;
+    for o in &offers {
+        assert_eq!(o.capacity_vms, None, "{o:?}");
+        if o.priority != Priority::Spot {
+            assert_eq!((o.eviction_band, o.placement_score), (None, None), "{o:?}");
+            continue;
+        }
+        let Some(d) = direct.iter().find(|d| d.region == o.region && d.size == o.size && d.priority == o.priority)
+        else {
+            continue;
+        };
+        assert_eq!(
+            (o.eviction_band, o.placement_score),
+            (d.eviction_band, d.placement_score),
+            "{}/{}",
+            o.region,
+            o.size
+        );
+        compared += 1;
+    }
+    assert!(compared >= 4, "spot offers of both regions compared: {compared}");
+    let west = offers.iter().find(|o| o.region == "westus3" && o.size == A100 && o.priority == Priority::Spot).unwrap();
+    assert_eq!(west.eviction_band, Some(scheduler::model::EvictionBand::Over20));
+    assert_eq!(west.placement_score, Some(scheduler::model::PlacementScore::Low), "nothing free: Low");
+    assert!(west.eviction_rate_per_hour > 0.25, "the prior is the band's midpoint plus the score's risk");
+
+    let stats = env.emulator.stats();
+    let graph_pages = stats.count("POST", "ResourceGraph", Some(200));
+    let score_posts = stats.count("POST", "placementScores", Some(200));
+    assert!(graph_pages >= 2, "pages of 3 rows: the $skipToken was followed ({graph_pages})");
+    assert!(score_posts >= 1);
+    let calls = cloud.signal_calls();
+    assert_eq!(calls, graph_pages + score_posts, "every call counted");
+
+    cloud.offers().await.expect("offers");
+    assert_eq!(cloud.signal_calls(), calls, "cached within the refresh interval");
+    clock.advance_ms(601_000);
+    cloud.offers().await.expect("offers");
+    assert_eq!(cloud.signal_calls(), 2 * calls, "read again after it");
+}

@@ -65,6 +65,9 @@ async fn side(azure_fleet_api: Option<&str>) -> Side {
             c.credential = CredentialKind::StaticToken;
             c.token = Some(TOKEN.into());
             c.api_versions.fleet = api.into();
+            // The spot signals read every round, as the simulated cloud shows them through the
+            // trait, so both loops plan with the same priors.
+            c.spot_signals_refresh_secs = 0.0;
             let azure = AzureCloud::new(c, Catalog::builtin())
                 .expect("client builds")
                 .with_clock(clock.clone())

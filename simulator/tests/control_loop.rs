@@ -1131,7 +1131,9 @@ duration_hours = 2.0
     assert!(h.event_kinds(&moved.job.id).contains(&"provisioning_failed".to_string()));
     let cap = h.ctl.capacity().await.unwrap();
     assert!(
-        cap.blocked_offers.iter().any(|b| b.region == "eastus" && b.size.as_deref() == Some("Standard_NC24ads_A100_v4")),
+        cap.blocked_offers
+            .iter()
+            .any(|b| b.region == "eastus" && b.size.as_deref() == Some("Standard_NC24ads_A100_v4")),
         "the shortage is remembered as a blocked offer: {:?}",
         cap.blocked_offers
     );

@@ -429,8 +429,7 @@ async fn offers_carry_prices_and_published_spot_signals_but_hide_capacity_and_ou
     // An outage of regular capacity changes nothing the offers show: it is found by asking.
     let before: Vec<_> = offers.iter().filter(|o| o.priority == Priority::Regular).cloned().collect();
     c.set_outage("eastus", None, Some(Priority::Regular), true).unwrap();
-    let during: Vec<_> =
-        c.offers().await.unwrap().into_iter().filter(|o| o.priority == Priority::Regular).collect();
+    let during: Vec<_> = c.offers().await.unwrap().into_iter().filter(|o| o.priority == Priority::Regular).collect();
     assert_eq!(before, during, "a regular outage is invisible in the offers");
     // A spot offer with nothing free scores Low, whatever the noise: the score is the one hint.
     c.set_outage("eastus", None, Some(Priority::Spot), true).unwrap();

@@ -16,6 +16,8 @@
 //! | `GET /subscriptions/{sub}/providers/Microsoft.Compute/locations/{region}/usages` | quota pages |
 //! | `…/locations/{region}/providers/Microsoft.Quota/{quotas, quotas/{name}, operationsStatus/{id}, quotaRequests/{id}}` | limits read and raised at 2025-09-01, requests decided on the simulated clock (`quota.rs`) |
 //! | `GET /subscriptions/{sub}/providers/Microsoft.Compute/skus?$filter=location eq '{region}'` | SKU pages with restrictions |
+//! | `POST /providers/Microsoft.ResourceGraph/resources` (2024-04-01) | the spot eviction-rate query over `SpotResources` (`microsoft.compute/skuspotevictionrate/location`): one row per region × size with its band, from the simulated cloud's current rates, paged with `$skipToken` (`$top` or `page_size` rows); other queries 400 `BadRequest` |
+//! | `POST /subscriptions/{sub}/providers/Microsoft.Compute/locations/{region}/placementScores/spot/generate` (2025-06-05) | a score per desired region × size (`High`/`Medium`/`Low` from the hidden free capacity and `desiredCount`, with the simulated cloud's noise; `DataNotFoundOrStale` where the size is not sold) and `isQuotaAvailable` from the spot quota |
 //! | `GET /_emulator/stats` | request counts per route and status, and a log of recent requests (no token needed) |
 //! | `/_imds/{vm}/metadata/…`, `POST /_emulator/fleets/{name}/evict` | Scheduled Events and the VMs' agents ([`scheduled_events`]) |
 //!
@@ -92,6 +94,12 @@ pub struct EmulatorConfig {
     /// How long (simulated seconds) a quota request runs before it is decided.
     #[serde(default = "default_quota_request_seconds")]
     pub quota_request_seconds: u64,
+    /// Api-versions accepted on Azure Resource Graph queries.
+    #[serde(default = "resource_graph_api_versions")]
+    pub resource_graph_api_versions: Vec<String>,
+    /// Api-versions accepted on spot placement scores.
+    #[serde(default = "placement_score_api_versions")]
+    pub placement_score_api_versions: Vec<String>,
     /// Items per page on every list (small values exercise `nextLink`).
     pub page_size: usize,
     /// `Retry-After` (seconds) on accepted PUTs, DELETEs and operations still in progress.
@@ -142,6 +150,14 @@ impl Default for FaultConfig {
     }
 }
 
+fn resource_graph_api_versions() -> Vec<String> {
+    vec!["2024-04-01".into()]
+}
+
+fn placement_score_api_versions() -> Vec<String> {
+    vec!["2025-06-05".into()]
+}
+
 impl EmulatorConfig {
     /// Loopback on a free port, the given token, subscription `00000000-0000-0000-0000-000000000000`,
     /// Azure's api-versions, pages of 100, `Retry-After: 1`, deletions taking 10 s, no faults.
@@ -162,6 +178,8 @@ impl EmulatorConfig {
             quota_api_versions: default_quota_api_versions(),
             quota_auto_approve_vcpus: default_quota_auto_approve_vcpus(),
             quota_request_seconds: default_quota_request_seconds(),
+            resource_graph_api_versions: resource_graph_api_versions(),
+            placement_score_api_versions: placement_score_api_versions(),
             page_size: 100,
             retry_after_seconds: 1,
             delete_seconds: 10,

@@ -15,13 +15,14 @@ use axum::routing::get;
 use rand::Rng;
 use scheduler::cloud::azure::models::{
     ApiError, CapacityType, ComputeProfile, ErrorDetail, Fleet as ArmFleet, FleetProperties,
-    OperationState as ArmOpState, OperationStatusResult, RegularPriorityProfile, ResourceSku, ResourceSkuCapability,
-    ResourceSkuLocationInfo, ResourceSkuRestriction, ResourceSkuRestrictionInfo, RestrictionReasonCode,
-    RestrictionType, SpotPriorityProfile, Usage, UsageName, VirtualMachine, VirtualMachineScaleSet, VmOperationStatus,
-    VmSizeProfile,
+    OperationState as ArmOpState, OperationStatusResult, PlacementScoreRow, RegularPriorityProfile, ResourceGraphQuery,
+    ResourceGraphResponse, ResourceSku, ResourceSkuCapability, ResourceSkuLocationInfo, ResourceSkuRestriction,
+    ResourceSkuRestrictionInfo, RestrictionReasonCode, RestrictionType, SpotPlacementScoresInput,
+    SpotPlacementScoresResponse, SpotPriorityProfile, Usage, UsageName, VirtualMachine, VirtualMachineScaleSet,
+    VmOperationStatus, VmSizeProfile,
 };
 use scheduler::cloud::{Cloud, CloudError, FleetPart, FleetRequest, ProvisioningState};
-use scheduler::model::Priority;
+use scheduler::model::{Priority, QuotaPool};
 use serde_json::{Value, json};
 
 use super::errors::{ArmErrorContext, arm_error};
@@ -55,7 +56,12 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
             get(op_result),
         )
         .route("/subscriptions/{sub}/providers/Microsoft.Compute/locations/{region}/usages", get(usages))
-        .route("/subscriptions/{sub}/providers/Microsoft.Compute/skus", get(skus));
+        .route("/subscriptions/{sub}/providers/Microsoft.Compute/skus", get(skus))
+        .route("/providers/Microsoft.ResourceGraph/resources", axum::routing::post(resource_graph))
+        .route(
+            "/subscriptions/{sub}/providers/Microsoft.Compute/locations/{region}/placementScores/spot/generate",
+            axum::routing::post(placement_scores),
+        );
     super::quota::routes(router)
         .route_layer(middleware::from_fn_with_state(state.clone(), gate))
         .route("/_emulator/stats", get(stats))
@@ -117,6 +123,10 @@ fn resource_type(route: &str) -> &'static str {
         "quotas"
     } else if route.ends_with("/usages") {
         "locations/usages"
+    } else if route.contains("Microsoft.ResourceGraph") {
+        "resources"
+    } else if route.contains("/placementScores/") {
+        "locations/placementScores"
     } else {
         "skus"
     }
@@ -195,7 +205,8 @@ async fn gate_inner(st: &AppState, route: &str, req: Request, next: Next) -> Res
     }
     let mut segments = req.uri().path().split('/');
     let sub = segments.nth(2).unwrap_or_default();
-    if sub != st.cfg.subscription {
+    // Resource Graph is a tenant-level route: its subscriptions are in the body.
+    if sub != st.cfg.subscription && !route.starts_with("/providers/Microsoft.ResourceGraph") {
         return err(
             StatusCode::NOT_FOUND,
             "SubscriptionNotFound",
@@ -210,6 +221,8 @@ async fn gate_inner(st: &AppState, route: &str, req: Request, next: Next) -> Res
         "locations/usages" => st.cfg.usage_api_versions.clone(),
         "quotas" | "quotaRequests" | "operationsStatus" => st.cfg.quota_api_versions.clone(),
         "skus" => st.cfg.sku_api_versions.clone(),
+        "resources" => st.cfg.resource_graph_api_versions.clone(),
+        "locations/placementScores" => st.cfg.placement_score_api_versions.clone(),
         _ => st.cfg.fleet_api_versions.clone(),
     };
     let query: HashMap<String, String> =
@@ -972,6 +985,141 @@ async fn skus(State(st): St, uri: Uri, Query(q): Q) -> Response {
         }
     }
     paged(&st, &uri, &q, &items)
+}
+
+// ---- the spot capacity signals ----
+
+/// Azure Resource Graph, for the one query the scheduler sends: the spot eviction-rate bands. The
+/// rows come from the simulated cloud's current rates (only their band is published); regions are
+/// those the query names among the cloud's, sizes those sold there.
+async fn resource_graph(State(st): St, body: Bytes) -> Response {
+    let q: ResourceGraphQuery = match serde_json::from_slice(&body) {
+        Ok(q) => q,
+        Err(e) => {
+            return err(
+                StatusCode::BAD_REQUEST,
+                "InvalidRequestContent",
+                format!("The request content was invalid: {e}"),
+            );
+        }
+    };
+    if !(q.query.contains("SpotResources") && q.query.to_ascii_lowercase().contains("skuspotevictionrate")) {
+        return err(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "This emulator answers only the spot eviction-rate query over SpotResources \
+             ('microsoft.compute/skuspotevictionrate/location').",
+        );
+    }
+    if !q.subscriptions.is_empty() && !q.subscriptions.iter().any(|s| s == &st.cfg.subscription) {
+        return json(
+            StatusCode::OK,
+            &json!({"totalRecords": 0, "count": 0, "resultTruncated": "false", "data": [], "facets": []}),
+        );
+    }
+    let raw = !q.query.contains("evictionRate =");
+    let text = q.query.to_ascii_lowercase();
+    let mut rows = Vec::new();
+    let mut regions: Vec<String> = st
+        .cloud
+        .regions()
+        .into_iter()
+        .filter(|r| !text.contains(" in~ (") || text.contains(&format!("'{r}'")))
+        .collect();
+    regions.sort();
+    let mut all = Vec::new();
+    for region in &regions {
+        for size in st.cloud.sizes_in(region) {
+            let Ok((band, _)) = st.cloud.spot_signals(region, &size, 1) else { continue };
+            all.push((size.to_ascii_lowercase(), region.clone(), band));
+        }
+    }
+    all.sort();
+    for (size, region, band) in all {
+        rows.push(if raw {
+            json!({"type": "microsoft.compute/skuspotevictionrate/location", "location": region,
+                   "sku": {"name": size}, "properties": {"evictionRate": band.as_str()}})
+        } else {
+            json!({"skuName": size, "location": region, "evictionRate": band.as_str()})
+        });
+    }
+    let opts = q.options.unwrap_or_default();
+    let skip = match opts.skip_token.as_deref().map(str::parse::<usize>) {
+        None => 0,
+        Some(Ok(n)) => n,
+        Some(Err(_)) => return err(StatusCode::BAD_REQUEST, "InvalidSkipToken", "The $skipToken is not valid."),
+    };
+    let top = opts.top.map_or(st.cfg.page_size, |t| (t as usize).clamp(1, 1000).min(st.cfg.page_size));
+    let start = skip.min(rows.len());
+    let end = start.saturating_add(top).min(rows.len());
+    let page = ResourceGraphResponse {
+        total_records: rows.len() as i64,
+        count: (end - start) as i64,
+        result_truncated: json!("false"),
+        skip_token: (end < rows.len()).then(|| end.to_string()),
+        data: Value::Array(rows[start..end].to_vec()),
+    };
+    json(StatusCode::OK, &page)
+}
+
+/// Spot placement scores for the desired regions × sizes, from the simulated cloud's hidden free
+/// capacity (with its noise) and spot quota.
+async fn placement_scores(State(st): St, body: Bytes) -> Response {
+    let input: SpotPlacementScoresInput = match serde_json::from_slice(&body) {
+        Ok(i) => i,
+        Err(e) => {
+            return err(
+                StatusCode::BAD_REQUEST,
+                "InvalidRequestContent",
+                format!("The request content was invalid: {e}"),
+            );
+        }
+    };
+    if input.desired_locations.is_empty() || input.desired_sizes.is_empty() {
+        return err(
+            StatusCode::BAD_REQUEST,
+            "InvalidParameter",
+            "desiredLocations and desiredSizes must not be empty.",
+        );
+    }
+    if input.desired_locations.len() > 8 || input.desired_sizes.len() > 5 {
+        return err(StatusCode::BAD_REQUEST, "InvalidParameter", "At most 8 desiredLocations and 5 desiredSizes.");
+    }
+    let count = u32::try_from(input.desired_count.unwrap_or(1).max(1)).unwrap_or(1);
+    let catalog = st.cloud.catalog();
+    let mut scores = Vec::new();
+    for region in &input.desired_locations {
+        let free_spot = match st.cloud.quota(region).await {
+            Ok(q) => q.iter().find(|x| x.pool == QuotaPool::LowPriorityCores).map(|x| x.limit.saturating_sub(x.usage)),
+            Err(e) => return cloud_error(&e),
+        };
+        for size in &input.desired_sizes {
+            let (score, quota) = match st.cloud.spot_signals(region, &size.sku, count) {
+                Ok((_, s)) => {
+                    let vcpus = catalog.size(&size.sku).map_or(0, |z| u64::from(z.vcpus)) * u64::from(count);
+                    (s.as_str().to_string(), free_spot.is_none_or(|f| f >= vcpus))
+                }
+                Err(_) => ("DataNotFoundOrStale".to_string(), false),
+            };
+            scores.push(PlacementScoreRow {
+                sku: Some(size.sku.clone()),
+                region: Some(region.clone()),
+                availability_zone: None,
+                score: Some(score),
+                is_quota_available: Some(quota),
+            });
+        }
+    }
+    json(
+        StatusCode::OK,
+        &SpotPlacementScoresResponse {
+            desired_locations: input.desired_locations,
+            desired_sizes: input.desired_sizes,
+            desired_count: input.desired_count,
+            availability_zones: input.availability_zones,
+            placement_scores: scores,
+        },
+    )
 }
 
 #[cfg(test)]

@@ -55,7 +55,9 @@ use scheduler::cloud::{
     Cloud, CloudError, Fleet, FleetOperation, FleetPartStatus, FleetRequest, OperationStatus, ProvisioningState,
     ScaleSet, SizeRestriction,
 };
-use scheduler::model::{FieldErrors, Offer, Priority, Quota, QuotaPool, spot_eviction_prior};
+use scheduler::model::{
+    EvictionBand, FieldErrors, Offer, PlacementScore, Priority, Quota, QuotaPool, spot_eviction_prior,
+};
 
 pub use config::{ConfigError, OfferCapacity, QuotaLimits, RegionQuota, RestrictionConfig, SimCloudConfig};
 pub use world::{FleetPartSnapshot, FleetSnapshot, OperationState, OperationView, SimCounters};
@@ -306,6 +308,21 @@ impl SimCloud {
     /// not being created.
     pub fn inject_failure(&self, fleet: &str, error: CloudError) -> bool {
         self.world().inject_failure(fleet, error)
+    }
+
+    /// The spot signals Azure would publish for an offer: its eviction-rate band and its placement
+    /// score for `desired` VMs (what the ARM emulator serves; the trait's offers carry them for one
+    /// VM).
+    pub fn spot_signals(
+        &self,
+        region: &str,
+        size: &str,
+        desired: u32,
+    ) -> Result<(EvictionBand, PlacementScore), CloudError> {
+        let w = self.world();
+        let key = offer_key(&w, region, size, Priority::Spot)?;
+        let free = w.capacity_free(&key);
+        Ok((w.eviction_band(&key), w.placement_score(&key, free, desired)))
     }
 
     /// The regions this cloud serves.

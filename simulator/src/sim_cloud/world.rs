@@ -541,7 +541,10 @@ impl World {
     /// reproducible.
     pub fn placement_score(&self, key: &OfferKey, free: u32, desired: u32) -> PlacementScore {
         let hour = self.now_ms.div_euclid(3_600_000) as u64;
-        let h = self.cfg.seed ^ fnv1a(&key.0).rotate_left(7) ^ fnv1a(&key.1).rotate_left(19) ^ hour.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let h = self.cfg.seed
+            ^ fnv1a(&key.0).rotate_left(7)
+            ^ fnv1a(&key.1).rotate_left(19)
+            ^ hour.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let h = fnv1a(&h.to_string());
         let factor = 0.5 + (h % 1001) as f64 / 1000.0;
         let seen = f64::from(free) * factor;

@@ -356,11 +356,8 @@ impl Broker {
     /// Free quota per (region, pool), as the usages show it now, in the regions jobs ask for.
     async fn quota(&self) -> BTreeMap<(String, String), u64> {
         let mut quota = BTreeMap::new();
-        let regions: std::collections::BTreeSet<String> = self
-            .open
-            .iter()
-            .flat_map(|&i| self.jobs[i].candidates.iter().map(|c| c.region.clone()))
-            .collect();
+        let regions: std::collections::BTreeSet<String> =
+            self.open.iter().flat_map(|&i| self.jobs[i].candidates.iter().map(|c| c.region.clone())).collect();
         for r in regions {
             if let Ok(q) = self.cloud.quota(&r).await {
                 for x in q {

@@ -64,6 +64,10 @@ pub struct AzureConfig {
     /// ARM read per fleet per interval. Seconds.
     #[serde(default = "default_vm_read_interval_secs")]
     pub vm_read_interval_secs: f64,
+    /// How long the spot capacity signals (eviction-rate bands from Resource Graph, placement
+    /// scores) are reused before `offers` reads them again. Seconds.
+    #[serde(default = "default_spot_signals_refresh_secs")]
+    pub spot_signals_refresh_secs: f64,
 }
 
 /// api-versions of the APIs `AzureCloud` calls.
@@ -80,6 +84,10 @@ pub struct ApiVersions {
     pub compute: String,
     /// `Microsoft.Quota` (reading and raising quota limits: `spillway advise --apply`).
     pub quota: String,
+    /// Azure Resource Graph (`Microsoft.ResourceGraph/resources`): spot eviction-rate bands.
+    pub resource_graph: String,
+    /// `Microsoft.Compute/locations/{region}/placementScores/spot/generate`.
+    pub spot_placement_scores: String,
 }
 
 /// The Compute Fleet api-version that first lists a fleet's VMs.
@@ -103,6 +111,8 @@ impl Default for ApiVersions {
             skus: "2021-07-01".into(),
             compute: "2024-03-01".into(),
             quota: super::quota::QUOTA_API_VERSION.into(),
+            resource_graph: "2024-04-01".into(),
+            spot_placement_scores: "2025-06-05".into(),
         }
     }
 }
@@ -154,6 +164,10 @@ fn default_timeout_secs() -> f64 {
 fn default_fault_domains() -> i32 {
     1
 }
+fn default_spot_signals_refresh_secs() -> f64 {
+    600.0
+}
+
 fn default_vm_read_interval_secs() -> f64 {
     60.0
 }
@@ -176,6 +190,7 @@ impl AzureConfig {
             vm_profile_template: None,
             platform_fault_domain_count: default_fault_domains(),
             vm_read_interval_secs: default_vm_read_interval_secs(),
+            spot_signals_refresh_secs: default_spot_signals_refresh_secs(),
         }
     }
 
@@ -326,6 +341,8 @@ impl AzureConfig {
             ("azure.api_versions.usages", &self.api_versions.usages),
             ("azure.api_versions.skus", &self.api_versions.skus),
             ("azure.api_versions.compute", &self.api_versions.compute),
+            ("azure.api_versions.resource_graph", &self.api_versions.resource_graph),
+            ("azure.api_versions.spot_placement_scores", &self.api_versions.spot_placement_scores),
         ] {
             if v.is_empty() || !v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
                 e.push(field, format!("an api-version such as 2024-11-01, got {v:?}"));
@@ -333,6 +350,9 @@ impl AzureConfig {
         }
         if self.credential == CredentialKind::StaticToken && self.token.as_deref().is_none_or(str::is_empty) {
             e.push("azure.token", "required with credential = \"static_token\" (or set SPILLWAY_AZURE_TOKEN)");
+        }
+        if !(self.spot_signals_refresh_secs.is_finite() && self.spot_signals_refresh_secs >= 0.0) {
+            e.push("azure.spot_signals_refresh_secs", "must be a non-negative number of seconds");
         }
         if !(self.vm_read_interval_secs.is_finite() && self.vm_read_interval_secs >= 0.0) {
             e.push("azure.vm_read_interval_secs", "must be a non-negative number of seconds");

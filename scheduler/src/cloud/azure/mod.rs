@@ -10,6 +10,11 @@
 //! `vm_read_interval_secs` (60 s) and reports the running (`Succeeded`) VMs per priority in
 //! `running_vms`, so evictions are seen as on the simulated cloud. With 2024-11-01 `running_vms`
 //! stays `None` (unknown): only a fleet that fails or disappears shows a loss.
+//!
+//! Capacity signals ([`signals`]): Azure publishes no free capacity, so offers carry none; spot
+//! offers carry the eviction-rate band from Azure Resource Graph and the spot placement score,
+//! read at most once per `spot_signals_refresh_secs` (600 s), and plan with the prior made of
+//! them (`model::spot_eviction_prior`; the configured rate where no band is published).
 
 pub mod classify;
 pub mod config;
@@ -18,6 +23,7 @@ pub mod fleet_body;
 pub mod models;
 pub mod quota;
 pub mod retry;
+mod signals;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -43,7 +49,7 @@ use crate::cloud::{
     Cloud, CloudError, Fleet, FleetOperation, FleetPartStatus, FleetRequest, OperationStatus, ProvisioningState,
     ScaleSet, SizeRestriction,
 };
-use crate::model::{Offer, Priority, Quota, QuotaPool};
+use crate::model::{Offer, Priority, Quota, QuotaPool, spot_eviction_prior};
 
 /// Poll interval when the server sends no `Retry-After`.
 const DEFAULT_POLL: Duration = Duration::from_secs(10);
@@ -56,8 +62,8 @@ pub struct AzureCloud {
     catalog: Catalog,
     pipeline: Pipeline,
     body_options: FleetBodyOptions,
-    /// Expected spot evictions per VM-hour used for offers: ARM does not publish it (Resource
-    /// Graph does), so it is an assumption, documented in [`AzureCloud::with_spot_eviction_rate`].
+    /// Expected spot evictions per VM-hour for spot offers whose size and region have no published
+    /// eviction-rate band (documented in [`AzureCloud::with_spot_eviction_rate`]).
     spot_eviction_rate: f64,
     /// Longest a `create_fleet_and_wait` or a deletion is followed.
     operation_timeout: Duration,
@@ -68,6 +74,10 @@ pub struct AzureCloud {
     vm_counts: Mutex<HashMap<String, (i64, VmCounts)>>,
     /// VM lists read so far (each is one ARM read, or one per page).
     vm_reads: AtomicU64,
+    /// The spot signals as last read, and when (clock ms).
+    spot_signals: Mutex<Option<(i64, Arc<signals::SpotSignals>)>>,
+    /// Signal calls made so far (Resource Graph pages and placement-score POSTs).
+    signal_calls: AtomicU64,
 }
 
 /// Running VMs of one fleet by priority, from its VM list.
@@ -139,6 +149,8 @@ impl AzureCloud {
             clock: Arc::new(SystemClock),
             vm_counts: Mutex::new(HashMap::new()),
             vm_reads: AtomicU64::new(0),
+            spot_signals: Mutex::new(None),
+            signal_calls: AtomicU64::new(0),
         })
     }
 
@@ -246,8 +258,8 @@ impl AzureCloud {
         Ok(Some((self.server_url(&link)?, retry_after(&reply.headers).unwrap_or(DEFAULT_POLL))))
     }
 
-    /// Sets the expected spot evictions per VM-hour reported in offers (default 0.05, the top of
-    /// Azure's lowest published eviction bucket, 0–5 % per hour).
+    /// Sets the expected spot evictions per VM-hour used for spot offers with no published
+    /// eviction-rate band (default 0.05, the top of Azure's lowest band, 0–5 % per hour).
     pub fn with_spot_eviction_rate(mut self, rate: f64) -> AzureCloud {
         self.spot_eviction_rate = if rate.is_finite() && rate >= 0.0 { rate } else { 0.05 };
         self
@@ -538,6 +550,7 @@ impl AzureCloud {
 #[async_trait::async_trait]
 impl Cloud for AzureCloud {
     async fn offers(&self) -> Result<Vec<Offer>, CloudError> {
+        let signals = self.spot_signals().await;
         let mut out = Vec::new();
         for region in self.regions() {
             let restricted = self.cached_restrictions(&region).await?;
@@ -549,15 +562,24 @@ impl Cloud for AzureCloud {
                     continue;
                 }
                 for priority in [Priority::Regular, Priority::Spot] {
+                    let (band, score) = if priority == Priority::Spot {
+                        (signals.band(&region, &size.name), signals.score(&region, &size.name))
+                    } else {
+                        (None, None)
+                    };
                     out.push(Offer {
                         region: region.clone(),
                         size: size.name.clone(),
                         priority,
                         price_per_hour: row.for_priority(priority),
                         capacity_vms: None,
-                        eviction_rate_per_hour: if priority == Priority::Spot { self.spot_eviction_rate } else { 0.0 },
-                        eviction_band: None,
-                        placement_score: None,
+                        eviction_rate_per_hour: if priority == Priority::Spot {
+                            spot_eviction_prior(band, score, self.spot_eviction_rate)
+                        } else {
+                            0.0
+                        },
+                        eviction_band: band,
+                        placement_score: score,
                     });
                 }
             }

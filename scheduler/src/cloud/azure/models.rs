@@ -16,6 +16,8 @@
 //! | [`OperationStatusResult`], [`OperationState`] | the body of an `Azure-AsyncOperation` status URL |
 //! | [`Usage`], [`UsageName`] | `Microsoft.Compute/locations/{region}/usages` |
 //! | [`ResourceSku`], [`ResourceSkuLocationInfo`], [`ResourceSkuCapability`], [`ResourceSkuRestriction`], [`ResourceSkuRestrictionInfo`] | `Microsoft.Compute/skus` |
+//! | [`ResourceGraphQuery`], [`ResourceGraphOptions`], [`ResourceGraphResponse`], [`SpotEvictionRateRow`] | Azure Resource Graph (2024-04-01): spot eviction-rate bands |
+//! | [`SpotPlacementScoresInput`], [`SpotPlacementScoresResponse`], [`PlacementScoreRow`], [`ResourceSize`] | `Microsoft.Compute/locations/{region}/placementScores/spot/generate` (2025-06-05) |
 //! | [`SpotAllocationStrategy`], [`RegularPriorityAllocationStrategy`], [`EvictionPolicy`], [`ManagedServiceIdentityType`], [`RestrictionType`], [`RestrictionReasonCode`], [`ProvisioningState`], [`FleetMode`], [`CapacityType`] | open enums |
 //!
 //! Every enum is open: a value this build does not know is kept verbatim (`Other(String)`) instead
@@ -853,4 +855,158 @@ mod tests {
         assert_eq!(p.value[0].limit, 96);
         assert!(p.next_link.is_none());
     }
+}
+
+// ---- the spot capacity signals (issue #22) ----
+
+/// The body of an Azure Resource Graph query (`POST /providers/Microsoft.ResourceGraph/resources`,
+/// api-version 2024-04-01, `QueryRequest`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceGraphQuery {
+    /// Subscriptions the query runs against.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subscriptions: Vec<String>,
+    /// The query (Kusto).
+    pub query: String,
+    /// Paging and format.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub options: Option<ResourceGraphOptions>,
+}
+
+/// `QueryRequestOptions`: the page wanted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceGraphOptions {
+    /// The continuation token of the previous page.
+    #[serde(rename = "$skipToken", default, skip_serializing_if = "Option::is_none")]
+    pub skip_token: Option<String>,
+    /// Rows per page (1 to 1000).
+    #[serde(rename = "$top", default, skip_serializing_if = "Option::is_none")]
+    pub top: Option<u32>,
+    /// `objectArray` (rows as objects, the default) or `table`.
+    #[serde(rename = "resultFormat", default, skip_serializing_if = "Option::is_none")]
+    pub result_format: Option<String>,
+}
+
+/// `QueryResponse`: one page of rows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceGraphResponse {
+    /// Rows matching the query, all pages.
+    #[serde(default)]
+    pub total_records: i64,
+    /// Rows in this page.
+    #[serde(default)]
+    pub count: i64,
+    /// `"true"` / `"false"` (a string on the wire).
+    #[serde(default)]
+    pub result_truncated: serde_json::Value,
+    /// Present when more pages follow: sent back in `options.$skipToken`.
+    #[serde(rename = "$skipToken", default, skip_serializing_if = "Option::is_none")]
+    pub skip_token: Option<String>,
+    /// The rows (`objectArray`).
+    #[serde(default)]
+    pub data: serde_json::Value,
+}
+
+/// One row of the eviction-rate query, as projected by `AzureCloud`'s query
+/// (`skuName`, `location`, `evictionRate`) or as the raw `SpotResources` row (`sku.name`,
+/// `properties.evictionRate`): both are read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpotEvictionRateRow {
+    /// The VM size, as Resource Graph spells it (often lower case).
+    #[serde(default, alias = "skuname")]
+    pub sku_name: Option<String>,
+    /// The region.
+    #[serde(default)]
+    pub location: Option<String>,
+    /// The band: `0-5`, `5-10`, `10-15`, `15-20`, `20+`.
+    #[serde(default, alias = "spotEvictionRate")]
+    pub eviction_rate: Option<String>,
+    /// The raw row's `sku` object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sku: Option<serde_json::Value>,
+    /// The raw row's `properties` object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub properties: Option<serde_json::Value>,
+}
+
+impl SpotEvictionRateRow {
+    /// (size, region, band text) from either row shape.
+    pub fn fields(&self) -> Option<(String, String, String)> {
+        let size = self.sku_name.clone().or_else(|| self.sku.as_ref()?.get("name")?.as_str().map(str::to_string))?;
+        let rate = self
+            .eviction_rate
+            .clone()
+            .or_else(|| self.properties.as_ref()?.get("evictionRate")?.as_str().map(str::to_string))?;
+        Some((size, self.location.clone()?, rate))
+    }
+}
+
+/// A VM size in a placement-score request (`ResourceSize`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceSize {
+    /// The size.
+    pub sku: String,
+}
+
+/// `SpotPlacementScoresInput` (api-version 2025-06-05).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpotPlacementScoresInput {
+    /// Regions to score.
+    #[serde(default)]
+    pub desired_locations: Vec<String>,
+    /// Sizes to score.
+    #[serde(default)]
+    pub desired_sizes: Vec<ResourceSize>,
+    /// VMs wanted per region (or zone).
+    #[serde(default)]
+    pub desired_count: Option<i32>,
+    /// Zonal (true) or regional scores.
+    #[serde(default)]
+    pub availability_zones: Option<bool>,
+}
+
+/// One score (`PlacementScore`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementScoreRow {
+    /// The size.
+    #[serde(default)]
+    pub sku: Option<String>,
+    /// The region.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// The zone, for zonal scores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub availability_zone: Option<String>,
+    /// `High`, `Medium`, `Low`, `DataNotFoundOrStale`, a restriction, …: an open string.
+    #[serde(default)]
+    pub score: Option<String>,
+    /// Whether the subscription's quota covers the desired count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub is_quota_available: Option<bool>,
+}
+
+/// `SpotPlacementScoresResponse`: the input echoed and the scores.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpotPlacementScoresResponse {
+    /// Regions scored.
+    #[serde(default)]
+    pub desired_locations: Vec<String>,
+    /// Sizes scored.
+    #[serde(default)]
+    pub desired_sizes: Vec<ResourceSize>,
+    /// VMs wanted per region.
+    #[serde(default)]
+    pub desired_count: Option<i32>,
+    /// Zonal or regional.
+    #[serde(default)]
+    pub availability_zones: Option<bool>,
+    /// The scores.
+    #[serde(default)]
+    pub placement_scores: Vec<PlacementScoreRow>,
 }
