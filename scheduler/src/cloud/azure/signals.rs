@@ -137,12 +137,13 @@ impl AzureCloud {
         &self,
         regions: &[String],
     ) -> Result<HashMap<(String, String), PlacementScore>, CloudError> {
-        // GPU sizes sold in any region asked about: those the scheduler places work on.
+        // Every catalog size sold in a region asked about (fractional-GPU sizes included: offers
+        // list them too).
         let sizes: Vec<String> = self
             .catalog
             .sizes()
             .iter()
-            .filter(|s| s.gpus > 0 && regions.iter().any(|r| self.catalog.price(&s.name, r).is_some()))
+            .filter(|s| regions.iter().any(|r| self.catalog.price(&s.name, r).is_some()))
             .map(|s| s.name.clone())
             .collect();
         let mut out = HashMap::new();
