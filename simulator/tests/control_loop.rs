@@ -178,27 +178,48 @@ regions = ["eastus", "centralus"]
 }
 
 #[tokio::test]
-async fn when_every_region_is_full_jobs_wait_with_the_reason_and_start_when_capacity_frees() {
+async fn when_every_region_is_full_jobs_learn_it_from_refusals_wait_with_the_reason_and_start_when_capacity_frees() {
     let mut cfg = two_regions();
     cfg.default_capacity_vms = 0;
     let h = harness("full", cfg);
     let job = h.submit(A100_GANG);
-    let r = h.round().await;
-    assert_eq!(r.placements, 0);
+    // Azure publishes no free capacity: the scheduler asks, is refused, and learns. Each region is
+    // asked once (a refused offer is blocked), then the job waits.
+    h.round().await;
+    for _ in 0..4 {
+        h.step(61).await;
+    }
+    let d = h.detail(&job.id);
+    let tried: Vec<&str> = d.attempts.iter().map(|a| a.region.as_str()).collect();
+    assert_eq!(tried.len(), 2, "one try per region, no blind retries: {:?}", d.attempts);
+    assert!(tried.contains(&"eastus") && tried.contains(&"westus3"), "{tried:?}");
+    assert!(d.attempts.iter().all(|a| a.failure_class == Some(scheduler::cloud::FailureClass::Capacity)));
     let j = h.job(&job.id);
     assert_eq!(j.state, JobState::Pending);
-    assert!(!j.pending_reasons.is_empty(), "a waiting job says why");
-    assert!(j.pending_reasons.join(" ").contains("capacity"), "{:?}", j.pending_reasons);
-    // A second round with nothing changed writes nothing new.
+    assert!(j.pending_reasons.join(" ").contains("capacity"), "a waiting job says why: {:?}", j.pending_reasons);
+    let cap = h.ctl.capacity().await.unwrap();
+    assert_eq!(cap.blocked_offers.len(), 2, "both offers blocked: {:?}", cap.blocked_offers);
+
+    // While the blocks hold, rounds with nothing changed try nothing and write nothing new.
     let events = h.event_kinds(&job.id).len();
-    h.round().await;
+    for _ in 0..10 {
+        h.step(60).await;
+    }
+    assert_eq!(h.detail(&job.id).attempts.len(), 2, "no retry before the blocks expire");
     assert_eq!(h.event_kinds(&job.id).len(), events, "no repeated 'waiting' events");
 
+    // Capacity frees in westus3: the job is placed there once its block expires (within the
+    // hour a capacity block lasts), and runs.
     h.cloud.set_capacity("westus3", "Standard_NC96ads_A100_v4", Priority::Regular, 4).unwrap();
-    let r = h.step(5).await;
-    assert_eq!(r.placements, 1, "placed as soon as capacity frees: {r:?}");
-    h.step(61).await;
-    assert_eq!(h.job(&job.id).state, JobState::Running);
+    let freed = h.clock.now_ms();
+    while h.job(&job.id).state != JobState::Running {
+        assert!(h.clock.now_ms() - freed <= 3_600_000, "still not running an hour after capacity freed");
+        h.step(60).await;
+    }
+    let d = h.detail(&job.id);
+    let running = d.attempts.iter().find(|a| a.state == AttemptState::Running).unwrap();
+    assert_eq!(running.region, "westus3");
+    assert!(d.attempts.len() <= 4, "at most one more try per region: {:?}", d.attempts);
 }
 
 #[tokio::test]
@@ -493,7 +514,11 @@ deadline = "{}"
 
 #[tokio::test]
 async fn a_spot_price_cap_is_spread_over_the_planned_vms_so_the_fleet_is_not_refused() {
-    let h = harness("price-cap", two_regions());
+    // Room for every VM the plan asks for: what is under test is the price cap, not capacity (the
+    // scheduler cannot see free capacity, so a shortage would fail the fleet for another reason).
+    let mut cfg = two_regions();
+    cfg.default_capacity_vms = 32;
+    let h = harness("price-cap", cfg);
     // 16 A10 GPUs with a $12/h cap: at $0.80 per spot VM only 15 fit; the per-VM cap sent to the
     // cloud must be at least the price the solver planned with, or the fleet is refused.
     let job = h.submit(

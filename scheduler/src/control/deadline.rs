@@ -13,7 +13,9 @@ use super::feasibility::{Feasibility, OurUsage};
 use super::world::SpotHistory;
 use crate::catalog::Catalog;
 use crate::deadline::{Choice, DeadlinePolicy, DeadlinePolicyKind, RegionTick, TickView};
-use crate::model::{Attempt, AttemptState, FailureClass, Job, JobKind, OfferFilter, Priority, SpotPolicy};
+use crate::model::{
+    Attempt, AttemptState, FailureClass, Job, JobKind, OfferFilter, PlacementScore, Priority, SpotPolicy,
+};
 
 /// True when the loop runs the configured deadline policy for this job: it has a deadline, known
 /// work (`duration_hours`), may use spot or regular (a spot-only job has nothing to choose), and is
@@ -132,14 +134,17 @@ struct TierOffer {
 type Tiers = (Option<TierOffer>, Option<TierOffer>);
 
 /// Records this round's spot availability per region in the history (the rule of [`SpotHistory`]:
-/// a spot GPU offer with room is listed, no capacity block covers a spot offer there, and none of
-/// our spot fleets there lost VMs this round).
+/// a spot GPU offer is listed whose placement score is not `Low` (Azure publishes no free
+/// capacity; its score is the prior, and a hand-built world's known capacity must not be 0), no
+/// capacity block learned from a refusal or an eviction covers a spot offer there, and none of our
+/// spot fleets there lost VMs this round).
 pub(crate) fn observe_spot(st: &mut LoopState, catalog: &Catalog, now: i64, tick_ms: i64) {
     let mut available: BTreeMap<String, bool> = BTreeMap::new();
     for o in &st.world.offers {
         let listed = o.priority == Priority::Spot
             && o.price_per_hour.is_some()
             && o.capacity_vms != Some(0)
+            && o.placement_score != Some(PlacementScore::Low)
             && catalog.size(&o.size).is_some_and(|s| s.gpus > 0);
         let e = available.entry(o.region.clone()).or_insert(false);
         *e |= listed;
@@ -234,7 +239,8 @@ pub(crate) fn choose(
 }
 
 /// Per allowed region with an offer for the job: the cheapest usable (else cheapest) regular and
-/// spot offer, as the feasibility chain judges them for the whole job.
+/// spot offer, as the feasibility chain judges them for the whole job (a spot offer whose
+/// placement score is `Low` is not usable).
 fn tier_offers(st: &LoopState, catalog: &Catalog, job: &Job, ours: &OurUsage, now: i64) -> (Vec<String>, Vec<Tiers>) {
     let spec = &job.spec;
     let sizes = spec.acceptable_sizes(catalog);
@@ -257,7 +263,10 @@ fn tier_offers(st: &LoopState, catalog: &Catalog, job: &Job, ours: &OurUsage, no
                 Err(OfferFilter::Priced | OfferFilter::NotRestricted) => continue,
                 Err(_) => (o.price_per_hour.unwrap_or(f64::INFINITY), false),
             };
-            let usable = passes && chain.room(o, size, vms, ours).is_ok();
+            // A spot offer Azure scores `Low` is one its allocations are unlikely to succeed on
+            // (or its VMs to last): not usable this tick, as if its capacity were known to be 0.
+            let scored_out = o.priority == Priority::Spot && o.placement_score == Some(PlacementScore::Low);
+            let usable = passes && !scored_out && chain.room(o, size, vms, ours).is_ok();
             let offer = TierOffer { price: price * vms as f64, usable };
             let slot = match o.priority {
                 Priority::Regular => &mut regular,

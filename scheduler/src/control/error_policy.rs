@@ -36,6 +36,11 @@ pub const PERMANENT_BLOCK_MS: i64 = 23 * HOUR_MS;
 /// than walk into the next eviction.
 pub const SPOT_EVICTION_BLOCK_MS: i64 = 15 * MINUTE_MS;
 
+/// Our regular VMs there were lost and the fleet did not refill them (an outage, or a fleet below
+/// its minimum past the grace period): Azure publishes no free capacity, so this loss is what says
+/// the size has no room there now; as long as an allocation failure's block.
+pub const REGULAR_LOST_BLOCK_MS: i64 = CAPACITY_BLOCK_MS;
+
 /// Look again after a transient failure (5xx, timeouts): soon, but not in a tight loop.
 pub const TRANSIENT_REQUEUE_MS: i64 = 5_000;
 /// Look again after throttling when the cloud named no `Retry-After`.
@@ -170,6 +175,28 @@ pub fn spot_eviction_block(region: &str, size: &str, now_ms: i64) -> BlockedOffe
     }
 }
 
+/// The block after one of our fleets lost VMs it could not get back (every VM, or below its
+/// minimum past the grace period): that size's offer there in the fleet's tier, for
+/// [`SPOT_EVICTION_BLOCK_MS`] (spot) or [`REGULAR_LOST_BLOCK_MS`] (regular). The job's next
+/// placement, made in the same round, then goes elsewhere instead of asking the offer that just
+/// failed it.
+pub fn lost_vms_block(region: &str, size: &str, priority: Priority, now_ms: i64) -> BlockedOffer {
+    match priority {
+        Priority::Spot => spot_eviction_block(region, size, now_ms),
+        Priority::Regular => BlockedOffer {
+            region: region.to_string(),
+            size: Some(size.to_string()),
+            family: None,
+            priority: Some(Priority::Regular),
+            zone: None,
+            class: crate::model::FailureClass::Capacity,
+            reason: "regular VMs lost and not refilled".into(),
+            since_ms: now_ms,
+            until_ms: now_ms + REGULAR_LOST_BLOCK_MS,
+        },
+    }
+}
+
 fn quota_reason(err: &CloudError) -> String {
     match err {
         CloudError::Quota { region, pool, limit, usage, required } => {
@@ -269,6 +296,14 @@ mod tests {
         let v = verdict(&transient, tried("r", "s", Priority::Spot), 0);
         assert_eq!((v.block, v.counts_against_region, v.requeue_after_ms), (None, true, Some(TRANSIENT_REQUEUE_MS)));
         assert_eq!(verdict(&CloudError::NotFound { what: "x".into() }, tried("r", "s", Priority::Spot), 0).block, None);
+    }
+
+    #[test]
+    fn lost_regular_vms_block_that_regular_offer_for_an_hour() {
+        let b = lost_vms_block("eastus", "S", Priority::Regular, 100);
+        assert_eq!((b.region.as_str(), b.size.as_deref(), b.priority), ("eastus", Some("S"), Some(Priority::Regular)));
+        assert_eq!((b.class, b.until_ms), (crate::model::FailureClass::Capacity, 100 + HOUR_MS));
+        assert_eq!(lost_vms_block("eastus", "S", Priority::Spot, 100), spot_eviction_block("eastus", "S", 100));
     }
 
     #[test]

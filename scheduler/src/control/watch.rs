@@ -80,9 +80,18 @@ pub(crate) fn watch(
         }
         None => false,
     };
+    let mut lost_block = None;
     if observed < a.vms {
         lost_vms(st, &mut a, &mut job, observed, now, &mut events, &mut out);
         let degraded = observed == 0 || now - a.below_min_since_ms.unwrap_or(now) >= config.below_min_grace_ms;
+        if degraded && (observed == 0 || st.world.block_for(&a.region, &a.size, &a.family, a.priority, now).is_none()) {
+            // The cloud took VMs and did not give them back: the only sign of a shortage or an
+            // outage Azure gives. Block the offer so the job's next placement (or top-up) goes
+            // elsewhere rather than ask the offer that just failed it.
+            let b = error_policy::lost_vms_block(&a.region, &a.size, a.priority, now);
+            st.world.add_block(b.clone());
+            lost_block = Some(b);
+        }
         // A gang below its minimum does nothing and moves as a whole; a splittable job moves only
         // when a fleet lost everything and nothing else runs for it (otherwise what it lost is
         // topped up beside what still runs, and the job keeps running).
@@ -129,18 +138,13 @@ pub(crate) fn watch(
         events.push((EventKind::Migrating, msg));
     }
     a.running_vms = observed;
-    let mut blocks: Vec<_> = growth_block.into_iter().collect();
+    let blocks: Vec<_> = growth_block.into_iter().chain(lost_block).collect();
     if out.delete_fleet {
         // Nothing left to keep running: end the attempt now so the job is placed afresh.
         a.state = AttemptState::Failed;
         a.ended_at_ms = Some(now);
         a.failure = Some("all VMs lost".into());
         a.failure_class = Some(FailureClass::Capacity);
-        if a.priority == Priority::Spot {
-            let b = error_policy::spot_eviction_block(&a.region, &a.size, now);
-            st.world.add_block(b.clone());
-            blocks.push(b);
-        }
     }
     let finished = finish(config, &job);
     if out.delete_fleet && finished.is_none() && !snap.others_active(&a.job_id, a.number) {

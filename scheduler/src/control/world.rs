@@ -194,9 +194,10 @@ pub const SPOT_HISTORY_TICKS: usize = 1000;
 /// input of the deadline policies' history estimates).
 ///
 /// **The rule**: region `r` counts as spot-*unavailable* during a tick if, in any round of that
-/// tick, the cloud listed no spot GPU offer in `r` with room (capacity not known to be 0), or a capacity block (a spot allocation failure
-/// or a spot eviction, see `BlockedOffer`) covered a spot offer in `r`, or a spot VM of ours in `r`
-/// lost VMs in that round; it counts as available otherwise. Ticks that passed without a round
+/// tick, the cloud listed no spot GPU offer in `r` whose published placement score is above `Low`
+/// (and whose capacity, where a hand-built world knows it, is not 0), or a capacity block (a spot
+/// allocation failure or a spot eviction, see `BlockedOffer`) covered a spot offer in `r`, or a
+/// spot VM of ours in `r` lost VMs in that round; it counts as available otherwise. Ticks that passed without a round
 /// take the next round's observation. Only the last [`SPOT_HISTORY_TICKS`] ticks are kept, and only
 /// in memory: after a restart the history starts empty, and the policies start from their priors.
 #[derive(Debug, Default, Clone)]
