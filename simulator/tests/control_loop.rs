@@ -710,7 +710,11 @@ impl Harness {
 #[tokio::test]
 async fn a_price_cap_holds_for_the_jobs_total_across_rounds_and_the_reason_states_the_total() {
     let h = harness("cap-total", a10_regions());
-    h.a10_capacity(10, 0);
+    // Spot quota for 10 VMs in eastus and none in westus3 (quota is published, capacity is not):
+    // the loop places 10.
+    h.a10_capacity(16, 16);
+    h.cloud.set_quota_limit("eastus", &QuotaPool::LowPriorityCores, 10 * 36).unwrap();
+    h.cloud.set_quota_limit("westus3", &QuotaPool::LowPriorityCores, 0).unwrap();
     let job = h.submit(A10_BATCH_CAPPED);
     let check = |h: &Harness, when: &str| {
         let (running, held) = h.price_now(&job.id);
@@ -721,14 +725,16 @@ async fn a_price_cap_holds_for_the_jobs_total_across_rounds_and_the_reason_state
     h.step(61).await;
     check(&h, "placed");
     assert_eq!(h.job(&job.id).state, JobState::Running);
-    // eastus loses 3 of its 10 spot VMs and cannot refill for now; westus3 opens up.
+    // eastus loses 3 of its 10 spot VMs and cannot refill for now; westus3 opens up (its quota is
+    // raised; the loop reads it within its 3-minute quota refresh).
     let first = h.detail(&job.id).attempts[0].clone();
+    assert_eq!(first.vms, 10);
     h.cloud.set_capacity("eastus", A10, Priority::Spot, 10).unwrap();
     assert_eq!(h.cloud.evict(&first.fleet_name, 3).unwrap(), 3);
     h.cloud.set_capacity("eastus", A10, Priority::Spot, 7).unwrap();
     h.step(1).await;
     check(&h, "below its minimum");
-    h.cloud.set_capacity("westus3", A10, Priority::Spot, 16).unwrap();
+    h.cloud.set_quota_limit("westus3", &QuotaPool::LowPriorityCores, 2_000).unwrap();
     for i in 0..6 {
         h.step(61).await;
         check(&h, &format!("round {i} after the loss"));
@@ -740,7 +746,12 @@ async fn a_price_cap_holds_for_the_jobs_total_across_rounds_and_the_reason_state
         check(&h, &format!("round {i} after the refill"));
     }
     let (running, _) = h.price_now(&job.id);
-    assert!(running >= 12.0 - 0.8 - 1e-9, "the job uses the room its cap leaves: {running:.2}/h");
+    assert!(
+        running >= 12.0 - 0.8 - 1e-9,
+        "the job uses the room its cap leaves: {running:.2}/h: {:?} {:?}",
+        h.detail(&job.id).attempts,
+        h.event_kinds(&job.id)
+    );
     // What it would take to place the rest is said as the job's total against its cap.
     let plan = h.ctl.plan_preview().await.unwrap();
     let why: Vec<String> = plan.unplaced.iter().filter(|u| u.job == job.id).flat_map(|u| u.reasons.clone()).collect();
@@ -834,7 +845,11 @@ async fn a_jobs_cost_never_goes_down_over_a_random_run() {
 async fn the_fleets_of_a_job_ended_together_add_up_in_its_cost() {
     // Settled only on changes, so each fleet has an hour to settle when the job ends.
     let h = harness_with("spend-split", a10_regions(), ControlConfig { settle_interval_ms: None, ..config() });
-    h.a10_capacity(5, 5);
+    // Each region's spot quota holds 5 VMs (quota is published; capacity is not).
+    h.a10_capacity(16, 16);
+    for r in ["eastus", "westus3"] {
+        h.cloud.set_quota_limit(r, &QuotaPool::LowPriorityCores, 5 * 36).unwrap();
+    }
     let job = h.submit(A10_BATCH_CAPPED);
     h.round().await;
     h.step(61).await;
@@ -919,14 +934,25 @@ async fn a_migrating_job_that_cannot_be_placed_says_why() {
     let j = h.job(&job.id);
     assert_eq!(j.state, JobState::Migrating);
     assert!(!j.pending_reasons.is_empty(), "a migrating job says what it waits for: {j:?}");
-    assert!(j.last_failure.as_deref().is_some_and(|f| f.contains("lost 1 of its 2")), "{:?}", j.last_failure);
+    // The loss started it; the last failure is the refusal the honest cloud gave in the other
+    // region (it shows no capacity, so the loop learns westus3 is full by asking once).
+    let d = h.detail(&job.id);
+    assert!(d.events.iter().any(|e| e.message.contains("lost 1 of its 2")), "{:?}", d.events);
+    assert!(
+        j.last_failure.as_deref().is_some_and(|f| f.contains("no capacity") && f.contains(other)),
+        "{:?}",
+        j.last_failure
+    );
 }
 
 #[tokio::test]
 async fn a_partly_placed_job_progresses_with_the_gpus_it_has_and_never_faster_than_whole() {
     let cfg = ControlConfig { auto_complete: true, ..config() };
     let h = harness_with("partial-progress", a10_regions(), cfg);
-    h.a10_capacity(10, 0);
+    // Spot quota for 10 VMs in eastus and none in westus3: the loop reads it and places 10.
+    h.a10_capacity(16, 16);
+    h.cloud.set_quota_limit("eastus", &QuotaPool::LowPriorityCores, 10 * 36).unwrap();
+    h.cloud.set_quota_limit("westus3", &QuotaPool::LowPriorityCores, 0).unwrap();
     let job = h.submit(
         r#"
 name = "embed"
@@ -979,7 +1005,10 @@ checkpoint_interval_minutes = 10
 #[tokio::test]
 async fn a_job_grows_its_fleet_with_a_put_of_the_new_capacity_instead_of_adding_fleets() {
     let h = harness("grow-fleet", a10_regions());
-    h.a10_capacity(10, 0);
+    // Spot quota for 10 VMs in eastus and none in westus3: the loop reads it and places 10.
+    h.a10_capacity(16, 16);
+    h.cloud.set_quota_limit("eastus", &QuotaPool::LowPriorityCores, 10 * 36).unwrap();
+    h.cloud.set_quota_limit("westus3", &QuotaPool::LowPriorityCores, 0).unwrap();
     let job = h.submit(
         r#"
 name = "embed"
@@ -995,9 +1024,16 @@ duration_hours = 4.0
     h.step(61).await;
     let first = h.detail(&job.id).attempts[0].clone();
     assert_eq!((first.vms, first.gpus, first.state), (10, 10, AttemptState::Running));
-    // Room for all 16 in eastus: the job's fleet there grows to 16; no second fleet, no second try.
-    h.a10_capacity(16, 0);
-    let r = h.step(61).await;
+    // Quota for all 16 in eastus, read at the loop's next quota refresh (3 minutes): the job's
+    // fleet there grows to 16; no second fleet, no second try.
+    h.cloud.set_quota_limit("eastus", &QuotaPool::LowPriorityCores, 2_000).unwrap();
+    let mut r = h.step(61).await;
+    for _ in 0..3 {
+        if r.placements > 0 {
+            break;
+        }
+        r = h.step(61).await;
+    }
     assert_eq!(r.placements, 1, "{r:?}");
     let growing = h.detail(&job.id).attempts;
     assert_eq!(growing.len(), 1, "one fleet per job × region × priority: {growing:?}");
@@ -1033,26 +1069,27 @@ duration_hours = 4.0
 #[tokio::test]
 async fn a_growth_the_cloud_refuses_leaves_the_fleet_as_it_was() {
     let h = harness("grow-refused", a10_regions());
-    h.a10_capacity(10, 0);
-    let job = h.submit(
-        r#"
-name = "embed"
-kind = "batch"
-gpus = 16
-sizes = ["Standard_NV36ads_A10_v5"]
-regions = ["eastus"]
-spot = "only"
-duration_hours = 4.0
-"#,
-    );
+    h.a10_capacity(16, 16);
+    // Spot quota for 16 VMs in eastus (published, read by the loop); another job holds 6 of them.
+    h.cloud.set_quota_limit("eastus", &QuotaPool::LowPriorityCores, 16 * 36).unwrap();
+    let spec = |name: &str, gpus: u32| {
+        format!(
+            "name = \"{name}\"\nkind = \"batch\"\ngpus = {gpus}\nsizes = [\"{A10}\"]\nregions = [\"eastus\"]\n\
+             spot = \"only\"\nduration_hours = 4.0\n"
+        )
+    };
+    let holder = h.submit(&spec("holder", 6));
     h.round().await;
+    let job = h.submit(&spec("embed", 16));
+    h.step(61).await;
     h.step(61).await;
     let first = h.detail(&job.id).attempts[0].clone();
-    assert_eq!((first.region.as_str(), first.vms), ("eastus", 10));
-    // eastus' spot quota shrinks to what the fleet holds, unknown to the loop, and capacity opens.
+    assert_eq!((first.region.as_str(), first.vms, first.state), ("eastus", 10, AttemptState::Running), "{first:?}");
+    // The other job ends, and eastus' spot quota shrinks to what the fleet holds, unknown to the
+    // loop (its next read is due in a minute): the loop asks to grow the fleet; the cloud refuses.
+    h.jobs.cancel(&holder.id, "alice").unwrap();
     h.cloud.set_quota_limit("eastus", &QuotaPool::LowPriorityCores, 360).unwrap();
-    h.a10_capacity(16, 16);
-    let r = h.step(61).await;
+    let r = h.step(30).await;
     assert_eq!(r.placements, 1, "{r:?}");
     let d = h.detail(&job.id);
     assert_eq!(d.attempts.len(), 1, "{:?}", d.attempts);
