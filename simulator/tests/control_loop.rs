@@ -1116,7 +1116,9 @@ async fn a_growth_the_cloud_refuses_leaves_the_fleet_as_it_was() {
 #[tokio::test]
 async fn a_growth_written_but_never_sent_is_sent_once_after_a_restart() {
     let h = harness("grow-restart", a10_regions());
-    h.a10_capacity(10, 0);
+    // Spot quota for 10 VMs in eastus (published, read by the loop): it places 10.
+    h.a10_capacity(16, 16);
+    h.cloud.set_quota_limit("eastus", &QuotaPool::LowPriorityCores, 10 * 36).unwrap();
     let job = h.submit(
         r#"
 name = "embed"
@@ -1137,7 +1139,7 @@ duration_hours = 4.0
     a.min_vms = Some(10);
     a.vcpus = 16 * 36;
     h.store.put(&a).unwrap();
-    h.a10_capacity(16, 0);
+    h.cloud.set_quota_limit("eastus", &QuotaPool::LowPriorityCores, 2_000).unwrap();
     let restarted = controller(&h.store, &h.cloud, &h.clock, config());
     h.clock.advance_ms(1000);
     let r = restarted.reconcile().await.unwrap();
