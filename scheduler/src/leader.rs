@@ -262,7 +262,15 @@ async fn lead(
             break TermEnd::Shutdown;
         }
         let (s, g, ttl) = (store.clone(), grant.clone(), config.ttl);
-        match blocking(move || s.renew_lease(&g, ttl)).await {
+        // A renewal may wait on a stalled database for the store's whole answer timeout (15 s by
+        // default), past the lease: wait for it no longer than the term can last unrenewed, so a
+        // leader that cannot renew steps down while its lease still holds.
+        let left = give_up_after.saturating_sub(renewed.elapsed()).max(config.renew_every);
+        let renewal = match tokio::time::timeout(left, blocking(move || s.renew_lease(&g, ttl))).await {
+            Ok(r) => r.map(|r| r.map_err(|e| e.to_string())),
+            Err(_) => Some(Err(format!("no answer from the store within {} ms", left.as_millis()))),
+        };
+        match renewal {
             Some(Ok(true)) => {
                 renewed = Instant::now();
                 replica.inner.metrics.renewals.inc();

@@ -117,6 +117,56 @@ fn a_former_leader_writes_nothing_after_losing_the_lease() {
     assert_eq!(store.acquire_lease("replica-c", ttl).unwrap().unwrap().epoch, second.epoch + 1);
 }
 
+/// A leader frozen between its commit call and the COMMIT that should follow (SIGSTOP, a stalled VM)
+/// holds the share lock on the lease row its fence check took. Another server still takes the lease
+/// soon after it runs out, and the frozen transaction commits nothing.
+#[test]
+fn a_leader_frozen_inside_a_commit_does_not_hold_the_lease_past_its_end() {
+    let Some(url) = common::postgres_url("frozen_commit") else { return };
+    let store = Store::open_location(&url.parse::<StoreLocation>().unwrap()).unwrap();
+    let ttl = Duration::from_millis(300);
+    let first = store.acquire_lease("replica-a", ttl).unwrap().expect("nobody leads yet");
+    // The frozen leader's connection, by hand: the commit function ran (fence checked, row locked,
+    // one row written), the COMMIT never came.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let conn_url = url.split_once('?').map(|(u, _)| u.to_string()).unwrap_or(url.clone());
+    let frozen = rt.block_on(async {
+        let (client, conn) = tokio_postgres::connect(&conn_url, tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(conn);
+        client.batch_execute("BEGIN").await.unwrap();
+        client
+            .execute(
+                "SELECT spillway_commit('{}'::bigint[], '{}'::boolean[], '{}'::text[], '{}'::bytea[], \
+                 '{}'::bigint[], ARRAY['frozen']::text[], ARRAY['k'::bytea], ARRAY['v'::bytea], '{}'::text[], \
+                 '{}'::bytea[], $1, $2)",
+                &[&first.holder, &(first.epoch as i64)],
+            )
+            .await
+            .unwrap();
+        client
+    });
+    let started = Instant::now();
+    let second = loop {
+        if let Some(g) = store.acquire_lease("replica-b", Duration::from_secs(30)).unwrap() {
+            break g;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "the lease was not taken over");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(3), "the takeover waited {took:?} on the frozen leader's lock");
+    assert_eq!(second.epoch, first.epoch + 1);
+    // The frozen leader resumes and sends its COMMIT: its session was ended, nothing was written.
+    let committed = rt.block_on(frozen.batch_execute("COMMIT"));
+    assert!(committed.is_err(), "a frozen leader's transaction committed after losing the lease");
+    let written: i64 = rt.block_on(async {
+        let (client, conn) = tokio_postgres::connect(&conn_url, tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(conn);
+        client.query_one("SELECT count(*) FROM spillway_kv WHERE tree = 'frozen'", &[]).await.unwrap().get(0)
+    });
+    assert_eq!(written, 0);
+}
+
 /// A TCP relay to the test server that can cut every connection and refuse new ones, as a network
 /// partition or a restarting database does.
 struct Relay {

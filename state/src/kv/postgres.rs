@@ -85,7 +85,13 @@ CREATE TABLE spillway_lease (
     expires_at timestamptz NOT NULL,
     renewed_at timestamptz NOT NULL
 );
-CREATE FUNCTION spillway_commit(
+"#;
+
+/// The commit function: one statement that checks the fence, validates the reads and writes.
+/// Installed with the tables, and replaced on every start (under the install lock), so a fix to it
+/// reaches a database made by an older build of the same layout.
+const COMMIT_FN: &str = r#"
+CREATE OR REPLACE FUNCTION spillway_commit(
     lock_ids bigint[], lock_excl boolean[],
     r_tree text[], r_key bytea[], r_ver bigint[],
     p_tree text[], p_key bytea[], p_val bytea[],
@@ -95,11 +101,12 @@ CREATE FUNCTION spillway_commit(
 DECLARE
     stale integer;
     me bigint;
+    lease_end timestamptz;
 BEGIN
     PERFORM CASE WHEN x THEN pg_advisory_xact_lock(h) ELSE pg_advisory_xact_lock_shared(h) END
        FROM (SELECT h, x FROM unnest(lock_ids, lock_excl) AS l(h, x) ORDER BY h) AS s;
     IF fence_epoch IS NOT NULL THEN
-        PERFORM 1 FROM spillway_lease
+        SELECT expires_at INTO lease_end FROM spillway_lease
          WHERE name = 'leader' AND holder = fence_holder AND epoch = fence_epoch
            AND expires_at > clock_timestamp()
            FOR SHARE;
@@ -107,6 +114,13 @@ BEGIN
             RAISE EXCEPTION 'the leader lease at epoch % is no longer held by %', fence_epoch, fence_holder
                 USING ERRCODE = 'SPW01';
         END IF;
+        -- The share lock on the lease row stops a takeover until this transaction ends. A leader
+        -- frozen before its COMMIT arrives (SIGSTOP, a stalled VM) would hold it, and the lease,
+        -- for as long as its connection lives: the server ends such a session once the lease has
+        -- run out (at least a second), rolling the transaction back and freeing the row.
+        PERFORM set_config('idle_in_transaction_session_timeout',
+            greatest(1000, ceil(extract(epoch FROM lease_end - clock_timestamp()) * 1000))::bigint::text,
+            true);
     END IF;
     SELECT count(*) INTO stale
       FROM unnest(r_tree, r_key, r_ver) AS r(t, k, v)
@@ -498,13 +512,26 @@ impl PgDb {
                 if !exists {
                     client
                         .batch_execute(&format!(
-                            "BEGIN; {DDL} INSERT INTO spillway_layout VALUES ({LAYOUT_VERSION}); COMMIT;"
+                            "BEGIN; {DDL} {COMMIT_FN} INSERT INTO spillway_layout VALUES ({LAYOUT_VERSION}); COMMIT;"
                         ))
                         .await?;
                     client.execute("SELECT pg_advisory_unlock($1)", &[&INSTALL_LOCK]).await?;
                     return Ok::<_, tokio_postgres::Error>(None);
                 }
-                let v = client.query_opt("SELECT version FROM spillway_layout", &[]).await?.map(|r| r.get(0));
+                let v: Option<i32> =
+                    client.query_opt("SELECT version FROM spillway_layout", &[]).await?.map(|r| r.get(0));
+                if v == Some(LAYOUT_VERSION) {
+                    let body = COMMIT_FN.split("$f$").nth(1).unwrap_or_default();
+                    let installed: Option<String> = client
+                        .query_opt("SELECT prosrc FROM pg_proc WHERE proname = 'spillway_commit'", &[])
+                        .await?
+                        .map(|r| r.get(0));
+                    // Only the function's owner may replace it; a role that cannot keeps the older
+                    // body, which commits correctly and lacks only what changed since.
+                    if installed.as_deref() != Some(body) {
+                        let _ = client.batch_execute(COMMIT_FN).await;
+                    }
+                }
                 client.execute("SELECT pg_advisory_unlock($1)", &[&INSTALL_LOCK]).await?;
                 Ok(v)
             })?
