@@ -97,13 +97,16 @@ enum Command {
     },
     /// Run the HTTP API and the control loop (simulated cloud by default, `--cloud azure` for Azure).
     Serve(cli::serve::ServeArgs),
-    /// Submit a job spec (TOML or JSON) to the server.
+    /// Submit a job spec or a pipeline (TOML or JSON; a file with a `jobs` list is a pipeline).
     Submit(cli::submit::SubmitArgs),
     /// List jobs on the server.
     Jobs(cli::jobs::JobsArgs),
-    /// Everything about one job: state, placement, attempts, events, cost, why it waits.
+    /// List pipelines on the server.
+    Pipelines(cli::pipelines::PipelinesArgs),
+    /// Everything about one job (state, placement, attempts, events, cost, why it waits), or a
+    /// pipeline's graph with each job's state (for a pipeline id, `p-…`).
     Status(cli::status::StatusArgs),
-    /// Cancel a job.
+    /// Cancel a job, or every job of a pipeline that has not ended (for a pipeline id).
     Cancel(cli::cancel::JobIdArgs),
     /// Mark a running job's work as done.
     Complete(cli::cancel::JobIdArgs),
@@ -157,6 +160,7 @@ fn main() -> ExitCode {
         Command::Serve(a) => cli::serve::run(&catalog, a),
         Command::Submit(a) => cli::submit::run(a),
         Command::Jobs(a) => cli::jobs::run(a),
+        Command::Pipelines(a) => cli::pipelines::run(a),
         Command::Status(a) => cli::status::run(a),
         Command::Cancel(a) => cli::cancel::cancel(a),
         Command::Complete(a) => cli::cancel::complete(a),

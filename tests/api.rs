@@ -466,6 +466,10 @@ async fn openapi_lists_every_route() {
         ("delete", "/v1/jobs/{id}"),
         ("post", "/v1/jobs/{id}/complete"),
         ("get", "/v1/jobs/{id}/logs"),
+        ("post", "/v1/pipelines"),
+        ("get", "/v1/pipelines"),
+        ("get", "/v1/pipelines/{id}"),
+        ("delete", "/v1/pipelines/{id}"),
         ("post", "/v1/agent/jobs/{job}/attempts/{attempt}/register"),
         ("get", "/v1/agent/jobs/{job}/attempts/{attempt}/ranks/{rank}/work"),
         ("post", "/v1/agent/jobs/{job}/attempts/{attempt}/ranks/{rank}/logs"),
@@ -501,7 +505,7 @@ async fn openapi_lists_every_route() {
             .replace("{rank}", "0");
         let m = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
         let r = s.req(m, &path, Some(&s.admin)).await.timeout(Duration::from_secs(5)).send().await.unwrap();
-        if !path.starts_with("/v1/jobs/x") && path != "/v1/tokens/x" {
+        if !path.starts_with("/v1/jobs/x") && !path.starts_with("/v1/pipelines/x") && path != "/v1/tokens/x" {
             assert_ne!(r.status(), StatusCode::NOT_FOUND, "{method} {path}");
         }
         assert_ne!(r.status(), StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");

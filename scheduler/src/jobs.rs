@@ -16,6 +16,9 @@ use crate::clock::Clock;
 use crate::model::{Attempt, EventKind, FieldErrors, Job, JobSpec, JobState};
 use crate::records::{AttemptsBy, EventsOfJob, IdempotencyRecord, JobsBy, Lookup, Tenant};
 
+mod pipelines;
+pub use pipelines::{PipelineDetail, PipelineJob};
+
 /// Why a job operation was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {
@@ -154,11 +157,16 @@ impl JobService {
     }
 
     fn next_id(&self, now_ms: i64) -> String {
+        self.new_id('j', now_ms)
+    }
+
+    /// A new id: `prefix`, the time, and a hash of this process's salt and a counter.
+    fn new_id(&self, prefix: char, now_ms: i64) -> String {
         let n = self.id_counter.fetch_add(1, Ordering::Relaxed);
         let mut h = std::collections::hash_map::DefaultHasher::new();
         h.write_u64(self.id_salt);
         h.write_u64(n);
-        format!("j-{:011x}{:06x}", now_ms.max(0), h.finish() & 0xff_ffff)
+        format!("{prefix}-{:011x}{:06x}", now_ms.max(0), h.finish() & 0xff_ffff)
     }
 
     fn flush(&self) -> Result<(), StoreError> {

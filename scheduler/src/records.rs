@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 use state::{IndexDef, Record, Store, StoreError, TableDef};
 
-use crate::model::{Attempt, AttemptState, BlockedOffer, Job, JobEvent, JobState};
+use crate::model::{Attempt, AttemptState, BlockedOffer, Job, JobEvent, JobState, Pipeline, PipelineSpec};
 
 const JOB_STATE: IndexDef = IndexDef { name: "state", pointer: "/state" };
 const JOB_TENANT: IndexDef = IndexDef { name: "tenant", pointer: "/spec/tenant" };
@@ -18,6 +18,7 @@ const ATTEMPT_JOB: IndexDef = IndexDef { name: "job", pointer: "/job_id" };
 const ATTEMPT_STATE: IndexDef = IndexDef { name: "state", pointer: "/state" };
 const EVENT_JOB: IndexDef = IndexDef { name: "job", pointer: "/job_id" };
 const IDEMPOTENCY_JOB: IndexDef = IndexDef { name: "job", pointer: "/job_id" };
+const PIPELINE_TENANT: IndexDef = IndexDef { name: "tenant", pointer: "/tenant" };
 
 impl Record for Job {
     const TABLE: TableDef = TableDef { name: "jobs", indexes: &[JOB_STATE, JOB_TENANT] };
@@ -96,9 +97,42 @@ impl Record for IdempotencyRecord {
     }
 }
 
+impl Record for Pipeline {
+    const TABLE: TableDef = TableDef { name: "pipelines", indexes: &[PIPELINE_TENANT] };
+    fn key(&self) -> String {
+        self.id.clone()
+    }
+}
+
+/// A remembered `Idempotency-Key` of a pipeline submission: a retry returns the same pipeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PipelineKey {
+    /// `tenant/key`.
+    pub scope_key: String,
+    /// The pipeline the first submission created.
+    pub pipeline_id: String,
+    /// The spec first submitted, to refuse the same key with a different spec.
+    pub spec: PipelineSpec,
+}
+
+impl Record for PipelineKey {
+    const TABLE: TableDef = TableDef { name: "pipeline_idempotency", indexes: &[] };
+    fn key(&self) -> String {
+        self.scope_key.clone()
+    }
+}
+
 /// Every table the scheduler defines, for `spillway state check`.
-pub const TABLES: &[TableDef] =
-    &[Job::TABLE, Attempt::TABLE, BlockedOffer::TABLE, Tenant::TABLE, IdempotencyRecord::TABLE, JobEvent::TABLE];
+pub const TABLES: &[TableDef] = &[
+    Job::TABLE,
+    Attempt::TABLE,
+    BlockedOffer::TABLE,
+    Tenant::TABLE,
+    IdempotencyRecord::TABLE,
+    JobEvent::TABLE,
+    Pipeline::TABLE,
+    PipelineKey::TABLE,
+];
 
 /// A typed read of one secondary index: which table, which index, which value.
 pub trait IndexQuery {
@@ -157,6 +191,20 @@ impl IndexQuery for AttemptsBy<'_> {
             AttemptsBy::Job(j) => Cow::Borrowed(j),
             AttemptsBy::State(s) => Cow::Borrowed(s.as_str()),
         }
+    }
+}
+
+/// Pipelines of one tenant.
+#[derive(Debug, Clone, Copy)]
+pub struct PipelinesOfTenant<'a>(pub &'a str);
+
+impl IndexQuery for PipelinesOfTenant<'_> {
+    type Record = Pipeline;
+    fn index(&self) -> IndexDef {
+        PIPELINE_TENANT
+    }
+    fn value(&self) -> Cow<'_, str> {
+        Cow::Borrowed(self.0)
     }
 }
 
@@ -253,5 +301,6 @@ mod tests {
         }
         declared(EventsOfJob("j"));
         declared(IdempotencyKeysOfJob("j"));
+        declared(PipelinesOfTenant("t"));
     }
 }

@@ -11,7 +11,7 @@ use crate::Output;
 /// Arguments of `spillway cancel` and `spillway complete`.
 #[derive(Args, Debug)]
 pub struct JobIdArgs {
-    /// The job id.
+    /// The job id (`cancel` also takes a pipeline id, `p-…`).
     pub id: String,
     #[command(flatten)]
     pub client: ClientArgs,
@@ -29,6 +29,9 @@ pub fn complete(args: JobIdArgs) -> ExitCode {
 
 async fn change(args: JobIdArgs, method: Method, suffix: &str) -> Result<ExitCode, ClientError> {
     let client = Client::from_args(&args.client.server)?;
+    if method == Method::DELETE && super::pipelines::is_pipeline_id(&args.id) {
+        return super::pipelines::cancel(&client, &args.id, args.client.output).await;
+    }
     let (_, job) = client.send(method, &format!("/v1/jobs/{}{suffix}", encode(&args.id)), None, &[]).await?;
     match args.client.output {
         Output::Json => print_json(&job),

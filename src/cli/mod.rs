@@ -11,6 +11,7 @@ pub mod dashboard_url;
 pub mod emulate_arm;
 pub mod jobs;
 pub mod logs;
+pub mod pipelines;
 pub mod plan;
 pub mod serve;
 pub mod simulate;

@@ -11,7 +11,7 @@ use crate::Output;
 /// Arguments of `spillway status`.
 #[derive(Args, Debug)]
 pub struct StatusArgs {
-    /// The job id.
+    /// The job id, or a pipeline id (`p-…`).
     pub id: String,
     #[command(flatten)]
     pub client: ClientArgs,
@@ -40,6 +40,9 @@ fn placement_line(a: &Value) -> String {
 
 async fn status(args: StatusArgs) -> Result<ExitCode, ClientError> {
     let client = Client::from_args(&args.client.server)?;
+    if super::pipelines::is_pipeline_id(&args.id) {
+        return super::pipelines::status(&client, &args.id, args.client.output).await;
+    }
     let d = client.get(&format!("/v1/jobs/{}", encode(&args.id))).await?;
     if args.client.output == Output::Json {
         print_json(&d);

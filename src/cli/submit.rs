@@ -14,9 +14,10 @@ use crate::Output;
 /// Arguments of `spillway submit`.
 #[derive(Args, Debug)]
 pub struct SubmitArgs {
-    /// The job spec (TOML or JSON).
+    /// The job spec or pipeline (TOML or JSON; a file with a `jobs` list is a pipeline).
     pub file: PathBuf,
-    /// Follow the job's events until it runs or ends; exit 1 if it fails or is cancelled.
+    /// Follow the job's events until it runs or ends (a pipeline: until it ends); exit 1 if it
+    /// fails or is cancelled.
     #[arg(long)]
     pub wait: bool,
     /// Makes a retried submission return the job the first one created, instead of a twin.
@@ -53,6 +54,9 @@ async fn submit(args: SubmitArgs) -> Result<ExitCode, ClientError> {
     let client = Client::from_args(&args.client.server)?;
     let headers: Vec<(&str, &str)> =
         args.idempotency_key.as_deref().map(|k| vec![("Idempotency-Key", k)]).unwrap_or_default();
+    if scheduler::model::PipelineSpec::is_pipeline(&spec) {
+        return super::pipelines::submit(&client, &spec, &headers, args.wait, args.client.output).await;
+    }
     let (status, job) = client.send(Method::POST, "/v1/jobs", Some(&spec), &headers).await?;
     let id = cell(&job, "id");
     if args.client.output == Output::Table {

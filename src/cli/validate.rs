@@ -1,10 +1,10 @@
-//! `spillway validate FILE`: parse and check a job spec without submitting it.
+//! `spillway validate FILE`: parse and check a job spec or a pipeline without submitting it.
 
 use std::path::Path;
 use std::process::ExitCode;
 
 use scheduler::Catalog;
-use scheduler::model::{FieldErrors, JobSpec, SpecFormat};
+use scheduler::model::{FieldErrors, JobSpec, PipelineSpec, SpecFormat};
 
 use crate::Output;
 
@@ -18,8 +18,26 @@ pub fn run(catalog: &Catalog, file: &Path, output: Output) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let result =
-        JobSpec::parse_checked(&content, SpecFormat::detect(&path, &content), catalog, time::OffsetDateTime::now_utc());
+    let format = SpecFormat::detect(&path, &content);
+    let now = time::OffsetDateTime::now_utc();
+    // A file with a `jobs` list is a pipeline (unreadable files go the job spec's way, which says why).
+    if PipelineSpec::value_of(&content, format).is_ok_and(|v| PipelineSpec::is_pipeline(&v)) {
+        return match PipelineSpec::parse_checked(&content, format, catalog, now) {
+            Ok(p) => {
+                let json = serde_json::to_string_pretty(&p).expect("a pipeline always serialises");
+                match (output, toml::to_string(&p)) {
+                    (Output::Table, Ok(t)) => print!("{t}"),
+                    _ => println!("{json}"),
+                }
+                ExitCode::SUCCESS
+            }
+            Err(errors) => {
+                report(&path, &errors, output);
+                ExitCode::from(1)
+            }
+        };
+    }
+    let result = JobSpec::parse_checked(&content, format, catalog, now);
     match result {
         Ok(spec) => {
             match output {

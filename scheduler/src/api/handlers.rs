@@ -73,7 +73,7 @@ fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
     q.map(|Query(v)| v).map_err(|e| ApiError::bad_field("query", e.body_text()))
 }
 
-fn path_id(p: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
+pub(super) fn path_id(p: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
     p.map(|Path(v)| v).map_err(|e| ApiError::bad_field("id", e.body_text()))
 }
 
@@ -88,7 +88,7 @@ pub(crate) async fn visible_job(state: &ApiState, caller: &Caller, id: &str) -> 
     }
 }
 
-fn require_writer(caller: &Caller, what: &str) -> Result<(), ApiError> {
+pub(super) fn require_writer(caller: &Caller, what: &str) -> Result<(), ApiError> {
     if caller.may_write_jobs() {
         Ok(())
     } else {
@@ -108,6 +108,19 @@ fn require_admin(caller: &Caller) -> Result<(), ApiError> {
             caller.role.as_str()
         )))
     }
+}
+
+/// The request's `Idempotency-Key`, if it sent a valid one.
+pub(super) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(v) = headers.get("idempotency-key") else { return Ok(None) };
+    let k = v
+        .to_str()
+        .ok()
+        .filter(|k| !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY && k.chars().all(|c| c.is_ascii_graphic()))
+        .ok_or_else(|| {
+            ApiError::bad_field("Idempotency-Key", format!("use 1 to {MAX_IDEMPOTENCY_KEY} printable ASCII characters"))
+        })?;
+    Ok(Some(k.to_string()))
 }
 
 /// Submit a job spec (JSON). Answers 201 once the job is on disk; with an `Idempotency-Key`
@@ -136,22 +149,7 @@ pub(crate) async fn submit_job(
     body: Body,
 ) -> Result<Response, ApiError> {
     require_writer(&caller, "submit jobs")?;
-    let key = match headers.get("idempotency-key") {
-        None => None,
-        Some(v) => {
-            let k = v
-                .to_str()
-                .ok()
-                .filter(|k| !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY && k.chars().all(|c| c.is_ascii_graphic()))
-                .ok_or_else(|| {
-                    ApiError::bad_field(
-                        "Idempotency-Key",
-                        format!("use 1 to {MAX_IDEMPOTENCY_KEY} printable ASCII characters"),
-                    )
-                })?;
-            Some(k.to_string())
-        }
-    };
+    let key = idempotency_key(&headers)?;
     let bytes = read_body(&state, &headers, body).await?;
     let value = parse_json(&bytes)?;
     if !value.is_object() {

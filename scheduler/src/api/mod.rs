@@ -6,6 +6,10 @@
 //! GET    /v1/jobs/{id}            job, placement, attempts, events, cost, pending reasons
 //! DELETE /v1/jobs/{id}            cancel
 //! POST   /v1/jobs/{id}/complete   mark a running job's work done
+//! POST   /v1/pipelines            submit a pipeline: jobs with depends_on (201 once durable)
+//! GET    /v1/pipelines            pipelines, oldest first, with their jobs' states
+//! GET    /v1/pipelines/{id}       a pipeline: state, jobs [{name, id, state, depends_on}]
+//! DELETE /v1/pipelines/{id}       cancel every job of it that has not ended
 //! GET    /v1/jobs/{id}/logs[?attempt=&rank=&from=&limit=&follow=]   output; SSE with follow=true
 //! GET    /v1/capacity             quota pools, blocked offers, unhealthy regions
 //! GET    /v1/plan                 what the solver would do now
@@ -52,6 +56,7 @@ pub mod exposition;
 pub mod handlers;
 mod logs;
 pub mod metrics;
+pub mod pipelines;
 pub mod ratelimit;
 pub mod server;
 pub mod spend;
@@ -303,6 +308,8 @@ fn protected_routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(submit_job, list_jobs))
         .routes(routes!(get_job, cancel_job))
         .routes(routes!(complete_job))
+        .routes(routes!(pipelines::submit_pipeline, pipelines::list_pipelines))
+        .routes(routes!(pipelines::get_pipeline, pipelines::cancel_pipeline))
         .routes(routes!(logs::job_logs))
         .routes(routes!(capacity))
         .routes(routes!(plan))

@@ -44,6 +44,8 @@ pub(crate) enum JobEdit {
     Grown { message: String, region: String, moving_to: String },
     /// Only an event, if the job is still open.
     Note { event: (EventKind, String) },
+    /// A dependency failed or was cancelled: the job, still waiting, fails with `reason`.
+    DependencyFailed { reason: String },
 }
 
 /// What applying an edit to the stored job gave: whether the job is written, and its events.
@@ -144,6 +146,14 @@ impl JobEdit {
                 let message = take_failover(job, region, moving_to, message, &mut events);
                 events.push((EventKind::Resized, message, null()));
                 Some(Applied { write: true, events })
+            }
+            JobEdit::DependencyFailed { reason } => {
+                if job.state != JobState::Pending {
+                    return None;
+                }
+                job.set_state(JobState::Failed, now_ms);
+                job.end_reason = Some(reason.clone());
+                Some(Applied { write: true, events: vec![(EventKind::Failed, reason.clone(), null())] })
             }
             JobEdit::Note { event } => {
                 if job.state.is_final() {

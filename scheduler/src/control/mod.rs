@@ -40,6 +40,7 @@ mod cleanup;
 mod deadline;
 mod deletions;
 mod demand;
+mod dependencies;
 mod driver;
 pub mod error_policy;
 mod feasibility;

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use super::actions::{Change, JobEdit};
 use super::deadline::apply_deadline_choice;
 use super::demand::{DemandPart, Held, demands};
+use super::dependencies::{self, Gate};
 use super::feasibility::Feasibility;
 use super::snapshot::Snapshot;
 use super::world::our_usage;
@@ -30,6 +31,10 @@ pub(crate) struct PlanInput {
     pub reasons: BTreeMap<String, Vec<String>>,
     /// How the cloud's listings fared against the feasibility chain.
     pub offer_counts: OfferFilterCounts,
+    /// Jobs that fail because a dependency failed or was cancelled, with why.
+    pub dependency_failures: Vec<(String, String)>,
+    /// Where each job's input data lies and its GB, by job id, for the jobs whose demands have it.
+    pub data: BTreeMap<String, (String, Option<f64>)>,
 }
 
 /// The solver's input from the snapshot.
@@ -59,10 +64,29 @@ pub(crate) fn plan_input(snap: &Snapshot, st: &LoopState, config: &ControlConfig
     }
     let mut problem_jobs = Vec::new();
     let mut reasons: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut dependency_failures = Vec::new();
+    let mut data = BTreeMap::new();
     for job in &jobs {
+        let input = match dependencies::gate(snap, job) {
+            Gate::Ready { data } => data,
+            Gate::Wait(why) => {
+                reasons.entry(job.id.clone()).or_default().push(why);
+                continue;
+            }
+            Gate::Fail(why) => {
+                dependency_failures.push((job.id.clone(), why));
+                continue;
+            }
+        };
         let mut d = demands(job, catalog, held.get(job.id.as_str()).copied().unwrap_or_default());
         if d.is_empty() {
             continue;
+        }
+        dependencies::apply_input_data(job, &input, &mut d);
+        if let Some(first) = d.first()
+            && let Some(region) = &first.data_region
+        {
+            data.insert(job.id.clone(), (region.clone(), first.data_gb));
         }
         if let Some(choice) = st.deadline.choices.get(&job.id) {
             if choice.hold.is_none() {
@@ -87,7 +111,7 @@ pub(crate) fn plan_input(snap: &Snapshot, st: &LoopState, config: &ControlConfig
         .map(|p| solver::QuotaLimit { region: p.region, pool: p.pool, vcpus: p.free })
         .collect();
     let problem = solver::Problem { offers, quotas, jobs: problem_jobs, egress: Vec::new() };
-    PlanInput { jobs, problem, reasons, offer_counts }
+    PlanInput { jobs, problem, reasons, offer_counts, dependency_failures, data }
 }
 
 /// What an active attempt holds for its job: the GPUs that count against the job's demand, and the
@@ -193,6 +217,7 @@ pub(crate) fn intent(
     job: &Job,
     p: &solver::Placement,
     (price, cap): (f64, Option<f64>),
+    data: Option<&(String, Option<f64>)>,
 ) -> Option<(Attempt, Change)> {
     let size = catalog.size(&p.size)?;
     let priority = p.priority;
@@ -235,10 +260,11 @@ pub(crate) fn intent(
         failure: None,
         failure_class: None,
     };
-    let message = format!(
+    let mut message = format!(
         "attempt {number}: {} × {} {} in {} at ${:.3}/VM-hour, fleet {}",
         p.vms, size.name, priority, p.region, price, attempt.fleet_name
     );
+    message.push_str(&data_note(data, &p.region, p.gpus, job.wanted_gpus()));
     let edit = JobEdit::Placed {
         number,
         expected: job.attempts,
@@ -249,6 +275,22 @@ pub(crate) fn intent(
     let change =
         Change { job: Some((job.id.clone(), edit)), attempts_with_job: vec![attempt.clone()], ..Change::default() };
     Some((attempt, change))
+}
+
+/// Where the placement's data comes from: `, data in eastus` when it runs there, `, 120 GB of
+/// data moved from eastus: egress $2.40` when it does not (at the solver's rate; its share of the
+/// data for a part of a split job).
+fn data_note(data: Option<&(String, Option<f64>)>, region: &str, gpus: u32, wanted: u32) -> String {
+    match data {
+        None => String::new(),
+        Some((from, _)) if from == region => format!(", data in {from}"),
+        Some((from, None)) => format!(", data in {from} (size not declared)"),
+        Some((from, Some(gb))) => {
+            let gb = gb * f64::from(gpus) / f64::from(wanted.max(1));
+            let usd = gb * solver::DEFAULT_EGRESS_USD_PER_GB;
+            format!(", {gb:.0} GB of data moved from {from}: egress ${usd:.2}")
+        }
+    }
 }
 
 /// Whether a placement is made: its job is still open, and a deadline job's placement carries out

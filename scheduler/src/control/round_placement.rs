@@ -12,7 +12,7 @@ use super::metrics::FilterLabel;
 use super::round::{ControlError, RoundReport};
 use super::snapshot::Snapshot;
 use super::world::our_usage;
-use super::{Controller, LoopState, cleanup, growth, placement};
+use super::{Controller, LoopState, cleanup, dependencies, growth, placement};
 use crate::model::{Attempt, EventKind, Job};
 
 impl Controller {
@@ -28,7 +28,13 @@ impl Controller {
         let now = snap.now;
         let tick_ms = self.config.deadline_tick_ms.max(1);
         deadline::observe_spot(st, &self.catalog, now, tick_ms);
-        let jobs: Vec<Job> = snap.open_jobs().into_iter().filter(deadline_managed).collect();
+        // A pipeline job waiting for its dependencies holds nothing yet: no policy chooses for it.
+        let jobs: Vec<Job> = snap
+            .open_jobs()
+            .into_iter()
+            .filter(deadline_managed)
+            .filter(|j| matches!(dependencies::gate(snap, j), dependencies::Gate::Ready { .. }))
+            .collect();
         let open: BTreeSet<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
         let previous = deadline::begin_choices(st, &open);
         if jobs.is_empty() {
@@ -76,6 +82,12 @@ impl Controller {
                 .get_or_create(&FilterLabel { filter: filter.as_str().to_string() })
                 .set(n.into());
         }
+        for (job_id, why) in &input.dependency_failures {
+            let edit = JobEdit::DependencyFailed { reason: why.clone() };
+            let change = Change { job: Some((job_id.clone(), edit)), ..Change::default() };
+            self.act(st, snap, report, vec![Action::Record(change)]).await?;
+        }
+        let data = input.data;
         let mut reasons = input.reasons;
         let plan = if input.problem.jobs.is_empty() {
             None
@@ -119,7 +131,7 @@ impl Controller {
             // Where the job already runs a fleet of that offer, the fleet grows instead.
             let action = match growth::fleet_to_grow(snap, st, &job, p, price.0) {
                 Some(a) => Action::Grow(growth::grow(a, p)),
-                None => match placement::intent(st, &self.catalog, now, &job, p, price) {
+                None => match placement::intent(st, &self.catalog, now, &job, p, price, data.get(job_id)) {
                     Some((_, change)) => Action::Place(change),
                     None => continue,
                 },

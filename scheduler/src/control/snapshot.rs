@@ -53,6 +53,10 @@ pub(crate) struct Snapshot {
     /// key: each is placed again and retired once the new placement runs, though the cloud still
     /// counts its VMs.
     pub agent_trouble: BTreeMap<String, &'static str>,
+    /// The dependencies of waiting pipeline jobs that `jobs` does not hold (they ended), by id.
+    pub upstream: BTreeMap<String, Job>,
+    /// The region each dependency of a waiting pipeline job last ran in, by job id.
+    pub upstream_regions: BTreeMap<String, String>,
 }
 
 impl Snapshot {
@@ -231,6 +235,35 @@ impl Controller {
         }
         for t in self.store.scan::<Tenant>()? {
             snap.tenants.insert(t.name.clone(), t);
+        }
+        // What a waiting pipeline job depends on: its dependencies' states and where they ran.
+        let deps: BTreeSet<String> = snap
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Pending)
+            .filter_map(|j| j.pipeline.as_ref())
+            .flat_map(|l| l.depends_on.iter().map(|d| d.job_id.clone()))
+            .collect();
+        for id in deps {
+            let job = match snap.jobs.get(&id) {
+                Some(j) => Some(j.clone()),
+                None => self.store.get::<Job>(&id)?,
+            };
+            let Some(job) = job else { continue };
+            // Where it last ran (an attempt that never ran holds no data).
+            if job.attempts > 0
+                && let Some(a) = self
+                    .store
+                    .find(AttemptsBy::Job(&id))?
+                    .into_iter()
+                    .filter(|a| a.running_since_ms.is_some())
+                    .max_by_key(|a| a.number)
+            {
+                snap.upstream_regions.insert(id.clone(), a.region);
+            }
+            if !snap.jobs.contains_key(&id) {
+                snap.upstream.insert(id, job);
+            }
         }
         // What the agents said of running attempts (nothing, where no agents run: the what-if).
         for a in snap.attempts.values().filter(|a| a.state == AttemptState::Running) {

@@ -490,3 +490,63 @@ fn a_placement_where_a_splittable_job_runs_grows_that_fleet_and_answers_a_failur
     let running_op = Ok(OperationStatus::InProgress { retry_after_ms: 1 });
     assert!(super::growth::follow(&snap, &mut st, &mut grown.clone(), Some(&running_op)).is_none());
 }
+
+/// A pending batch job of pipeline `p` that depends on `deps` (name, job id).
+fn stage(id: &str, deps: &[(&str, &str)], run_anyway: bool) -> Job {
+    use crate::model::{Dependency, OnDependencyFailure, PipelineLink};
+    let mut j = batch(id, JobState::Pending);
+    j.attempts = 0;
+    j.pipeline = Some(PipelineLink {
+        pipeline_id: "p-1".into(),
+        name: id.into(),
+        depends_on: deps.iter().map(|(n, id)| Dependency { name: n.to_string(), job_id: id.to_string() }).collect(),
+        on_dependency_failure: if run_anyway { OnDependencyFailure::Run } else { OnDependencyFailure::Fail },
+        output_gb: Some(500.0),
+    });
+    j
+}
+
+#[test]
+fn a_pipeline_job_waits_for_its_dependencies_and_fails_with_a_failed_one() {
+    use super::dependencies::{Gate, gate};
+    let prep = stage("prep", &[], false);
+    let train = stage("train", &[("prep", "prep")], false);
+    let report = stage("report", &[("prep", "prep")], true);
+    let snap = snapshot(&[prep.clone(), train.clone(), report.clone()], &[]);
+    assert_eq!(gate(&snap, &prep), Gate::Ready { data: None });
+    assert_eq!(gate(&snap, &train), Gate::Wait("waiting for prep".into()));
+    assert_eq!(gate(&snap, &report), Gate::Wait("waiting for prep".into()));
+    // The rule is applied where the plan is made: the waiting job never reaches the solver.
+    let input = placement::plan_input(&snap, &LoopState::default(), &ControlConfig::default(), &Catalog::builtin());
+    let ids: Vec<&str> = input.problem.jobs.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(ids, ["prep"]);
+    assert_eq!(input.reasons["train"], ["waiting for prep"]);
+
+    // prep failed (it is no longer open: the loop reads it as an upstream job).
+    let mut failed = prep.clone();
+    failed.state = JobState::Failed;
+    let mut snap = snapshot(&[train.clone(), report.clone()], &[]);
+    snap.upstream.insert("prep".into(), failed.clone());
+    snap.upstream_regions.insert("prep".into(), "westus3".into());
+    assert_eq!(gate(&snap, &train), Gate::Fail("dependency prep failed".into()));
+    assert_eq!(gate(&snap, &report), Gate::Ready { data: Some(("westus3".into(), Some(500.0))) });
+    let input = placement::plan_input(&snap, &LoopState::default(), &ControlConfig::default(), &Catalog::builtin());
+    assert_eq!(input.dependency_failures, [("train".to_string(), "dependency prep failed".to_string())]);
+    let report_demand = input.problem.jobs.iter().find(|d| d.id == "report").unwrap();
+    assert_eq!((report_demand.data_region.as_deref(), report_demand.data_gb), (Some("westus3"), Some(500.0)));
+    let mut stored = train.clone();
+    let applied =
+        JobEdit::DependencyFailed { reason: "dependency prep failed".into() }.apply(&mut stored, NOW).unwrap();
+    assert_eq!((stored.state, stored.end_reason.as_deref()), (JobState::Failed, Some("dependency prep failed")));
+    assert_eq!(applied.events[0].0, EventKind::Failed);
+    // A job cancelled meanwhile stays cancelled.
+    let mut cancelled = train.clone();
+    cancelled.state = JobState::Cancelled;
+    assert!(JobEdit::DependencyFailed { reason: "x".into() }.apply(&mut cancelled, NOW).is_none());
+
+    // prep succeeded: train may run, near prep's output, unless its spec names its own data.
+    let mut done = prep;
+    done.state = JobState::Succeeded;
+    snap.upstream.insert("prep".into(), done);
+    assert_eq!(gate(&snap, &train), Gate::Ready { data: Some(("westus3".into(), Some(500.0))) });
+}

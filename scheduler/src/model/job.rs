@@ -130,6 +130,9 @@ pub struct Job {
     /// it is a new placement there, not a failover.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failover_from: Option<String>,
+    /// The pipeline the job belongs to and the jobs it waits for, when it is part of one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<super::PipelineLink>,
 }
 
 impl Job {
@@ -155,6 +158,7 @@ impl Job {
             end_reason: None,
             awaiting_failover: false,
             failover_from: None,
+            pipeline: None,
         }
     }
 

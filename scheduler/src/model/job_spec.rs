@@ -619,7 +619,7 @@ fn bounded(errs: &mut FieldErrors, field: &str, v: f64, min: f64, exclusive_min:
     }
 }
 
-fn check_label(errs: &mut FieldErrors, field: &str, value: &str) {
+pub(super) fn check_label(errs: &mut FieldErrors, field: &str, value: &str) {
     if value.trim().is_empty() {
         errs.push(field, "must not be empty");
     } else if value.len() > 63 {

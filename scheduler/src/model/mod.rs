@@ -13,6 +13,7 @@ mod job_event;
 mod job_spec;
 mod offer;
 mod offer_filter;
+mod pipeline;
 mod quota;
 mod size;
 mod spec_reader;
@@ -32,6 +33,10 @@ pub use job_spec::{
 };
 pub use offer::Offer;
 pub use offer_filter::{OfferFilter, OfferFilterCounts};
+pub use pipeline::{
+    Dependency, MAX_DEPENDENCIES, MAX_PIPELINE_JOBS, OnDependencyFailure, Pipeline, PipelineJobSpec, PipelineLink,
+    PipelineMember, PipelineSpec, PipelineState,
+};
 pub use quota::Quota;
 pub use size::{SizeCatalog, VmSize, Workload};
 /// Spot or regular, spot policies and quota pools have one home, the solver (the lowest layer).

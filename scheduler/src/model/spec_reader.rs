@@ -400,7 +400,7 @@ pub(super) fn toml_to_json(v: toml::Value) -> Value {
     }
 }
 
-fn parse_value(content: &str, format: SpecFormat) -> Result<serde_json::Value, FieldErrors> {
+pub(super) fn parse_value(content: &str, format: SpecFormat) -> Result<serde_json::Value, FieldErrors> {
     let mut errs = FieldErrors::default();
     match format {
         SpecFormat::Json => strict_json::parse(content).map_err(|e| {

@@ -1,0 +1,227 @@
+//! Accepting, reading and cancelling pipelines. A pipeline is accepted whole or not at all: its
+//! record, every job (each an ordinary job, carrying its [`PipelineLink`]) and their `submitted`
+//! events are written in one transaction. Whether a job may be placed yet is the control loop's
+//! decision (`control::dependencies`), made from the links.
+
+use std::collections::BTreeMap;
+
+use super::{JobError, JobService, record_event, submitted_message};
+use crate::model::{
+    Dependency, EventKind, FieldErrors, Job, JobState, Pipeline, PipelineLink, PipelineMember, PipelineSpec,
+    PipelineState,
+};
+use crate::records::{Lookup, PipelineKey, PipelinesOfTenant};
+
+/// A pipeline with its jobs as they are now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PipelineDetail {
+    /// The stored pipeline.
+    pub pipeline: Pipeline,
+    /// Where it is, from its jobs.
+    pub state: PipelineState,
+    /// Its jobs, in the order submitted.
+    pub jobs: Vec<PipelineJob>,
+}
+
+/// One job of a pipeline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PipelineJob {
+    /// Name within the pipeline.
+    pub name: String,
+    /// Job id.
+    pub id: String,
+    /// Names of its dependencies.
+    pub depends_on: Vec<String>,
+    /// The job, unless retention has forgotten it (it had ended).
+    pub job: Option<Job>,
+}
+
+impl JobService {
+    /// Validates and accepts a pipeline given as JSON. `tenant`, when given, is the only tenant
+    /// the caller may submit for (as for jobs). Returns the pipeline and whether it was created
+    /// (false: an earlier submission with the same idempotency key).
+    pub fn submit_pipeline_value(
+        &self,
+        mut value: serde_json::Value,
+        tenant: Option<&str>,
+        idempotency_key: Option<&str>,
+    ) -> Result<(PipelineDetail, bool), JobError> {
+        if let (Some(t), Some(obj)) = (tenant, value.as_object_mut()) {
+            match obj.get("tenant").and_then(|v| v.as_str()) {
+                Some(given) if given != t => {
+                    let mut e = FieldErrors::default();
+                    e.push("tenant", format!("this token may only submit for tenant {t:?}"));
+                    return Err(JobError::Invalid(e));
+                }
+                _ => {
+                    obj.insert("tenant".into(), serde_json::Value::String(t.to_string()));
+                }
+            }
+        }
+        let now = self.clock.now_ms();
+        let now_dt = time::OffsetDateTime::from_unix_timestamp_nanos(now as i128 * 1_000_000)
+            .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+        let spec = PipelineSpec::from_value_checked(value, &self.catalog, now_dt).map_err(JobError::Invalid)?;
+        self.accept_pipeline(spec, idempotency_key)
+    }
+
+    fn accept_pipeline(
+        &self,
+        spec: PipelineSpec,
+        idempotency_key: Option<&str>,
+    ) -> Result<(PipelineDetail, bool), JobError> {
+        let now = self.clock.now_ms();
+        let pipeline_id = self.new_id('p', now);
+        let ids: BTreeMap<&str, String> = spec.jobs.iter().map(|j| (j.spec.name.as_str(), self.next_id(now))).collect();
+        let deadlines = spec.job_deadlines();
+        let mut jobs = Vec::new();
+        for i in spec.topological_order() {
+            let j = &spec.jobs[i];
+            let mut job_spec = j.spec.clone();
+            // The pipeline's deadline, split along the critical path (the earlier, if the job has its own).
+            job_spec.deadline = deadlines[i];
+            let mut job = Job::new(ids[j.spec.name.as_str()].clone(), job_spec, now);
+            job.pipeline = Some(PipelineLink {
+                pipeline_id: pipeline_id.clone(),
+                name: j.spec.name.clone(),
+                depends_on: j
+                    .depends_on
+                    .iter()
+                    .map(|d| Dependency { name: d.clone(), job_id: ids[d.as_str()].clone() })
+                    .collect(),
+                on_dependency_failure: j.on_dependency_failure.unwrap_or_default(),
+                output_gb: j.output_gb,
+            });
+            jobs.push(job);
+        }
+        let pipeline = Pipeline {
+            id: pipeline_id.clone(),
+            name: spec.name.clone(),
+            tenant: spec.tenant.clone(),
+            submitted_at_ms: now,
+            jobs: spec
+                .jobs
+                .iter()
+                .map(|j| PipelineMember {
+                    name: j.spec.name.clone(),
+                    job_id: ids[j.spec.name.as_str()].clone(),
+                    depends_on: j.depends_on.clone(),
+                })
+                .collect(),
+            cancelled_by: None,
+        };
+        let scope_key = idempotency_key.map(|k| format!("{}/{}", spec.tenant, k));
+        let outcome = self.store.transaction(|tx| {
+            if let Some(scope_key) = &scope_key {
+                if let Some(prev) = tx.get::<PipelineKey>(scope_key)? {
+                    if prev.spec != spec {
+                        return Ok(Err(format!(
+                            "Idempotency-Key already used for a different pipeline ({}); use a new key",
+                            prev.pipeline_id
+                        )));
+                    }
+                    if tx.get::<Pipeline>(&prev.pipeline_id)?.is_some() {
+                        return Ok(Ok((prev.pipeline_id, false)));
+                    }
+                }
+                tx.put(&PipelineKey {
+                    scope_key: scope_key.clone(),
+                    pipeline_id: pipeline_id.clone(),
+                    spec: spec.clone(),
+                })?;
+            }
+            tx.put(&pipeline)?;
+            for job in &jobs {
+                tx.put(job)?;
+                let waits = job.pipeline.as_ref().map(|l| l.depends_on.len()).unwrap_or(0);
+                let message = format!(
+                    "{}; pipeline {} ({}), job {}{}",
+                    submitted_message(job),
+                    pipeline.name,
+                    pipeline.id,
+                    job.spec.name,
+                    if waits == 0 { String::new() } else { format!(", after {waits} dependencies") }
+                );
+                record_event(tx, job, now, EventKind::Submitted, message, serde_json::Value::Null)?;
+            }
+            Ok(Ok((pipeline_id.clone(), true)))
+        })?;
+        let (id, created) = outcome.map_err(JobError::Conflict)?;
+        if created {
+            self.flush()?;
+            self.wake.notify_one();
+        }
+        let detail = self.pipeline(&id)?.ok_or_else(|| JobError::NotFound(id.clone()))?;
+        Ok((detail, created))
+    }
+
+    /// One pipeline with its jobs.
+    pub fn pipeline(&self, id: &str) -> Result<Option<PipelineDetail>, JobError> {
+        let Some(pipeline) = self.store.get::<Pipeline>(id)? else { return Ok(None) };
+        Ok(Some(self.detail_of(pipeline)?))
+    }
+
+    fn detail_of(&self, pipeline: Pipeline) -> Result<PipelineDetail, JobError> {
+        let mut jobs = Vec::with_capacity(pipeline.jobs.len());
+        for m in &pipeline.jobs {
+            jobs.push(PipelineJob {
+                name: m.name.clone(),
+                id: m.job_id.clone(),
+                depends_on: m.depends_on.clone(),
+                job: self.store.get::<Job>(&m.job_id)?,
+            });
+        }
+        let states: Vec<Option<JobState>> = jobs.iter().map(|j| j.job.as_ref().map(|j| j.state)).collect();
+        let state = PipelineState::of(&states, pipeline.cancelled_by.is_some());
+        Ok(PipelineDetail { pipeline, state, jobs })
+    }
+
+    /// Pipelines (of one tenant, or all), oldest first.
+    pub fn pipelines(&self, tenant: Option<&str>) -> Result<Vec<PipelineDetail>, JobError> {
+        let mut all = match tenant {
+            Some(t) => self.store.find(PipelinesOfTenant(t))?,
+            None => self.store.scan::<Pipeline>()?,
+        };
+        all.sort_by(|a, b| (a.submitted_at_ms, &a.id).cmp(&(b.submitted_at_ms, &b.id)));
+        all.into_iter().map(|p| self.detail_of(p)).collect()
+    }
+
+    /// Cancels every job of the pipeline that has not ended, in one transaction; the control loop
+    /// deletes their fleets as for a cancelled job.
+    pub fn cancel_pipeline(&self, id: &str, by: &str) -> Result<PipelineDetail, JobError> {
+        let now = self.clock.now_ms();
+        let outcome = self.store.transaction(|tx| {
+            let Some(mut pipeline) = tx.get::<Pipeline>(id)? else { return Ok(Err(None)) };
+            let mut open = Vec::new();
+            for m in &pipeline.jobs {
+                if let Some(job) = tx.get::<Job>(&m.job_id)?
+                    && !job.state.is_final()
+                {
+                    open.push(job);
+                }
+            }
+            if open.is_empty() {
+                return Ok(Err(Some(format!("pipeline {id} has already ended"))));
+            }
+            let why = format!("pipeline {id} cancelled by {by}");
+            for mut job in open {
+                job.set_state(JobState::Cancelled, now);
+                job.end_reason = Some(why.clone());
+                tx.put(&job)?;
+                record_event(tx, &job, now, EventKind::Cancelled, why.clone(), serde_json::Value::Null)?;
+            }
+            pipeline.cancelled_by = Some(by.to_string());
+            tx.put(&pipeline)?;
+            Ok(Ok(()))
+        })?;
+        match outcome {
+            Ok(()) => {
+                self.flush()?;
+                self.wake.notify_one();
+                self.pipeline(id)?.ok_or_else(|| JobError::NotFound(id.to_string()))
+            }
+            Err(None) => Err(JobError::NotFound(id.to_string())),
+            Err(Some(msg)) => Err(JobError::Conflict(msg)),
+        }
+    }
+}
