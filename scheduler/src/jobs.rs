@@ -182,30 +182,15 @@ impl JobService {
         tenant: Option<&str>,
         idempotency_key: Option<&str>,
     ) -> Result<Submitted, JobError> {
-        if let (Some(t), Some(obj)) = (tenant, value.as_object_mut()) {
-            match obj.get("tenant").and_then(|v| v.as_str()) {
-                Some(given) if given != t => {
-                    let mut e = FieldErrors::default();
-                    e.push("tenant", format!("this token may only submit for tenant {t:?}"));
-                    return Err(JobError::Invalid(e));
-                }
-                _ => {
-                    obj.insert("tenant".into(), serde_json::Value::String(t.to_string()));
-                }
-            }
-        }
-        let now = self.clock.now_ms();
-        let now_dt = time::OffsetDateTime::from_unix_timestamp_nanos(now as i128 * 1_000_000)
-            .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+        scope_to_tenant(&mut value, tenant)?;
+        let now_dt = self.now_datetime();
         let spec = JobSpec::from_value_checked(value, &self.catalog, now_dt).map_err(JobError::Invalid)?;
         self.accept(spec, idempotency_key, None)
     }
 
     /// Validates and accepts a parsed spec.
     pub fn submit(&self, spec: JobSpec, idempotency_key: Option<&str>) -> Result<Submitted, JobError> {
-        let now = self.clock.now_ms();
-        let now_dt = time::OffsetDateTime::from_unix_timestamp_nanos(now as i128 * 1_000_000)
-            .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+        let now_dt = self.now_datetime();
         spec.validate(&self.catalog, now_dt).map_err(JobError::Invalid)?;
         self.accept(spec, idempotency_key, None)
     }
@@ -408,5 +393,28 @@ impl JobService {
     /// Events from the global log, starting at `from_seq`.
     pub fn events_from(&self, from_seq: u64, limit: usize) -> Result<Vec<Event>, JobError> {
         Ok(self.store.events_from(from_seq, limit)?)
+    }
+
+    /// Now on the scheduler's clock, as the spec reader takes it (deadlines are checked against it).
+    fn now_datetime(&self) -> time::OffsetDateTime {
+        time::OffsetDateTime::from_unix_timestamp_nanos(self.clock.now_ms() as i128 * 1_000_000)
+            .unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
+    }
+}
+
+/// Holds a submission to the one tenant its token may submit for: a body naming another tenant is
+/// refused (naming the field), one naming none is given it. `None`: the caller may submit for any.
+pub(crate) fn scope_to_tenant(value: &mut serde_json::Value, tenant: Option<&str>) -> Result<(), JobError> {
+    let (Some(t), Some(obj)) = (tenant, value.as_object_mut()) else { return Ok(()) };
+    match obj.get("tenant").and_then(|v| v.as_str()) {
+        Some(given) if given != t => {
+            let mut e = FieldErrors::default();
+            e.push("tenant", format!("this token may only submit for tenant {t:?}"));
+            Err(JobError::Invalid(e))
+        }
+        _ => {
+            obj.insert("tenant".into(), serde_json::Value::String(t.to_string()));
+            Ok(())
+        }
     }
 }

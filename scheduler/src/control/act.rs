@@ -18,7 +18,7 @@ use super::snapshot::Snapshot;
 use super::{Controller, LoopState};
 use crate::cloud::{CloudError, FleetRequest, TAG_ATTEMPT, TAG_JOB};
 use crate::jobs::record_event;
-use crate::model::{Attempt, EventKind, Job, Priority};
+use crate::model::{Attempt, EventKind, FleetOperation, Job, Priority};
 use crate::records::{Tenant, attempt_key};
 
 /// Fleet deletions run side by side, at most this many at a time (a delete is a long-running
@@ -166,10 +166,39 @@ impl Controller {
         st: &mut LoopState,
         snap: &mut Snapshot,
         report: &mut RoundReport,
+        a: Attempt,
+    ) -> Result<Option<Refusal>, ControlError> {
+        let started = self.cloud.begin_create_fleet(&fleet_request(&a)).await;
+        self.follow_start(st, snap, report, a, started, "create")
+    }
+
+    /// Asks the cloud to grow a running attempt's fleet to its `growing_to`; `Some` when the cloud
+    /// refused at once (the round's `fail_refused` then takes the growth back).
+    async fn resize(
+        &self,
+        st: &mut LoopState,
+        snap: &mut Snapshot,
+        report: &mut RoundReport,
+        a: Attempt,
+    ) -> Result<Option<Refusal>, ControlError> {
+        let started = self.cloud.begin_resize_fleet(&fleet_request(&a)).await;
+        self.follow_start(st, snap, report, a, started, "resize")
+    }
+
+    /// What a create or a resize leads to: an accepted operation is recorded on the attempt (and
+    /// polled no sooner than the cloud asked); a retryable error defers it to a later round as the
+    /// error policy says; any other error is a refusal for the round to settle.
+    fn follow_start(
+        &self,
+        st: &mut LoopState,
+        snap: &mut Snapshot,
+        report: &mut RoundReport,
         mut a: Attempt,
+        started: Result<FleetOperation, CloudError>,
+        what: &str,
     ) -> Result<Option<Refusal>, ControlError> {
         let key = attempt_key(&a.job_id, a.number);
-        match self.cloud.begin_create_fleet(&fleet_request(&a)).await {
+        match started {
             Ok(op) => {
                 // The cloud says when the operation is worth polling: not before.
                 if op.retry_after_ms > 0 {
@@ -183,40 +212,7 @@ impl Controller {
                 Ok(None)
             }
             Err(e) if e.is_retryable() => {
-                tracing::debug!(fleet = %a.fleet_name, error = %e, "create deferred");
-                report.cloud_errors += 1;
-                if let Some(after) = error_policy::requeue_after_ms(&e) {
-                    st.look_again.insert(key, snap.now.saturating_add(after));
-                }
-                Ok(None)
-            }
-            Err(e) => Ok(Some((a, e))),
-        }
-    }
-
-    /// Asks the cloud to grow a running attempt's fleet to its `growing_to`; `Some` when the cloud
-    /// refused at once (the round's `fail_refused` then takes the growth back).
-    async fn resize(
-        &self,
-        st: &mut LoopState,
-        snap: &mut Snapshot,
-        report: &mut RoundReport,
-        mut a: Attempt,
-    ) -> Result<Option<Refusal>, ControlError> {
-        let key = attempt_key(&a.job_id, a.number);
-        match self.cloud.begin_resize_fleet(&fleet_request(&a)).await {
-            Ok(op) => {
-                if op.retry_after_ms > 0 {
-                    let after = i64::try_from(op.retry_after_ms).unwrap_or(i64::MAX);
-                    st.look_again.insert(key, snap.now.saturating_add(after));
-                }
-                a.operation = Some(op);
-                self.store.put(&a)?;
-                snap.put_attempt(&a);
-                Ok(None)
-            }
-            Err(e) if e.is_retryable() => {
-                tracing::debug!(fleet = %a.fleet_name, error = %e, "resize deferred");
+                tracing::debug!(fleet = %a.fleet_name, error = %e, "{what} deferred");
                 report.cloud_errors += 1;
                 if let Some(after) = error_policy::requeue_after_ms(&e) {
                     st.look_again.insert(key, snap.now.saturating_add(after));

@@ -5,10 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use super::{JobError, JobService, record_event, submitted_message};
+use super::{JobError, JobService, record_event, scope_to_tenant, submitted_message};
 use crate::model::{
-    Dependency, EventKind, FieldErrors, Job, JobState, Pipeline, PipelineLink, PipelineMember, PipelineSpec,
-    PipelineState,
+    Dependency, EventKind, Job, JobState, Pipeline, PipelineLink, PipelineMember, PipelineSpec, PipelineState,
 };
 use crate::records::{Lookup, PipelineKey, PipelinesOfTenant};
 
@@ -46,21 +45,8 @@ impl JobService {
         tenant: Option<&str>,
         idempotency_key: Option<&str>,
     ) -> Result<(PipelineDetail, bool), JobError> {
-        if let (Some(t), Some(obj)) = (tenant, value.as_object_mut()) {
-            match obj.get("tenant").and_then(|v| v.as_str()) {
-                Some(given) if given != t => {
-                    let mut e = FieldErrors::default();
-                    e.push("tenant", format!("this token may only submit for tenant {t:?}"));
-                    return Err(JobError::Invalid(e));
-                }
-                _ => {
-                    obj.insert("tenant".into(), serde_json::Value::String(t.to_string()));
-                }
-            }
-        }
-        let now = self.clock.now_ms();
-        let now_dt = time::OffsetDateTime::from_unix_timestamp_nanos(now as i128 * 1_000_000)
-            .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+        scope_to_tenant(&mut value, tenant)?;
+        let now_dt = self.now_datetime();
         let spec = PipelineSpec::from_value_checked(value, &self.catalog, now_dt).map_err(JobError::Invalid)?;
         self.accept_pipeline(spec, idempotency_key)
     }
