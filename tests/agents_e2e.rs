@@ -265,6 +265,15 @@ default_spot_eviction_rate_per_hour = 0.0
 cores = 100
 low_priority_cores = 100
 family = 100
+# Spot only in eastus and regular only in westus3, by quota, which Azure shows: the simulated cloud,
+# like Azure, hides where there is room, so without it a placement may first be tried (and refused)
+# where the capacity below has none.
+[[cloud.quota]]
+region = "westus3"
+low_priority_cores = 0
+[[cloud.quota]]
+region = "eastus"
+cores = 0
 [[cloud.capacity]]
 region = "eastus"
 size = "Standard_NC4as_T4_v3"

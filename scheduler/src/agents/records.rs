@@ -213,7 +213,7 @@ impl AttemptWork {
     /// such an attempt at once (make before break: the old one goes once the new one runs).
     pub fn needs_replacement(&self) -> Option<&'static str> {
         if self.notice_at_ms.is_some() {
-            Some("a preemption notice")
+            Some(PREEMPTION_NOTICE)
         } else if self.lost_at_ms.is_some() {
             Some("a VM whose agent stopped sending heartbeats")
         } else if self.unregistered_at_ms.is_some() {
@@ -223,6 +223,10 @@ impl AttemptWork {
         }
     }
 }
+
+/// Why an attempt with a preemption notice is replaced ([`AttemptWork::needs_replacement`]): the
+/// control loop also reads it as Azure reclaiming that spot offer.
+pub const PREEMPTION_NOTICE: &str = "a preemption notice";
 
 impl Record for AttemptWork {
     const TABLE: TableDef = TableDef { name: "attempt_work", indexes: &[IndexDef { name: "job", pointer: "/job_id" }] };

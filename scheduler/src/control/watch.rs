@@ -10,6 +10,7 @@ use super::actions::{Change, JobEdit};
 use super::error_policy;
 use super::snapshot::{Seen, Snapshot};
 use super::{ControlConfig, LoopState};
+use crate::agents::records::PREEMPTION_NOTICE;
 use crate::catalog::Catalog;
 use crate::cloud::{CloudError, ProvisioningState};
 use crate::model::{Attempt, AttemptState, EventKind, FailureClass, Job, JobState, Priority};
@@ -81,6 +82,7 @@ pub(crate) fn watch(
         None => false,
     };
     let mut lost_block = None;
+    let mut notice_block = None;
     if observed < a.vms {
         lost_vms(st, &mut a, &mut job, observed, now, &mut events, &mut out);
         let degraded = observed == 0 || now - a.below_min_since_ms.unwrap_or(now) >= config.below_min_grace_ms;
@@ -136,9 +138,19 @@ pub(crate) fn watch(
             a.number
         );
         events.push((EventKind::Migrating, msg));
+        // A preemption notice is Azure taking that spot capacity back: the replacement, placed in
+        // this same round, must not ask the offer being reclaimed (Azure shows no capacity to tell).
+        if why == PREEMPTION_NOTICE
+            && a.priority == Priority::Spot
+            && st.world.block_for(&a.region, &a.size, &a.family, a.priority, now).is_none()
+        {
+            let b = error_policy::spot_eviction_block(&a.region, &a.size, now);
+            st.world.add_block(b.clone());
+            notice_block = Some(b);
+        }
     }
     a.running_vms = observed;
-    let blocks: Vec<_> = growth_block.into_iter().chain(lost_block).collect();
+    let blocks: Vec<_> = growth_block.into_iter().chain(lost_block).chain(notice_block).collect();
     if out.delete_fleet {
         // Nothing left to keep running: end the attempt now so the job is placed afresh.
         a.state = AttemptState::Failed;
