@@ -5,10 +5,10 @@
 mod e2e_support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use e2e_support::{Server, admin_get, client, job_detail, temp_dir, wait_state};
+use e2e_support::{Server, admin_get, cli, client, events_of, job_detail, temp_dir, text, wait_state};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -26,33 +26,9 @@ async fn submit(s: &Server, spec: &Value) -> String {
     body["id"].as_str().unwrap().to_string()
 }
 
-fn cli(s: &Server, dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_spillway"))
-        .args(args)
-        .env("SPILLWAY_URL", &s.url)
-        .env("SPILLWAY_DATA_DIR", dir.join("data"))
-        .env_remove("SPILLWAY_TOKEN")
-        .output()
-        .unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
-
 /// A job on one-GPU T4 VMs, which the bundled scenario places at once.
 fn job(name: &str, gpus: u32, run: &str) -> Value {
     json!({"name": name, "kind": "training", "gpus": gpus, "sizes": ["Standard_NC4as_T4_v3"], "spot": "never", "run": run})
-}
-
-fn events_of(d: &Value, kind: &str) -> Vec<String> {
-    d["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["kind"] == kind)
-        .map(|e| e["message"].as_str().unwrap().to_string())
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -8,9 +8,8 @@
 mod e2e_support;
 
 use std::path::Path;
-use std::process::{Command, Output};
 
-use e2e_support::{Server, admin_get, client, job_detail, temp_dir, wait_state};
+use e2e_support::{Server, admin_get, cli, client, events_of, job_detail, temp_dir, text, wait_state};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -28,30 +27,6 @@ async fn post(s: &Server, token: &str, body: &Value) -> (StatusCode, Value) {
     let r = client().post(format!("{}/v1/pipelines", s.url)).bearer_auth(token).json(body).send().await.unwrap();
     let status = r.status();
     (status, r.json().await.unwrap())
-}
-
-fn events_of(d: &Value, kind: &str) -> Vec<String> {
-    d["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["kind"] == kind)
-        .map(|e| e["message"].as_str().unwrap().to_string())
-        .collect()
-}
-
-fn cli(s: &Server, dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_spillway"))
-        .args(args)
-        .env("SPILLWAY_URL", &s.url)
-        .env("SPILLWAY_DATA_DIR", dir.join("data"))
-        .env_remove("SPILLWAY_TOKEN")
-        .output()
-        .unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
 async fn wait_pipeline(s: &Server, id: &str, secs: u64) -> Value {

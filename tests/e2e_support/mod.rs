@@ -6,7 +6,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -299,4 +299,32 @@ impl Rng {
     pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
         lo + self.next() % (hi - lo).max(1)
     }
+}
+
+/// Runs the `spillway` CLI against `s` as the admin of its data directory under `dir` (no token
+/// from the environment), as a user on the server's machine would.
+pub fn cli(s: &Server, dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(args)
+        .env("SPILLWAY_URL", &s.url)
+        .env("SPILLWAY_DATA_DIR", dir.join("data"))
+        .env_remove("SPILLWAY_TOKEN")
+        .output()
+        .unwrap()
+}
+
+/// A command's stdout and stderr together, for assertions and failure messages.
+pub fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// The messages of a job detail's events of one kind, oldest first.
+pub fn events_of(d: &Value, kind: &str) -> Vec<String> {
+    d["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == kind)
+        .map(|e| e["message"].as_str().unwrap().to_string())
+        .collect()
 }

@@ -52,16 +52,9 @@ impl Controller {
                 Action::Place(change) => refused.extend(self.place(st, snap, report, &change).await?),
                 Action::Create(a) => refused.extend(self.create(st, snap, report, a).await?),
                 Action::Grow(change) => {
-                    let Some(applied) = self.write(snap, &change)? else { continue };
-                    if self.config.durable {
-                        self.store.flush()?;
+                    if !self.record_placement(snap, report, &change)? {
+                        continue;
                     }
-                    if applied.events.iter().any(|(k, _, _)| *k == EventKind::Failover) {
-                        report.failovers += 1;
-                        self.metrics.failovers.inc();
-                    }
-                    report.placements += 1;
-                    self.metrics.placements.inc();
                     if let Some(a) = change.attempts_with_job.first().cloned() {
                         refused.extend(self.resize(st, snap, report, a).await?);
                     }
@@ -145,7 +138,23 @@ impl Controller {
         report: &mut RoundReport,
         change: &Change,
     ) -> Result<Option<Refusal>, ControlError> {
-        let Some(applied) = self.write(snap, change)? else { return Ok(None) };
+        if !self.record_placement(snap, report, change)? {
+            return Ok(None);
+        }
+        let Some(attempt) = change.attempts_with_job.first().cloned() else { return Ok(None) };
+        st.breakers.record_attempt(&attempt.region, snap.now);
+        self.create(st, snap, report, attempt).await
+    }
+
+    /// Writes a placement's (or a growth's) intent durably before the cloud is asked, and counts it
+    /// (and a failover it answers); `false` when the change no longer applied.
+    fn record_placement(
+        &self,
+        snap: &mut Snapshot,
+        report: &mut RoundReport,
+        change: &Change,
+    ) -> Result<bool, ControlError> {
+        let Some(applied) = self.write(snap, change)? else { return Ok(false) };
         if self.config.durable {
             self.store.flush()?;
         }
@@ -155,9 +164,7 @@ impl Controller {
         }
         report.placements += 1;
         self.metrics.placements.inc();
-        let Some(attempt) = change.attempts_with_job.first().cloned() else { return Ok(None) };
-        st.breakers.record_attempt(&attempt.region, snap.now);
-        self.create(st, snap, report, attempt).await
+        Ok(true)
     }
 
     /// Asks the cloud for an attempt's fleet; `Some` when the cloud refused at once.
