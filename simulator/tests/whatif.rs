@@ -364,7 +364,7 @@ async fn the_html_report_is_self_contained_with_the_policies_compared_and_two_ch
 
 #[test]
 fn every_bundled_scenario_parses_and_the_default_is_the_embedded_one() {
-    for name in ["default", "region-outage", "spot-storm", "philly-week", "philly-full"] {
+    for name in ["default", "region-outage", "spot-storm", "philly-week", "philly-full", "pipelines-week"] {
         Scenario::load(&scenarios().join(format!("{name}.toml"))).unwrap_or_else(|e| panic!("{name}: {e}"));
     }
     let on_disk = std::fs::read_to_string(scenarios().join("default.toml")).unwrap();
@@ -559,4 +559,128 @@ path = "jobs.jsonl"
     let err = Scenario::parse(&text(0), &dir, "bad-size").unwrap_err().to_string();
     assert!(err.contains("sizes[0].vcpus"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A day in three regions with most jobs chained into pipelines of 2–3 stages, rounds every five
+/// minutes: small enough for a debug-build test.
+fn pipelines_day(extra: &str) -> Scenario {
+    let text = format!(
+        r#"
+[experiment]
+kind = "what-if"
+
+[scenario]
+name = "pipelines-day"
+start = "2026-01-05T00:00:00Z"
+horizon_hours = 24
+interval_seconds = 300
+seed = 7
+policies = ["spillway", "greedy-failover", "skypilot-like", "single-region", "regular-only"]
+
+[cloud]
+regions = ["eastus", "southcentralus", "westus3"]
+sizes = ["Standard_NC24ads_A100_v4", "Standard_NC48ads_A100_v4", "Standard_NC96ads_A100_v4"]
+provisioning_seconds = 120
+default_capacity_vms = 4
+default_spot_eviction_rate_per_hour = 0.05
+
+[cloud.default_quota]
+cores = 400
+low_priority_cores = 96
+family = 96
+
+[workload]
+source = "synthetic"
+jobs_per_hour = 1.5
+
+[workload.mapping]
+gpu_models = ["A100"]
+max_gpus = 4
+max_duration_hours = 3
+spot_max_hours = 2
+
+[workload.pipelines]
+{extra}
+"#
+    );
+    Scenario::parse(&text, &scenarios(), "pipelines-day").expect("pipelines scenario is valid")
+}
+
+#[tokio::test]
+async fn pipelines_run_in_order_under_every_policy_with_their_egress_counted() {
+    use std::collections::{BTreeMap, BTreeSet};
+    let s = pipelines_day("fraction = 0.6\nstages = [2, 3]\noutput_gb = [100, 400]\ndeadline_slack = 2.0");
+    let jobs = load_workload(&s).expect("workload");
+    let stages: Vec<_> = jobs.iter().filter_map(|j| j.pipeline.as_ref().map(|st| (j, st))).collect();
+    let pipelines: BTreeSet<&str> = stages.iter().map(|(_, st)| st.link.pipeline_id.as_str()).collect();
+    assert!(
+        stages.len() * 5 >= jobs.len() * 2 && pipelines.len() >= 4,
+        "{} of {} jobs chained",
+        stages.len(),
+        jobs.len()
+    );
+    for (j, st) in &stages {
+        assert_eq!(j.spec.tenant, st.spec.tenant, "one tenant per pipeline");
+        assert!(j.spec.deadline.is_some_and(|d| d <= st.spec.deadline.unwrap()), "{}: its share of the deadline", j.id);
+    }
+    let r = run_scenario(&s, &no_timing()).await.expect("runs");
+    eprintln!("{}", r.to_table());
+    check_conservation(&r, jobs.len());
+    let mut moved = 0;
+    for run in &r.runs {
+        let name = &run.summary.name;
+        let by_id: BTreeMap<&str, _> = run.jobs.iter().map(|o| (o.id.as_str(), o)).collect();
+        for (j, st) in &stages {
+            let o = by_id[j.id.as_str()];
+            for dep in &st.link.depends_on {
+                let d = by_id[dep.job_id.as_str()];
+                if let Some(first) = o.attempts.first() {
+                    assert!(
+                        d.outcome == Outcome::Completed && d.finished_ms.is_some_and(|f| f <= first.started_ms),
+                        "{name}: {} started at {} before its dependency {} ended ({:?})",
+                        j.id,
+                        first.started_ms,
+                        d.id,
+                        d.finished_ms
+                    );
+                }
+            }
+        }
+        let p = run.summary.pipelines.as_ref().expect("the workload has pipelines");
+        assert_eq!(p.submitted as usize, pipelines.len(), "{name}");
+        assert!(p.finished > 0, "{name}: {p:?}");
+        assert!((p.egress_usd - p.egress_gb * 0.02).abs() < 1e-3, "{name}: {p:?}");
+        assert_eq!(p.stages_moved > 0, p.egress_gb > 0.0, "{name}: a moved stage pays for its input: {p:?}");
+        moved += p.stages_moved;
+    }
+    assert!(moved > 0, "some policy ran a stage away from its input: {}", r.to_table());
+    let sp = r.policy("spillway").unwrap().summary.pipelines.clone().unwrap();
+    let gr = r.policy("greedy-failover").unwrap().summary.pipelines.clone().unwrap();
+    assert!(sp.finished >= gr.finished, "spillway {sp:?} vs greedy {gr:?}");
+    assert!(sp.deadline_misses <= gr.deadline_misses, "spillway {sp:?} vs greedy {gr:?}");
+    assert!(sp.makespan_p95_hours <= gr.makespan_p95_hours, "spillway {sp:?} vs greedy {gr:?}");
+    assert!(r.to_table().contains("MAKESPAN P50 H") && r.to_html().contains("<h2>Pipelines</h2>"));
+    assert!(r.to_json().contains("\"egress_usd\""));
+}
+
+#[test]
+fn pipeline_workload_errors_name_their_fields() {
+    let text = std::fs::read_to_string(scenarios().join("pipelines-week.toml")).unwrap();
+    let bad = text
+        .replace("fraction = 0.4", "fraction = 1.5")
+        .replace("stages = [2, 4]", "stages = [1, 4]")
+        .replace("output_gb = [50, 500]", "output_gb = [500]")
+        .replace("deadline_slack = 1.5 ", "deadline_slack = 0.5 ");
+    let err = Scenario::parse(&bad, &scenarios(), "bad").unwrap_err().to_string();
+    for field in [
+        "workload.pipelines.fraction",
+        "workload.pipelines.stages",
+        "workload.pipelines.output_gb",
+        "workload.pipelines.deadline_slack",
+    ] {
+        assert!(err.contains(field), "{field} missing from: {err}");
+    }
+    let typo = text.replace("stages = [2, 4]", "stage = [2, 4]");
+    let err = Scenario::parse(&typo, &scenarios(), "typo").unwrap_err().to_string();
+    assert!(err.contains("pipelines") && err.contains("stage"), "{err}");
 }

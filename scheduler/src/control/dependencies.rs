@@ -4,23 +4,39 @@
 //! `on_dependency_failure = "run"`, in which case it waits for every dependency to end and runs.
 //! A job that may run takes, by default, its dependencies' data: the region the dependency that
 //! left the most output last ran in, and that output's size, so the solver's egress term keeps a
-//! chain in one region unless moving pays. The one home of these rules.
+//! chain in one region unless moving pays. The one home of these rules: the control loop applies
+//! them through [`gate`] (from its snapshot), the what-if baselines through [`gate_link`] (from
+//! their own records of the jobs).
 
 use std::collections::BTreeMap;
 
 use super::snapshot::Snapshot;
-use crate::model::{Job, JobState, OnDependencyFailure};
+use crate::model::{Job, JobState, OnDependencyFailure, PipelineLink};
 
 /// Whether a job may be placed, as far as its dependencies go.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Gate {
+pub enum Gate {
     /// It may; with where its input data lies and how much of it there is, when its dependencies
     /// say (the job's own `data_region` takes precedence).
-    Ready { data: Option<(String, Option<f64>)> },
+    Ready {
+        /// The region holding its input, and the input's size in GB when declared.
+        data: Option<(String, Option<f64>)>,
+    },
     /// Not yet: why.
     Wait(String),
     /// Never: a dependency failed or was cancelled; why.
     Fail(String),
+}
+
+/// What the gate needs to know of one dependency.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Upstream<'a> {
+    /// Its state now.
+    pub state: JobState,
+    /// The region its last attempt that reached running ran in (none: it never ran).
+    pub last_region: Option<&'a str>,
+    /// The output it declared for its dependants, GB.
+    pub output_gb: Option<f64>,
 }
 
 /// How a dependency stands.
@@ -30,14 +46,26 @@ enum Ended {
     Otherwise(String),
 }
 
-/// The gate of one open job.
+/// The gate of one open job, from the loop's snapshot.
 pub(crate) fn gate(snap: &Snapshot, job: &Job) -> Gate {
     let Some(link) = &job.pipeline else { return Gate::Ready { data: None } };
+    gate_link(link, |id| {
+        let stored = snap.jobs.get(id).or_else(|| snap.upstream.get(id))?;
+        Some(Upstream {
+            state: stored.state,
+            last_region: snap.upstream_regions.get(id).map(String::as_str),
+            output_gb: stored.pipeline.as_ref().and_then(|l| l.output_gb),
+        })
+    })
+}
+
+/// The gate of a job of a pipeline, given how each of its dependencies stands by job id (`None`:
+/// no record of it).
+pub fn gate_link<'a>(link: &PipelineLink, upstream: impl Fn(&str) -> Option<Upstream<'a>>) -> Gate {
     let mut waiting = Vec::new();
     let mut failed = Vec::new();
     for dep in &link.depends_on {
-        let stored = snap.jobs.get(&dep.job_id).or_else(|| snap.upstream.get(&dep.job_id));
-        let ended = match stored.map(|j| j.state) {
+        let ended = match upstream(&dep.job_id).map(|u| u.state) {
             Some(JobState::Succeeded) => Ended::Succeeded,
             Some(s) if s.is_final() => Ended::Otherwise(format!("dependency {} {}", dep.name, ended_word(s))),
             Some(_) => Ended::Not,
@@ -58,26 +86,23 @@ pub(crate) fn gate(snap: &Snapshot, job: &Job) -> Gate {
     if !waiting.is_empty() {
         return Gate::Wait(format!("waiting for {}", waiting.join(", ")));
     }
-    Gate::Ready { data: input_data(snap, job) }
+    Gate::Ready { data: input_data(link, &upstream) }
 }
 
 /// Where a ready job's input lies: the region holding the most declared output of its
 /// dependencies (the first dependency's region when none declares any), and that output in GB.
-fn input_data(snap: &Snapshot, job: &Job) -> Option<(String, Option<f64>)> {
-    let link = job.pipeline.as_ref()?;
+fn input_data<'a>(
+    link: &PipelineLink,
+    upstream: &impl Fn(&str) -> Option<Upstream<'a>>,
+) -> Option<(String, Option<f64>)> {
     let mut by_region: BTreeMap<&str, Option<f64>> = BTreeMap::new();
     let mut first = None;
     for dep in &link.depends_on {
-        let Some(region) = snap.upstream_regions.get(&dep.job_id) else { continue };
-        first.get_or_insert(region.as_str());
-        let output = snap
-            .jobs
-            .get(&dep.job_id)
-            .or_else(|| snap.upstream.get(&dep.job_id))
-            .and_then(|j| j.pipeline.as_ref())
-            .and_then(|l| l.output_gb);
-        let entry = by_region.entry(region.as_str()).or_default();
-        if let Some(gb) = output {
+        let Some(up) = upstream(&dep.job_id) else { continue };
+        let Some(region) = up.last_region else { continue };
+        first.get_or_insert(region);
+        let entry = by_region.entry(region).or_default();
+        if let Some(gb) = up.output_gb {
             *entry = Some(entry.unwrap_or(0.0) + gb);
         }
     }

@@ -62,6 +62,7 @@ mod world;
 pub use breaker::{BreakerConfig, BreakerState, RegionBreakers};
 pub use deadline::{DeadlineChoice, apply_deadline_choice, deadline_managed};
 pub use demand::{DemandPart, Held, MIN_REPLICA_BOOST, RESTART_MARGIN_HOURS, demands};
+pub use dependencies::{Gate, Upstream, gate_link};
 pub use driver::{DriverConfig, RoundHealth, RoundStatus, run_forever};
 pub use metrics::{ClassLabel, ControlMetrics, FilterLabel, OfferLabel, StateLabel};
 pub use round::{ControlError, RoundReport};

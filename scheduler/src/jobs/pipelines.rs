@@ -1,14 +1,12 @@
 //! Accepting, reading and cancelling pipelines. A pipeline is accepted whole or not at all: its
-//! record, every job (each an ordinary job, carrying its [`PipelineLink`]) and their `submitted`
+//! record, every job (each an ordinary job, carrying its [`PipelineLink`](crate::model::PipelineLink)) and their `submitted`
 //! events are written in one transaction. Whether a job may be placed yet is the control loop's
 //! decision (`control::dependencies`), made from the links.
 
 use std::collections::BTreeMap;
 
 use super::{JobError, JobService, record_event, scope_to_tenant, submitted_message};
-use crate::model::{
-    Dependency, EventKind, Job, JobState, Pipeline, PipelineLink, PipelineMember, PipelineSpec, PipelineState,
-};
+use crate::model::{EventKind, Job, JobState, Pipeline, PipelineMember, PipelineSpec, PipelineState};
 use crate::records::{Lookup, PipelineKey, PipelinesOfTenant};
 
 /// A pipeline with its jobs as they are now.
@@ -48,36 +46,47 @@ impl JobService {
         scope_to_tenant(&mut value, tenant)?;
         let now_dt = self.now_datetime();
         let spec = PipelineSpec::from_value_checked(value, &self.catalog, now_dt).map_err(JobError::Invalid)?;
-        self.accept_pipeline(spec, idempotency_key)
+        self.accept_pipeline(spec, idempotency_key, None)
+    }
+
+    /// Accepts a pipeline under ids the caller chose: the pipeline's and each job's by name (the
+    /// what-if simulator's deterministic ids). The spec must have been validated.
+    pub fn submit_pipeline_with_ids(
+        &self,
+        spec: PipelineSpec,
+        pipeline_id: &str,
+        job_ids: &BTreeMap<String, String>,
+    ) -> Result<PipelineDetail, JobError> {
+        if let Some(j) = spec.jobs.iter().find(|j| !job_ids.contains_key(&j.spec.name)) {
+            return Err(JobError::Conflict(format!("no id given for pipeline job {}", j.spec.name)));
+        }
+        let (detail, _) = self.accept_pipeline(spec, None, Some((pipeline_id.to_string(), job_ids.clone())))?;
+        Ok(detail)
     }
 
     fn accept_pipeline(
         &self,
         spec: PipelineSpec,
         idempotency_key: Option<&str>,
+        given_ids: Option<(String, BTreeMap<String, String>)>,
     ) -> Result<(PipelineDetail, bool), JobError> {
         let now = self.clock.now_ms();
-        let pipeline_id = self.new_id('p', now);
-        let ids: BTreeMap<&str, String> = spec.jobs.iter().map(|j| (j.spec.name.as_str(), self.next_id(now))).collect();
+        let (pipeline_id, ids) = match given_ids {
+            Some(given) => given,
+            None => {
+                (self.new_id('p', now), spec.jobs.iter().map(|j| (j.spec.name.clone(), self.next_id(now))).collect())
+            }
+        };
         let deadlines = spec.job_deadlines();
+        let links = spec.links(&pipeline_id, &ids);
         let mut jobs = Vec::new();
         for i in spec.topological_order() {
             let j = &spec.jobs[i];
             let mut job_spec = j.spec.clone();
             // The pipeline's deadline, split along the critical path (the earlier, if the job has its own).
             job_spec.deadline = deadlines[i];
-            let mut job = Job::new(ids[j.spec.name.as_str()].clone(), job_spec, now);
-            job.pipeline = Some(PipelineLink {
-                pipeline_id: pipeline_id.clone(),
-                name: j.spec.name.clone(),
-                depends_on: j
-                    .depends_on
-                    .iter()
-                    .map(|d| Dependency { name: d.clone(), job_id: ids[d.as_str()].clone() })
-                    .collect(),
-                on_dependency_failure: j.on_dependency_failure.unwrap_or_default(),
-                output_gb: j.output_gb,
-            });
+            let mut job = Job::new(ids[&j.spec.name].clone(), job_spec, now);
+            job.pipeline = Some(links[i].clone());
             jobs.push(job);
         }
         let pipeline = Pipeline {
@@ -90,7 +99,7 @@ impl JobService {
                 .iter()
                 .map(|j| PipelineMember {
                     name: j.spec.name.clone(),
-                    job_id: ids[j.spec.name.as_str()].clone(),
+                    job_id: ids[&j.spec.name].clone(),
                     depends_on: j.depends_on.clone(),
                 })
                 .collect(),

@@ -297,6 +297,22 @@ impl PipelineSpec {
             .collect()
     }
 
+    /// Each job's link to the pipeline (in the order of `jobs`), given the pipeline's id and each
+    /// job's id by name: what the stored job carries and the control loop gates it by.
+    pub fn links(&self, pipeline_id: &str, ids: &BTreeMap<String, String>) -> Vec<PipelineLink> {
+        let id = |name: &str| ids.get(name).cloned().unwrap_or_default();
+        self.jobs
+            .iter()
+            .map(|j| PipelineLink {
+                pipeline_id: pipeline_id.to_string(),
+                name: j.spec.name.clone(),
+                depends_on: j.depends_on.iter().map(|d| Dependency { name: d.clone(), job_id: id(d) }).collect(),
+                on_dependency_failure: j.on_dependency_failure.unwrap_or_default(),
+                output_gb: j.output_gb,
+            })
+            .collect()
+    }
+
     /// The jobs in an order where every job comes after its dependencies (the spec is acyclic once
     /// validated); indexes into `jobs`.
     pub fn topological_order(&self) -> Vec<usize> {

@@ -23,6 +23,11 @@
 //!   later at the next round; when a pass has tried every candidate the job waits
 //!   [`SKYPILOT_RETRY_GAP_MS`] (`--retry-until-up`'s gap) before the next full pass. A lost VM
 //!   relaunches the job through the same passes, from the cheapest candidate.
+//! - Pipelines: a stage is held until its dependencies succeeded and fails with a failed one, by
+//!   the control loop's own rule (`scheduler::control::gate_link`); a stage that may start ranks
+//!   its offers then, at the prices of that moment. `skypilot-like` adds the egress of moving the
+//!   stage's input out of its data region to each offer's cost (SkyPilot's DAG optimiser counts
+//!   egress); the other two rank by price alone, as a broker that does not know where data lies.
 //! - `single-region`: each job uses its first allowed region only (the tenant's home region with
 //!   the trace mapping) and waits there. Each round it asks for the cheapest offer whose quota
 //!   pools (as the usages show them) have room for the whole job and that no failure has blocked;
@@ -38,7 +43,8 @@ use scheduler::accounting;
 use scheduler::clock::{Clock, ManualClock};
 use scheduler::cloud::{Cloud, CloudError, FleetOperation, FleetRequest, OperationStatus, TAG_ATTEMPT, TAG_JOB};
 use scheduler::control::error_policy::{self, Tried};
-use scheduler::model::{BlockedOffer, JobSpec, Priority, QuotaPool, SpotPolicy, fleet_name};
+use scheduler::control::{Gate, Upstream, gate_link};
+use scheduler::model::{BlockedOffer, JobSpec, JobState, PipelineLink, Priority, QuotaPool, SpotPolicy, fleet_name};
 
 use super::WhatIfError;
 use super::driver::{Driver, RoundState};
@@ -94,6 +100,29 @@ struct BJob {
     tried: Vec<bool>,
     /// `skypilot-like`: no new pass before this time.
     next_pass_ms: i64,
+    /// Its place in a pipeline, when it is a stage of one.
+    link: Option<PipelineLink>,
+    /// False while a stage waits for its dependencies.
+    ready: bool,
+    /// Why it failed without running (a dependency failed).
+    failed: Option<String>,
+}
+
+impl BJob {
+    /// The region its last attempt that reached running ran in: where its output lies.
+    fn last_region(&self) -> Option<&str> {
+        self.spans.iter().rev().find(|s| s.running_ms.is_some()).map(|s| s.region.as_str())
+    }
+
+    fn state(&self) -> JobState {
+        match (&self.phase, &self.failed) {
+            (Phase::Done, None) => JobState::Succeeded,
+            (Phase::Done, Some(_)) => JobState::Failed,
+            (Phase::Running { .. }, _) => JobState::Running,
+            (Phase::Provisioning { .. }, _) => JobState::Provisioning,
+            (Phase::Waiting, _) => JobState::Pending,
+        }
+    }
 }
 
 /// A baseline broker (`greedy-failover`, `skypilot-like` or `single-region`).
@@ -110,6 +139,8 @@ pub(crate) struct Broker {
     prices: BTreeMap<(String, String, Priority), f64>,
     /// `single-region`: what refusals and failed allocations blocked, by block key.
     blocks: BTreeMap<String, BlockedOffer>,
+    /// Index of each job by id (pipeline stages name their dependencies by id).
+    by_id: BTreeMap<String, usize>,
 }
 
 impl Broker {
@@ -126,6 +157,7 @@ impl Broker {
             start_ms,
             prices: BTreeMap::new(),
             blocks: BTreeMap::new(),
+            by_id: BTreeMap::new(),
         }
     }
 
@@ -156,8 +188,9 @@ impl Broker {
         moved
     }
 
-    /// Offers a job accepts, cheapest for the whole job first (ties: region, size, priority).
-    fn candidates(&self, spec: &JobSpec) -> Vec<Candidate> {
+    /// Offers a job accepts, cheapest for the whole job first (ties: region, size, priority);
+    /// `skypilot-like` counts moving the job's input `data` (region, GB) out of its region.
+    fn candidates(&self, spec: &JobSpec, data: Option<&(String, Option<f64>)>) -> Vec<Candidate> {
         let mut regions = spec.allowed_regions(&self.catalog);
         if self.policy == Policy::SingleRegion {
             regions.truncate(1);
@@ -188,8 +221,16 @@ impl Broker {
                 }
             }
         }
+        let hours = spec.duration_hours.unwrap_or(1.0);
+        let egress = |c: &Candidate| match data {
+            Some((from, Some(gb))) if self.policy == Policy::SkypilotLike && *from != c.region => {
+                gb * solver::DEFAULT_EGRESS_USD_PER_GB
+            }
+            _ => 0.0,
+        };
+        let cost = |c: &Candidate| c.price_per_vm * c.vms as f64 * hours + egress(c);
         out.sort_by(|a, b| {
-            (a.price_per_vm * a.vms as f64).total_cmp(&(b.price_per_vm * b.vms as f64)).then_with(|| {
+            cost(a).total_cmp(&cost(b)).then_with(|| {
                 (&a.region, &a.size, a.priority == Priority::Regular).cmp(&(
                     &b.region,
                     &b.size,
@@ -369,6 +410,45 @@ impl Broker {
     }
 }
 
+impl Broker {
+    /// Pipeline stages waiting for their dependencies, gated by the control loop's rule: one whose
+    /// dependencies succeeded ranks its offers now (from its input's region), one with a failed
+    /// dependency fails.
+    fn open_stages(&mut self, open: &[usize]) {
+        for &idx in open {
+            let j = &self.jobs[idx];
+            if j.ready || j.phase != Phase::Waiting {
+                continue;
+            }
+            let Some(link) = &j.link else { continue };
+            let gate = gate_link(link, |id| {
+                let dep = &self.jobs[*self.by_id.get(id)?];
+                Some(Upstream {
+                    state: dep.state(),
+                    last_region: dep.last_region(),
+                    output_gb: dep.link.as_ref().and_then(|l| l.output_gb),
+                })
+            });
+            match gate {
+                Gate::Wait(_) => {}
+                Gate::Fail(why) => {
+                    let j = &mut self.jobs[idx];
+                    j.phase = Phase::Done;
+                    j.failed = Some(why);
+                }
+                Gate::Ready { data } => {
+                    let candidates = self.candidates(&self.jobs[idx].spec, data.as_ref());
+                    let j = &mut self.jobs[idx];
+                    j.tried = vec![false; candidates.len()];
+                    j.candidates = candidates;
+                    j.cursor = 0;
+                    j.ready = true;
+                }
+            }
+        }
+    }
+}
+
 /// A broker's deletion: the simulated cloud never fails one, so a failure is a broken run, not a
 /// fleet to leave behind.
 async fn delete(cloud: &Arc<dyn Cloud>, fleet: &str) -> Result<(), WhatIfError> {
@@ -378,8 +458,9 @@ async fn delete(cloud: &Arc<dyn Cloud>, fleet: &str) -> Result<(), WhatIfError> 
 impl Driver for Broker {
     async fn submit(&mut self, job: &TraceJob) -> Result<(), WhatIfError> {
         let now = self.clock.now_ms();
-        let candidates = self.candidates(&job.spec);
+        let candidates = self.candidates(&job.spec, None);
         let candidates_len = candidates.len();
+        self.by_id.insert(job.id.clone(), self.jobs.len());
         self.open.push(self.jobs.len());
         self.jobs.push(BJob {
             id: job.id.clone(),
@@ -402,6 +483,9 @@ impl Driver for Broker {
             spans: Vec::new(),
             tried: vec![false; candidates_len],
             next_pass_ms: now,
+            link: job.pipeline.as_ref().map(|st| st.link.clone()),
+            ready: job.pipeline.is_none(),
+            failed: None,
         });
         Ok(())
     }
@@ -485,10 +569,12 @@ impl Driver for Broker {
                 }
             }
         }
+        self.open_stages(&open);
         // Place waiting jobs, in arrival order.
         let mut quota = if self.policy == Policy::SingleRegion { self.quota().await } else { BTreeMap::new() };
         for &idx in &open {
-            if self.jobs[idx].phase != Phase::Waiting || self.jobs[idx].candidates.is_empty() {
+            let j = &self.jobs[idx];
+            if j.phase != Phase::Waiting || !j.ready || j.candidates.is_empty() {
                 continue;
             }
             match self.policy {
@@ -526,7 +612,11 @@ impl Driver for Broker {
             .iter()
             .map(|j| JobOutcome {
                 id: j.id.clone(),
-                outcome: if j.phase == Phase::Done { Outcome::Completed } else { Outcome::Pending },
+                outcome: match (&j.phase, &j.failed) {
+                    (Phase::Done, None) => Outcome::Completed,
+                    (Phase::Done, Some(_)) => Outcome::Failed,
+                    _ => Outcome::Pending,
+                },
                 gpus: j.spec.gpus,
                 submitted_ms: j.submitted_ms,
                 first_running_ms: j.first_running_ms,

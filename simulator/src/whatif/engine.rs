@@ -390,6 +390,7 @@ pub(crate) async fn run_policy_observed(
     let counters = cloud.counters();
     let summary = summarize(
         policy,
+        jobs,
         &outcomes,
         end,
         counters.creates_refused + counters.creates_failed,
@@ -447,8 +448,10 @@ impl Driver for PolicyDriver {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn summarize(
     policy: Policy,
+    workload: &[TraceJob],
     jobs: &[JobOutcome],
     end: i64,
     failed_prov: u64,
@@ -490,6 +493,7 @@ fn summarize(
         evictions,
         lost_work_gpu_hours: jobs.iter().map(|j| j.lost_work_gpu_hours).sum(),
         wall_ms,
+        pipelines: super::report::pipelines_report(workload, jobs, end),
     }
 }
 

@@ -4,6 +4,7 @@
 //! what the loop knows of capacity it learns as on Azure (`tests/layering.rs` holds every policy to
 //! that).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use scheduler::Catalog;
@@ -34,6 +35,12 @@ pub(crate) struct LoopDriver {
     archived: Vec<JobOutcome>,
     failovers: Vec<Failover>,
     start_ms: i64,
+    /// Pipelines submitted (a pipeline is submitted whole with its first stage to arrive).
+    pipelines: BTreeSet<String>,
+    /// Jobs kept in the store after they end, with how many of their pipeline dependants have not
+    /// been archived yet: the loop reads an ended dependency from the store (a forgotten one fails
+    /// its dependants), so it stays until its last dependant has ended.
+    needed_by: BTreeMap<String, usize>,
 }
 
 impl LoopDriver {
@@ -65,7 +72,18 @@ impl LoopDriver {
             config,
             ControlMetrics::unregistered(),
         );
-        LoopDriver { store, jobs, ctl, no_spot, open: 0, archived: Vec::new(), failovers: Vec::new(), start_ms }
+        LoopDriver {
+            store,
+            jobs,
+            ctl,
+            no_spot,
+            open: 0,
+            archived: Vec::new(),
+            failovers: Vec::new(),
+            start_ms,
+            pipelines: BTreeSet::new(),
+            needed_by: BTreeMap::new(),
+        }
     }
 
     fn outcome(&mut self, job: &Job, attempts: &[Attempt]) -> JobOutcome {
@@ -121,8 +139,14 @@ impl LoopDriver {
         for s in [JobState::Succeeded, JobState::Failed, JobState::Cancelled] {
             for job in self.store.find(JobsBy::State(s)).map_err(store_err)? {
                 let attempts = self.attempts_of(&job.id)?;
-                if attempts.iter().any(|a| a.is_active()) {
+                if attempts.iter().any(|a| a.is_active()) || self.needed_by.get(&job.id).is_some_and(|&n| n > 0) {
                     continue;
+                }
+                self.needed_by.remove(&job.id);
+                for dep in job.pipeline.iter().flat_map(|l| &l.depends_on) {
+                    if let Some(n) = self.needed_by.get_mut(&dep.job_id) {
+                        *n = n.saturating_sub(1);
+                    }
                 }
                 let o = self.outcome(&job, &attempts);
                 self.archived.push(o);
@@ -149,6 +173,27 @@ impl LoopDriver {
 
 impl Driver for LoopDriver {
     async fn submit(&mut self, job: &TraceJob) -> Result<(), WhatIfError> {
+        if let Some(stage) = &job.pipeline {
+            for dep in &stage.link.depends_on {
+                *self.needed_by.entry(dep.job_id.clone()).or_default() += 1;
+            }
+            self.open += 1;
+            if !self.pipelines.insert(stage.link.pipeline_id.clone()) {
+                return Ok(());
+            }
+            let mut spec = (*stage.spec).clone();
+            for j in &mut spec.jobs {
+                if self.no_spot {
+                    j.spec.spot = Some(SpotPolicy::Never);
+                }
+            }
+            // Stage names are the workload's job ids.
+            let ids = spec.jobs.iter().map(|j| (j.spec.name.clone(), j.spec.name.clone())).collect();
+            self.jobs
+                .submit_pipeline_with_ids(spec, &stage.link.pipeline_id, &ids)
+                .map_err(|e| WhatIfError::Control(format!("pipeline {}: {e}", stage.link.pipeline_id)))?;
+            return Ok(());
+        }
         let mut spec = job.spec.clone();
         if self.no_spot {
             spec.spot = Some(SpotPolicy::Never);

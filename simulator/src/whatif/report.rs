@@ -9,6 +9,8 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use super::workload::{Stage, TraceJob};
+
 /// One policy's summary: the JSON keys of `spillway simulate --output json`, per policy.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PolicyReport {
@@ -45,6 +47,34 @@ pub struct PolicyReport {
     pub lost_work_gpu_hours: f64,
     /// Wall-clock milliseconds the policy's run took (0 with timing off).
     pub wall_ms: u64,
+    /// The pipelines of the workload, when it has any (`[workload.pipelines]`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pipelines: Option<PipelinesReport>,
+}
+
+/// How one policy did by the pipelines of a workload.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PipelinesReport {
+    /// Pipelines that arrived within the horizon.
+    pub submitted: u64,
+    /// Pipelines whose every stage completed.
+    pub finished: u64,
+    /// Pipelines with a failed stage.
+    pub failed: u64,
+    /// Median hours from a finished pipeline's arrival (its first stage's) to its last stage's end.
+    pub makespan_p50_hours: f64,
+    /// 95th percentile of the same.
+    pub makespan_p95_hours: f64,
+    /// Pipelines with a deadline that finished after it, failed, or were unfinished past it at the
+    /// end.
+    pub deadline_misses: u64,
+    /// Stage attempts that ran outside the region holding their input.
+    pub stages_moved: u64,
+    /// GB of stage input moved between regions (a stage's dependencies' declared output, once per
+    /// attempt that ran away from it).
+    pub egress_gb: f64,
+    /// USD paid for that egress, at the solver's inter-region rate.
+    pub egress_usd: f64,
 }
 
 /// How a job ended up at the horizon.
@@ -207,8 +237,106 @@ impl PolicyReport {
         self.wait_p95_hours = r4(self.wait_p95_hours);
         self.wait_p99_hours = r4(self.wait_p99_hours);
         self.lost_work_gpu_hours = r4(self.lost_work_gpu_hours);
+        if let Some(p) = &mut self.pipelines {
+            p.makespan_p50_hours = r4(p.makespan_p50_hours);
+            p.makespan_p95_hours = r4(p.makespan_p95_hours);
+            p.egress_gb = r4(p.egress_gb);
+            p.egress_usd = r4(p.egress_usd);
+        }
         self
     }
+}
+
+/// The pipelines' figures of one policy's run, from the workload's stages and their outcomes (none
+/// when the workload has no pipeline). A stage's input lies where the control loop's rule says
+/// (`scheduler::control::gate_link`: its dependencies' last region and declared output); every
+/// attempt of the stage that ran elsewhere moved it, at [`solver::DEFAULT_EGRESS_USD_PER_GB`].
+pub(crate) fn pipelines_report(jobs: &[TraceJob], outcomes: &[JobOutcome], end_ms: i64) -> Option<PipelinesReport> {
+    use scheduler::control::{Gate, Upstream, gate_link};
+    use scheduler::model::JobState;
+    let by_id: BTreeMap<&str, &JobOutcome> = outcomes.iter().map(|o| (o.id.as_str(), o)).collect();
+    let stages: BTreeMap<&str, &Stage> =
+        jobs.iter().filter_map(|j| j.pipeline.as_ref().map(|st| (j.id.as_str(), st))).collect();
+    if stages.is_empty() {
+        return None;
+    }
+    let last_region = |o: &JobOutcome| -> Option<String> {
+        o.attempts.iter().rev().find(|a| a.running_ms.is_some()).map(|a| a.region.clone())
+    };
+    let regions: BTreeMap<&str, Option<String>> = outcomes.iter().map(|o| (o.id.as_str(), last_region(o))).collect();
+    let mut report = PipelinesReport {
+        submitted: 0,
+        finished: 0,
+        failed: 0,
+        makespan_p50_hours: 0.0,
+        makespan_p95_hours: 0.0,
+        deadline_misses: 0,
+        stages_moved: 0,
+        egress_gb: 0.0,
+        egress_usd: 0.0,
+    };
+    /// One pipeline as its stages went: arrival, its last end while every stage completed, whether
+    /// a stage failed, its deadline (Unix ms).
+    struct Run {
+        arrival: i64,
+        done: Option<i64>,
+        failed: bool,
+        deadline: Option<i64>,
+    }
+    let mut pipelines: BTreeMap<&str, Run> = BTreeMap::new();
+    for (&id, stage) in &stages {
+        let Some(o) = by_id.get(id) else { continue };
+        let deadline = stage.spec.deadline.map(|d| (d.unix_timestamp_nanos() / 1_000_000) as i64);
+        let e = pipelines.entry(stage.link.pipeline_id.as_str()).or_insert(Run {
+            arrival: o.submitted_ms,
+            done: Some(i64::MIN),
+            failed: false,
+            deadline,
+        });
+        e.arrival = e.arrival.min(o.submitted_ms);
+        e.done = match (e.done, o.outcome, o.finished_ms) {
+            (Some(t), Outcome::Completed, Some(f)) => Some(t.max(f)),
+            _ => None,
+        };
+        e.failed |= o.outcome == Outcome::Failed;
+        let gate = gate_link(&stage.link, |dep| {
+            let d = by_id.get(dep)?;
+            Some(Upstream {
+                state: match d.outcome {
+                    Outcome::Completed => JobState::Succeeded,
+                    Outcome::Failed => JobState::Failed,
+                    Outcome::Pending => JobState::Pending,
+                },
+                last_region: regions.get(dep).and_then(|r| r.as_deref()),
+                output_gb: stages.get(dep).and_then(|st| st.link.output_gb),
+            })
+        });
+        if let Gate::Ready { data: Some((from, gb)) } = gate {
+            let moved = o.attempts.iter().filter(|a| a.running_ms.is_some() && a.region != from).count();
+            report.stages_moved += moved as u64;
+            report.egress_gb += gb.unwrap_or(0.0) * moved as f64;
+        }
+    }
+    report.egress_usd = report.egress_gb * solver::DEFAULT_EGRESS_USD_PER_GB;
+    let mut makespans = Vec::new();
+    for Run { arrival, done, failed, deadline } in pipelines.values() {
+        report.submitted += 1;
+        report.failed += u64::from(*failed);
+        if let Some(end) = done {
+            report.finished += 1;
+            makespans.push((end - arrival) as f64 / 3_600_000.0);
+        }
+        let missed = match (deadline, done) {
+            (None, _) => false,
+            (Some(d), Some(end)) => end > d,
+            (Some(d), None) => *failed || *d <= end_ms,
+        };
+        report.deadline_misses += u64::from(missed);
+    }
+    makespans.sort_by(f64::total_cmp);
+    report.makespan_p50_hours = percentile(&makespans, 50.0);
+    report.makespan_p95_hours = percentile(&makespans, 95.0);
+    Some(report)
 }
 
 impl Report {
@@ -302,7 +430,69 @@ impl Report {
         for r in rows {
             let _ = writeln!(out, "{}", line(r));
         }
+        if let Some((head, rows)) = self.pipeline_rows() {
+            let _ = writeln!(out, "\npipelines (makespan: first stage's arrival to last stage's end):");
+            let mut widths: Vec<usize> = head.iter().map(|h| h.len()).collect();
+            for r in &rows {
+                for (w, c) in widths.iter_mut().zip(r) {
+                    *w = (*w).max(c.len());
+                }
+            }
+            let line = |cells: &[String]| {
+                cells
+                    .iter()
+                    .zip(&widths)
+                    .map(|(c, w)| format!("{c:<w$}"))
+                    .collect::<Vec<_>>()
+                    .join("  ")
+                    .trim_end()
+                    .to_string()
+            };
+            let _ = writeln!(out, "{}", line(&head.iter().map(|s| s.to_string()).collect::<Vec<_>>()));
+            for r in &rows {
+                let _ = writeln!(out, "{}", line(r));
+            }
+        }
         out
+    }
+
+    /// The pipelines table's head and rows, when the workload has pipelines.
+    fn pipeline_rows(&self) -> Option<([&'static str; 10], Vec<Vec<String>>)> {
+        if self.runs.iter().all(|r| r.summary.pipelines.is_none()) {
+            return None;
+        }
+        let head = [
+            "POLICY",
+            "PIPELINES",
+            "DONE",
+            "FAILED",
+            "MAKESPAN P50 H",
+            "P95 H",
+            "DL MISS",
+            "STAGES MOVED",
+            "EGRESS GB",
+            "EGRESS USD",
+        ];
+        let rows = self
+            .runs
+            .iter()
+            .filter_map(|r| {
+                let p = r.summary.pipelines.as_ref()?;
+                Some(vec![
+                    r.summary.name.clone(),
+                    p.submitted.to_string(),
+                    p.finished.to_string(),
+                    p.failed.to_string(),
+                    format!("{:.2}", p.makespan_p50_hours),
+                    format!("{:.2}", p.makespan_p95_hours),
+                    p.deadline_misses.to_string(),
+                    p.stages_moved.to_string(),
+                    format!("{:.0}", p.egress_gb),
+                    format!("{:.2}", p.egress_usd),
+                ])
+            })
+            .collect();
+        Some((head, rows))
     }
 
     /// The self-contained HTML report: what it shows, the summary table, the policies compared on
@@ -336,6 +526,26 @@ impl Report {
         );
         h.push_str("<h2>Summary</h2>\n");
         h.push_str(&self.html_table());
+        if let Some((head, rows)) = self.pipeline_rows() {
+            h.push_str(
+                "<h2>Pipelines</h2>\n<p class=\"note\">Makespan runs from a pipeline's arrival (its first \
+                 stage's) to its last stage's end, over the pipelines that finished. A stage's input lies where \
+                 its dependencies last ran; every attempt of a stage that ran in another region moved it (their \
+                 declared output, GB) and paid egress.</p>\n<table><tr>",
+            );
+            for c in head {
+                let _ = write!(h, "<th>{}</th>", esc(&c.to_lowercase()));
+            }
+            h.push_str("</tr>\n");
+            for r in rows {
+                h.push_str("<tr>");
+                for c in r {
+                    let _ = write!(h, "<td>{}</td>", esc(&c));
+                }
+                h.push_str("</tr>\n");
+            }
+            h.push_str("</table>\n");
+        }
         let max_cost = self.runs.iter().flat_map(|r| r.series.cost_usd.iter().copied()).fold(0.0, f64::max);
         let max_queue = self.runs.iter().flat_map(|r| r.series.queue.iter().map(|&q| q as f64)).fold(0.0, f64::max);
         let max_gpus = self

@@ -36,6 +36,12 @@
 //! source = "synthetic"
 //! fit = "philly"
 //!
+//! [workload.pipelines]             # optional: chain a share of the jobs into pipelines
+//! fraction = 0.3                   # of the jobs, in (0, 1]
+//! stages = [2, 4]                  # fewest, most stages (default [2, 4])
+//! output_gb = [50, 500]            # each stage's declared output (default [50, 500])
+//! deadline_slack = 1.5             # deadline = arrival + slack × critical path (optional)
+//!
 //! [[events]]                       # outage | capacity | eviction-rate | quota | price
 //! kind = "outage"
 //! region = "eastus"
@@ -63,7 +69,7 @@ use std::path::{Path, PathBuf};
 
 use scheduler::Catalog;
 use scheduler::catalog::PriceRow;
-use scheduler::model::{FieldErrors, Priority, QuotaPool, SpotPolicy, VmSize};
+use scheduler::model::{FieldErrors, MAX_DATA_GB, Priority, QuotaPool, SpotPolicy, VmSize};
 use serde::Deserialize;
 use time::OffsetDateTime;
 
@@ -153,6 +159,23 @@ pub struct WorkloadConfig {
     pub mapping: Mapping,
     /// Keep at most this many jobs (the first by submission time).
     pub limit: Option<usize>,
+    /// Chain a share of the jobs into pipelines (`[workload.pipelines]`).
+    pub pipelines: Option<PipelineMix>,
+}
+
+/// `[workload.pipelines]`: a seeded share of the workload's jobs chained into pipelines, each a
+/// chain of jobs of one tenant submitted whole at its first job's arrival.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PipelineMix {
+    /// Share of the jobs that end up in a pipeline, in (0, 1].
+    pub fraction: f64,
+    /// Fewest and most stages of a pipeline (each at least 2).
+    pub stages: (u32, u32),
+    /// Range each stage's declared `output_gb` is drawn from.
+    pub output_gb: (f64, f64),
+    /// The pipeline's deadline is its arrival + `slack × critical path` (the sum of its stages'
+    /// durations); the mapping's `deadline_slack` when absent; no deadline when neither is set.
+    pub deadline_slack: Option<f64>,
 }
 
 /// A workload source.
@@ -378,6 +401,20 @@ struct RawWorkload {
     limit: Option<usize>,
     #[serde(default)]
     mapping: RawMapping,
+    #[serde(default)]
+    pipelines: Option<RawPipelines>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPipelines {
+    fraction: f64,
+    #[serde(default)]
+    stages: Option<Vec<u32>>,
+    #[serde(default)]
+    output_gb: Option<Vec<f64>>,
+    #[serde(default)]
+    deadline_slack: Option<f64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -706,7 +743,53 @@ fn parse_workload(w: &RawWorkload, base: &Path, catalog: &Catalog, errs: &mut Fi
             None
         }
     };
-    source.map(|source| WorkloadConfig { source, mapping, limit: w.limit })
+    let pipelines = w.pipelines.as_ref().and_then(|p| parse_pipelines(p, errs));
+    source.map(|source| WorkloadConfig { source, mapping, limit: w.limit, pipelines })
+}
+
+/// `[workload.pipelines]`, every problem under its field.
+fn parse_pipelines(p: &RawPipelines, errs: &mut FieldErrors) -> Option<PipelineMix> {
+    let before = errs.0.len();
+    if !(p.fraction.is_finite() && p.fraction > 0.0 && p.fraction <= 1.0) {
+        errs.push("workload.pipelines.fraction", format!("must be in (0, 1] (got {})", p.fraction));
+    }
+    let stages = match p.stages.as_deref() {
+        None => (2, 4),
+        Some(&[lo, hi]) if lo >= 2 && lo <= hi && hi as usize <= scheduler::model::MAX_PIPELINE_JOBS => (lo, hi),
+        Some(v) => {
+            errs.push(
+                "workload.pipelines.stages",
+                format!(
+                    "must be [fewest, most] with 2 ≤ fewest ≤ most ≤ {} (got {v:?})",
+                    scheduler::model::MAX_PIPELINE_JOBS
+                ),
+            );
+            (2, 2)
+        }
+    };
+    let output_gb = match p.output_gb.as_deref() {
+        None => (50.0, 500.0),
+        Some(&[lo, hi]) if lo.is_finite() && hi.is_finite() && lo >= 0.0 && lo <= hi && hi <= MAX_DATA_GB => (lo, hi),
+        Some(v) => {
+            errs.push(
+                "workload.pipelines.output_gb",
+                format!("must be [least, most] GB with 0 ≤ least ≤ most ≤ {MAX_DATA_GB} (got {v:?})"),
+            );
+            (0.0, 0.0)
+        }
+    };
+    if p.deadline_slack.is_some_and(|s| !s.is_finite() || s < 1.0) {
+        errs.push(
+            "workload.pipelines.deadline_slack",
+            "must be at least 1 (a deadline shorter than the critical path cannot be met)",
+        );
+    }
+    (errs.0.len() == before).then_some(PipelineMix {
+        fraction: p.fraction,
+        stages,
+        output_gb,
+        deadline_slack: p.deadline_slack,
+    })
 }
 
 fn parse_hours(errs: &mut FieldErrors, field: &str, h: f64, horizon_ms: i64) -> i64 {

@@ -18,20 +18,22 @@
 //! Our own JSON lines carry full specs and are used as they are:
 //! `{"at_hours": 1.5, "id": "optional-id", "spec": {"name": "x", "kind": "training", "gpus": 8}}`.
 
+use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::path::Path;
+use std::sync::Arc;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use scheduler::Catalog;
-use scheduler::model::{FieldErrors, JobKind, JobSpec, SpotPolicy};
+use scheduler::model::{FieldErrors, JobKind, JobSpec, PipelineJobSpec, PipelineLink, PipelineSpec, SpotPolicy};
 use serde::Deserialize;
 use time::OffsetDateTime;
 
 use super::WhatIfError;
 use super::fit::PhillyFit;
 use super::philly::read_philly;
-use super::scenario::{Mapping, Scenario, WorkloadSource};
+use super::scenario::{Mapping, PipelineMix, Scenario, WorkloadSource};
 
 /// A job of a workload: its id, when it arrives (ms after the run's start) and its spec.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,6 +44,19 @@ pub struct TraceJob {
     pub at_ms: i64,
     /// The spec as submitted.
     pub spec: JobSpec,
+    /// The pipeline it is a stage of, when `[workload.pipelines]` chained it into one.
+    pub pipeline: Option<Stage>,
+}
+
+/// A job's place in a pipeline of the workload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stage {
+    /// What the stored job carries (as `POST /v1/pipelines` stores it): the pipeline's id, the
+    /// job's name in it, its dependencies' ids, its declared output.
+    pub link: PipelineLink,
+    /// The whole pipeline as submitted (validated; stage names are the jobs' ids), shared by its
+    /// stages: the control loop's policies submit it whole through `JobService`.
+    pub spec: Arc<PipelineSpec>,
 }
 
 /// Lower-case letters, digits and `-` only: tenant names must be labels.
@@ -147,7 +162,7 @@ pub fn load_workload(s: &Scenario) -> Result<Vec<TraceJob>, WhatIfError> {
                         r.duration_s / 3600.0,
                         s.start_ms + at_ms,
                     );
-                    TraceJob { id, at_ms, spec }
+                    TraceJob { id, at_ms, spec, pipeline: None }
                 })
                 .collect()
         }
@@ -160,7 +175,113 @@ pub fn load_workload(s: &Scenario) -> Result<Vec<TraceJob>, WhatIfError> {
     }
     let catalog = s.catalog();
     validate_all(&jobs, &catalog, s)?;
+    if let Some(mix) = &w.pipelines {
+        chain_pipelines(&mut jobs, mix, s, &catalog)?;
+        jobs.sort_by(|a, b| (a.at_ms, &a.id).cmp(&(b.at_ms, &b.id)));
+    }
     Ok(jobs)
+}
+
+/// Chains a seeded share of the jobs into pipelines: a job starts one with a probability that puts
+/// about `fraction` of the jobs in pipelines, its next stages being the next unchained jobs of its
+/// tenant in arrival order (each depending on the one before). The whole pipeline arrives with its
+/// first job, its stages' own deadlines give way to the pipeline's (split along the critical path
+/// by `PipelineSpec::job_deadlines`, as for a submitted pipeline), and it is validated by the
+/// pipeline rules of `scheduler::model` before anything runs.
+fn chain_pipelines(
+    jobs: &mut [TraceJob],
+    mix: &PipelineMix,
+    s: &Scenario,
+    catalog: &Catalog,
+) -> Result<(), WhatIfError> {
+    let mut rng = StdRng::seed_from_u64(s.seed ^ 0x5049_5045_4c49_4e45);
+    let n = jobs.len();
+    let target = (mix.fraction * n as f64).round() as usize;
+    let (lo, hi) = mix.stages;
+    let mean = f64::from(lo + hi) / 2.0;
+    // A free job starting a pipeline with probability q chains q·mean of every 1 − q + q·mean jobs.
+    let start_p = (mix.fraction / (mean - mix.fraction * (mean - 1.0))).clamp(0.0, 1.0);
+    let mut by_tenant: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, j) in jobs.iter().enumerate() {
+        by_tenant.entry(j.spec.tenant.as_str()).or_default().push(i);
+    }
+    let by_tenant: BTreeMap<String, Vec<usize>> = by_tenant.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    let mut used = vec![false; n];
+    let mut chained = 0;
+    let mut chains: Vec<Vec<usize>> = Vec::new();
+    for i in 0..n {
+        let starts = rng.random::<f64>() < start_p;
+        let k = rng.random_range(lo..=hi) as usize;
+        if used[i] || !starts || chained >= target {
+            continue;
+        }
+        let k = k.min((target - chained).max(2));
+        let mut members = vec![i];
+        for &m in by_tenant[&jobs[i].spec.tenant].iter().filter(|&&m| m > i && !used[m]) {
+            if members.len() == k {
+                break;
+            }
+            members.push(m);
+        }
+        if members.len() < 2 {
+            continue;
+        }
+        for &m in &members {
+            used[m] = true;
+        }
+        chained += members.len();
+        chains.push(members);
+    }
+    let mut errs = FieldErrors::default();
+    for members in chains {
+        let first = &jobs[members[0]];
+        let pipeline_id = format!("pl-{}", first.id);
+        let at_ms = first.at_ms;
+        let now = OffsetDateTime::from_unix_timestamp_nanos((s.start_ms + at_ms) as i128 * 1_000_000)
+            .unwrap_or(OffsetDateTime::UNIX_EPOCH);
+        let mut stages = Vec::new();
+        for (k, &m) in members.iter().enumerate() {
+            let mut spec = jobs[m].spec.clone();
+            spec.name = jobs[m].id.clone();
+            spec.deadline = None;
+            let output_gb = (rng.random_range(mix.output_gb.0..=mix.output_gb.1)).round();
+            stages.push(PipelineJobSpec {
+                spec,
+                depends_on: if k == 0 { Vec::new() } else { vec![jobs[members[k - 1]].id.clone()] },
+                on_dependency_failure: None,
+                output_gb: Some(output_gb),
+            });
+        }
+        let hours: f64 = stages.iter().map(|st| st.spec.duration_hours.unwrap_or(0.0)).sum();
+        let deadline = mix.deadline_slack.or(s.workload.mapping.deadline_slack).and_then(|slack| {
+            let ms = s.start_ms + at_ms + (hours * slack * 3_600_000.0).ceil() as i64 + 1000;
+            OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000).ok()
+        });
+        let raw = PipelineSpec { name: pipeline_id.clone(), tenant: first.spec.tenant.clone(), deadline, jobs: stages };
+        let value =
+            serde_json::to_value(&raw).map_err(|e| WhatIfError::Control(format!("pipeline {pipeline_id}: {e}")))?;
+        let spec = match PipelineSpec::from_value_checked(value, catalog, now) {
+            Ok(spec) => spec,
+            Err(e) => {
+                for fe in e.0 {
+                    errs.push(format!("workload pipeline {pipeline_id}: {}", fe.field), fe.problem);
+                }
+                continue;
+            }
+        };
+        let ids: BTreeMap<String, String> = members.iter().map(|&m| (jobs[m].id.clone(), jobs[m].id.clone())).collect();
+        let links = spec.links(&pipeline_id, &ids);
+        let deadlines = spec.job_deadlines();
+        let spec = Arc::new(spec);
+        for (k, &m) in members.iter().enumerate() {
+            let job = &mut jobs[m];
+            job.at_ms = at_ms;
+            job.spec = spec.jobs[k].spec.clone();
+            job.spec.deadline = deadlines[k];
+            job.pipeline = Some(Stage { link: links[k].clone(), spec: spec.clone() });
+        }
+    }
+    errs.into_result(()).map_err(|errors| WhatIfError::Invalid { origin: s.origin.clone(), errors })
 }
 
 fn validate_all(jobs: &[TraceJob], catalog: &Catalog, s: &Scenario) -> Result<(), WhatIfError> {
@@ -224,7 +345,7 @@ fn synthetic(fit: &PhillyFit, jobs_per_hour: f64, m: &Mapping, regions: &[String
         let tenant = format!("vc-{}", rng.random_range(1..=8u32));
         let id = format!("s{:06}", out.len());
         let spec = map_job(&id, m, regions, &tenant, class.gpus, hours, s.start_ms + at_ms);
-        out.push(TraceJob { id, at_ms, spec });
+        out.push(TraceJob { id, at_ms, spec, pipeline: None });
     }
     out
 }
@@ -285,7 +406,7 @@ fn alibaba(
             let at_ms = ((created - from) * 1000.0) as i64;
             let id = format!("a{i:06}");
             let spec = map_job(&id, m, regions, &tenant, gpus, run_s / 3600.0, s.start_ms + at_ms);
-            TraceJob { id, at_ms, spec }
+            TraceJob { id, at_ms, spec, pipeline: None }
         })
         .collect())
 }
@@ -331,7 +452,7 @@ fn json_lines(path: &Path, s: &Scenario) -> Result<Vec<TraceJob>, WhatIfError> {
         }
         let at_ms = (row.at_hours * 3_600_000.0) as i64;
         if at_ms < s.horizon_ms {
-            out.push(TraceJob { id, at_ms, spec });
+            out.push(TraceJob { id, at_ms, spec, pipeline: None });
         }
     }
     Ok(out)
