@@ -280,11 +280,7 @@ async fn an_eviction_mid_run_delivers_sigterm_first_and_the_work_resumes_elsewhe
     // 60x: the 180 simulated seconds of notice are 3 real seconds.
     let s =
         Server::start(&dir, &dir.join("data"), 0, &["--speedup", "60", "--scenario", scenario.to_str().unwrap()], &[]);
-    let vms = s
-        .logs()
-        .lines()
-        .find_map(|l| l.strip_prefix("simulated VMs: ").map(|r| r.split_whitespace().next().unwrap().to_string()))
-        .expect("serve prints where its simulated VMs are controlled");
+    let vms = vms_url(&s);
     let spec = json!({"name": "resumable", "kind": "training", "gpus": 1, "sizes": ["Standard_NC4as_T4_v3"],
                       "spot": "preferred", "run": RESUMABLE});
     let id = submit(&s, &spec).await;
@@ -328,12 +324,20 @@ async fn an_eviction_mid_run_delivers_sigterm_first_and_the_work_resumes_elsewhe
     assert!(logs.contains("finished at step 40"), "{logs}");
 }
 
-/// Where `serve` says its simulated VMs are controlled.
+/// Where `serve` says its simulated VMs are controlled (the line may come just after the one
+/// `Server::start` waits for: a loaded machine showed the gap).
 fn vms_url(s: &Server) -> String {
-    s.logs()
-        .lines()
-        .find_map(|l| l.strip_prefix("simulated VMs: ").map(|r| r.split_whitespace().next().unwrap().to_string()))
-        .expect("serve prints where its simulated VMs are controlled")
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let found = s.logs().lines().find_map(|l| {
+            l.strip_prefix("simulated VMs: ").and_then(|r| r.split_whitespace().next()).map(str::to_string)
+        });
+        if let Some(url) = found {
+            return url;
+        }
+        assert!(Instant::now() < deadline, "serve never printed where its simulated VMs are controlled");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Waits until a line of the job's attempt `attempt` reads `text`.
@@ -491,4 +495,124 @@ async fn an_image_without_a_container_runtime_fails_the_attempt_with_the_reason(
     assert_eq!(d["job"]["state"], "failed", "{d:#}");
     let reason = d["job"]["end_reason"].as_str().unwrap();
     assert!(reason.contains("could not start") && reason.contains("container runtime"), "{reason}");
+}
+
+/// T4s in two regions, by quota (which Azure shows): spot only in eastus, room for 4 VMs; regular
+/// only in westus3, room for 1.
+const ELASTIC_SCENARIO: &str = r#"
+[cloud]
+regions = ["eastus", "westus3"]
+sizes = ["Standard_NC4as_T4_v3"]
+seed = 5
+provisioning_seconds = 60
+eviction_reclaim_seconds = 36000
+poll_after_seconds = 5
+default_capacity_vms = 8
+default_spot_eviction_rate_per_hour = 0.0
+[cloud.default_quota]
+cores = 100
+low_priority_cores = 100
+family = 100
+[[cloud.quota]]
+region = "eastus"
+cores = 0
+low_priority_cores = 16
+[[cloud.quota]]
+region = "westus3"
+cores = 4
+low_priority_cores = 0
+"#;
+
+/// The sharding of `examples/batch-inference-spot-a10.toml` (each rank walks the shards
+/// `rank, rank + N, …` of 32), without its per-shard sleep. A world smaller than the job's five VMs
+/// stands for long work: it waits (until the world changes and stops it), so the growth lands
+/// mid-run whatever the machine's speed.
+const SHARDS: &str = r#"
+if [ "$SPILLWAY_NUM_NODES" -lt 5 ]; then echo "world of $SPILLWAY_NUM_NODES: working"; sleep 300; fi
+for shard in $(seq "$SPILLWAY_NODE_RANK" "$SPILLWAY_NUM_NODES" 31); do
+  echo "embedding shard $shard of 32"
+done
+echo "rank $SPILLWAY_NODE_RANK of $SPILLWAY_NUM_NODES done"
+"#;
+
+/// Every stored log line of a job: (attempt, rank, restart, text).
+async fn all_lines(s: &Server, id: &str) -> Vec<(u64, u64, u64, String)> {
+    let mut out = Vec::new();
+    let mut from = "0".to_string();
+    loop {
+        let page = admin_get(s, &format!("/v1/jobs/{id}/logs?from={from}")).await;
+        for l in page["lines"].as_array().unwrap() {
+            let n = |k: &str| l[k].as_u64().unwrap();
+            out.push((n("attempt"), n("rank"), n("restart"), l["text"].as_str().unwrap().to_string()));
+        }
+        from = page["next"].as_str().unwrap().to_string();
+        if page["more"] != true {
+            return out;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_splittable_job_grows_its_fleet_and_its_world_spans_both_regions_walking_each_shard_once() {
+    let dir = temp_dir("agents-elastic");
+    let scenario = dir.join("elastic.toml");
+    std::fs::write(&scenario, ELASTIC_SCENARIO).unwrap();
+    let config = dir.join("spillway.toml");
+    std::fs::write(&config, "[agent]\nheartbeat_interval_secs = 0.2\n").unwrap();
+    let s = Server::start(
+        &dir,
+        &dir.join("data"),
+        0,
+        &["--speedup", "600", "--scenario", scenario.to_str().unwrap(), "--config", config.to_str().unwrap()],
+        &[],
+    );
+    // Another job holds half of eastus' spot quota.
+    let holder = json!({"name": "holder", "kind": "batch", "gpus": 2, "sizes": ["Standard_NC4as_T4_v3"],
+                        "regions": ["eastus"], "spot": "only", "duration_hours": 1000.0});
+    let holder = submit(&s, &holder).await;
+    wait_state(&s, &holder, &["running"], 60).await;
+    let spec = json!({"name": "embed", "kind": "batch", "gang": false, "gpus": 5, "sizes": ["Standard_NC4as_T4_v3"],
+                      "spot": "preferred", "max_restarts": 0, "run": SHARDS});
+    let id = submit(&s, &spec).await;
+    // Its first world runs on what it got.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !all_lines(&s, &id).await.iter().any(|l| l.3.starts_with("world of ")) {
+        assert!(Instant::now() < deadline, "the first world never ran: {:#}", job_detail(&s, &id).await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The holder ends: eastus has spot quota for the job's fleet there to grow.
+    let cancel = client().delete(format!("{}/v1/jobs/{holder}", s.url)).bearer_auth(&s.admin).send().await.unwrap();
+    assert_eq!(cancel.status(), StatusCode::OK);
+    let d = wait_state(&s, &id, &["succeeded", "failed"], 120).await;
+    assert_eq!(d["job"]["state"], "succeeded", "{d:#}");
+    assert!(d["job"]["end_reason"].as_str().unwrap().contains("5 ranks over attempts"), "{d:#}");
+    // One fleet per region × priority: the growth was a PUT on the eastus fleet, not a new fleet.
+    let attempts = d["attempts"].as_array().unwrap();
+    let mut places: Vec<(String, String)> = attempts
+        .iter()
+        .map(|a| (a["region"].as_str().unwrap().to_string(), a["priority"].as_str().unwrap().to_string()))
+        .collect();
+    places.sort();
+    assert_eq!(places, [("eastus".into(), "spot".into()), ("westus3".into(), "regular".into())], "{d:#}");
+    let changed = events_of(&d, "world_changed");
+    assert!(changed.iter().any(|m| m.contains("fleet grew in eastus")), "{changed:?}");
+    assert!(changed.last().unwrap().contains("→ 5 VMs"), "{changed:?}");
+    assert!(events_of(&d, "restarted").is_empty(), "world changes are not failures: {d:#}");
+    // The final start: five ranks over both fleets, each shard walked exactly once.
+    let lines = all_lines(&s, &id).await;
+    let last = lines.iter().filter(|l| l.3.starts_with("embedding shard")).map(|l| l.2).max().unwrap();
+    let mut shards: Vec<u32> = lines
+        .iter()
+        .filter(|l| l.2 == last)
+        .filter_map(|l| l.3.strip_prefix("embedding shard ")?.strip_suffix(" of 32")?.parse().ok())
+        .collect();
+    shards.sort_unstable();
+    assert_eq!(shards, (0..32).collect::<Vec<u32>>(), "each shard once in the final world");
+    let mut done: Vec<String> =
+        lines.iter().filter(|l| l.2 == last && l.3.ends_with(" done")).map(|l| l.3.clone()).collect();
+    done.sort();
+    let want: Vec<String> = (0..5).map(|r| format!("rank {r} of 5 done")).collect();
+    assert_eq!(done, want, "{lines:?}");
+    let starts: std::collections::BTreeSet<u64> = lines.iter().map(|l| l.2).collect();
+    assert!(starts.len() >= 2, "the first world ran, then the grown one: {starts:?}");
 }

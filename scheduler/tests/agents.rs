@@ -52,8 +52,13 @@ fn job(w: &World, id: &str, vms: u32, extra: &str) -> Attempt {
 
 /// A running job with one active attempt of `vms` VMs and these extra spec lines.
 fn job_with(w: &World, id: &str, vms: u32, extra: &str) -> Attempt {
+    job_of_kind(w, id, "training", vms, extra)
+}
+
+/// A running job of `kind` with one active attempt of `vms` VMs and these extra spec lines.
+fn job_of_kind(w: &World, id: &str, kind: &str, vms: u32, extra: &str) -> Attempt {
     let spec: JobSpec = toml::from_str(&format!(
-        "name = \"t\"\nkind = \"training\"\ngpus = {vms}\nsizes = [\"Standard_NC4as_T4_v3\"]\n{extra}"
+        "name = \"t\"\nkind = \"{kind}\"\ngpus = {vms}\nsizes = [\"Standard_NC4as_T4_v3\"]\n{extra}"
     ))
     .unwrap();
     let mut job = Job::new(id.into(), spec, T0);
@@ -306,6 +311,120 @@ fn a_job_whose_agents_finish_before_the_control_loop_sees_it_running_still_ran()
     w.svc.register(&a, reg("vm-c", "10.0.0.6")).unwrap();
     let j = job_of(&w, "cap");
     assert_eq!((j.state, j.first_running_at_ms), (JobState::Provisioning, Some(T0 + 6_000)));
+}
+
+fn events(w: &World, job: &str, kind: EventKind) -> Vec<String> {
+    let events = w.store.by_index::<scheduler::jobs::JobEvent>("job", job).unwrap();
+    events.into_iter().filter(|e| e.kind == kind).map(|e| e.message).collect()
+}
+
+fn job_work(w: &World, job: &str) -> scheduler::agents::records::JobWork {
+    w.store.get(job).unwrap().unwrap()
+}
+
+/// The variables rank `rank` of attempt `a` runs with now (panics when it has no order to run).
+fn env_of(w: &World, a: &Attempt, rank: u32) -> (u32, std::collections::BTreeMap<String, String>) {
+    let order = w.svc.work_now(a, rank).unwrap().order.unwrap_or_else(|| panic!("rank {rank} of {} waits", a.number));
+    let Action::Run { restart } = order.action else { panic!("{:?}", order.action) };
+    (restart, order.env)
+}
+
+#[test]
+fn a_splittable_jobs_world_spans_its_attempts_and_each_change_restarts_every_rank_without_a_restart_counted() {
+    let w = world();
+    let a1 = job_of_kind(&w, "embed", "batch", 2, "gang = false\nrun = \"./shard.sh\"");
+    w.svc.register(&a1, reg("e0", "10.0.0.4")).unwrap();
+    w.svc.register(&a1, reg("e1", "10.0.0.5")).unwrap();
+    let (restart, env) = env_of(&w, &a1, 1);
+    assert_eq!((restart, env["SPILLWAY_NODE_RANK"].as_str(), env["SPILLWAY_NUM_NODES"].as_str()), (0, "1", "2"));
+    assert_eq!(events(&w, "embed", EventKind::WorkStarted).len(), 1);
+    // Rank 0 finishes its half of the first world's shards.
+    w.svc.report(&a1, 0, exit(0, 0)).unwrap();
+
+    // The fleet grows to 4 (control::growth). The first new VM waits for the second: one change.
+    let mut grown = a1.clone();
+    grown.growing_to = Some(scheduler::model::Capacity { vms: 4, gpus: 4 });
+    w.store.put(&grown).unwrap();
+    assert_eq!(w.svc.register(&grown, reg("e2", "10.0.0.6")).unwrap().rank, 2);
+    assert!(w.svc.work_now(&grown, 2).unwrap().order.is_none(), "joins with the rest of the growth");
+    assert_eq!(env_of(&w, &a1, 0).0, 0, "the world runs on meanwhile");
+    w.clock.advance_ms(1_000);
+    assert_eq!(w.svc.register(&grown, reg("e3", "10.0.0.7")).unwrap().rank, 3);
+    let changed = events(&w, "embed", EventKind::WorldChanged);
+    assert_eq!(changed.len(), 1, "{changed:?}");
+    assert!(changed[0].starts_with("world changed: 2 → 4 VMs (fleet grew in eastus)"), "{changed:?}");
+    for rank in 0..4 {
+        let (restart, env) = env_of(&w, &grown, rank);
+        assert_eq!(restart, 1, "every rank starts again, the finished one too");
+        assert_eq!(env["SPILLWAY_NODE_RANK"], rank.to_string());
+        assert_eq!(env["SPILLWAY_NUM_NODES"], "4");
+        assert_eq!(env["SPILLWAY_NODE_IPS"], "10.0.0.4\n10.0.0.5\n10.0.0.6\n10.0.0.7");
+        assert_eq!(env["MASTER_ADDR"], "10.0.0.4");
+    }
+
+    // A second placement, in westus3: its VM is world rank 4.
+    let mut j = job_of(&w, "embed");
+    j.attempts = 2;
+    w.store.put(&j).unwrap();
+    let a2 = Attempt {
+        number: 2,
+        fleet_name: fleet_name("embed", 2),
+        region: "westus3".into(),
+        priority: Priority::Regular,
+        vms: 1,
+        gpus: 1,
+        growing_to: None,
+        ..grown.clone()
+    };
+    w.store.put(&a2).unwrap();
+    w.svc.register(&a2, reg("w0", "10.1.0.4")).unwrap();
+    let (restart, env) = env_of(&w, &a2, 0);
+    assert_eq!((restart, env["SPILLWAY_NODE_RANK"].as_str(), env["SPILLWAY_NUM_NODES"].as_str()), (2, "4", "5"));
+    assert_eq!(env["SPILLWAY_REGION"], "westus3");
+    assert!(events(&w, "embed", EventKind::WorldChanged)[1].contains("5 VMs (attempt 2 joined in westus3)"));
+    // Exits of a superseded start count for nothing.
+    for rank in 0..4 {
+        w.svc.report(&grown, rank, exit(1, 0)).unwrap();
+    }
+    assert_eq!(job_of(&w, "embed").state, JobState::Running, "start 1's world is gone");
+
+    // The loop retires the westus3 placement: the world shrinks back at the next sweep.
+    w.store.put(&Attempt { state: AttemptState::Replaced, ..a2.clone() }).unwrap();
+    w.clock.advance_ms(1_000);
+    for rank in 0..4 {
+        w.svc.heartbeat(&grown, rank, Heartbeat { phase: Phase::Running, restart: Some(2), gpus: None }).unwrap();
+    }
+    w.svc.sweep_silent(&w.fence).unwrap();
+    let changed = events(&w, "embed", EventKind::WorldChanged);
+    assert_eq!(changed.len(), 3, "{changed:?}");
+    assert!(changed[2].starts_with("world changed: 5 → 4 VMs (attempt 2 in westus3 left (replaced))"), "{changed:?}");
+    for rank in 0..3 {
+        w.svc.report(&grown, rank, exit(3, 0)).unwrap();
+    }
+    assert_eq!(job_of(&w, "embed").state, JobState::Running, "one rank of the current world to go");
+    w.svc.report(&grown, 3, exit(3, 0)).unwrap();
+    let j = job_of(&w, "embed");
+    assert_eq!(j.state, JobState::Succeeded);
+    assert_eq!(j.end_reason.as_deref(), Some("every rank of the job's world exited 0 (4 ranks over attempt 1)"));
+    let jw = job_work(&w, "embed");
+    assert_eq!((jw.failures, jw.next_restart), (0, 4), "three world changes, none counted against max_restarts");
+    assert!(events(&w, "embed", EventKind::Restarted).is_empty());
+}
+
+#[test]
+fn a_failing_rank_restarts_the_whole_world_within_max_restarts() {
+    let w = world();
+    let a = job_of_kind(&w, "flaky", "batch", 2, "gang = false\nmax_restarts = 1\nrun = \"./shard.sh\"");
+    w.svc.register(&a, reg("e0", "10.0.0.4")).unwrap();
+    w.svc.register(&a, reg("e1", "10.0.0.5")).unwrap();
+    w.svc.report(&a, 1, exit(0, 3)).unwrap();
+    assert_eq!(env_of(&w, &a, 0).0, 1, "every rank starts again");
+    assert_eq!(job_work(&w, "flaky").failures, 1);
+    w.svc.report(&a, 0, exit(1, 0)).unwrap();
+    w.svc.report(&a, 1, exit(1, 4)).unwrap();
+    let j = job_of(&w, "flaky");
+    assert_eq!(j.state, JobState::Failed);
+    assert_eq!(j.end_reason.as_deref(), Some("rank 1's run exited with code 4 (after 1 restart)"));
 }
 
 #[test]

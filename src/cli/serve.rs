@@ -475,6 +475,9 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
         heartbeat_persist_ms: heartbeat_persist_ms(&store, heartbeat_timeout_ms, speed),
         heartbeat_timeout_ms,
         registration_timeout_ms: (registration_secs * 1000.0 * speed).round() as i64,
+        // VMs boot in real time: an elastic attempt's registered VMs wait this long (real) for the
+        // rest of theirs before they join the world without them.
+        world_settle_ms: ((if simulated { 10.0 } else { 120.0 }) * 1000.0 * speed).round() as i64,
         log_bytes_per_rank: settings.agent.log_bytes_per_rank.unwrap_or(AgentConfig::default().log_bytes_per_rank),
         ..AgentConfig::default()
     };

@@ -246,12 +246,78 @@ pub struct JobWork {
     pub failures: u32,
     /// The next log chunk number.
     pub next_log_seq: u64,
+    /// The world of a splittable job's work ([`crate::agents::decide::is_elastic`]): every VM of
+    /// its running attempts as one set of ranks. `None` for gangs (one attempt is the world) and
+    /// before the first start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world: Option<World>,
 }
 
 impl JobWork {
     /// A job whose work never started.
     pub fn new(job_id: &str) -> JobWork {
-        JobWork { job_id: job_id.to_string(), next_restart: 0, failures: 0, next_log_seq: 0 }
+        JobWork { job_id: job_id.to_string(), next_restart: 0, failures: 0, next_log_seq: 0, world: None }
+    }
+}
+
+/// One VM of a world: the attempt and attempt rank its agent registered as (the agent's own
+/// paths use those), and the VM that holds that rank now (a new VM in a lost rank is a new member).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// Attempt number.
+    pub attempt: u32,
+    /// Rank within the attempt.
+    pub rank: u32,
+    /// The VM's name.
+    pub vm_name: String,
+    /// Its private IP (`SPILLWAY_NODE_IPS`).
+    pub private_ip: String,
+}
+
+impl Member {
+    /// The member a rank's record stands for.
+    pub fn of(n: &NodeRecord) -> Member {
+        Member { attempt: n.attempt, rank: n.rank, vm_name: n.vm_name.clone(), private_ip: n.private_ip.clone() }
+    }
+
+    /// True when `n` is this member's rank held by the same VM.
+    pub fn is(&self, n: &NodeRecord) -> bool {
+        self.attempt == n.attempt && self.rank == n.rank && self.vm_name == n.vm_name
+    }
+}
+
+/// The ranks of a splittable job's work across all its running attempts, and the start they run.
+/// World rank `i` is `members[i]`, ordered by attempt, then attempt rank; any change of members
+/// is a new start of every rank (elastic: not counted against `max_restarts`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct World {
+    /// The members, in world-rank order.
+    pub members: Vec<Member>,
+    /// The start they run (`SPILLWAY_RESTART`).
+    pub restart: u32,
+    /// When this start was ordered (scheduler clock ms).
+    pub started_at_ms: i64,
+    /// The start whose failure was already counted (one failing start counts once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_restart: Option<u32>,
+}
+
+impl World {
+    /// The world rank of `n`, when it is a member.
+    pub fn rank_of(&self, n: &NodeRecord) -> Option<u32> {
+        self.members.iter().position(|m| m.is(n)).map(|i| i as u32)
+    }
+
+    /// Every member's IP, in world-rank order.
+    pub fn ips(&self) -> Vec<String> {
+        self.members.iter().map(|m| m.private_ip.clone()).collect()
+    }
+
+    /// The attempts with members, ascending.
+    pub fn attempts(&self) -> Vec<u32> {
+        let mut a: Vec<u32> = self.members.iter().map(|m| m.attempt).collect();
+        a.dedup();
+        a
     }
 }
 

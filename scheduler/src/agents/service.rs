@@ -34,7 +34,7 @@ use super::protocol::{
     Registered, Registration, Report, WorkOrder, WorkStatus,
 };
 use super::records::{
-    AttemptWork, ExitRecord, JobWork, LogChunk, NodeRecord, NodesOfJob, NoticeRecord, chunk_key, node_key,
+    AttemptWork, ExitRecord, JobWork, LogChunk, NodeRecord, NodesOfJob, NoticeRecord, World, chunk_key, node_key,
 };
 use crate::catalog::Catalog;
 use crate::clock::Clock;
@@ -66,6 +66,9 @@ pub struct AgentConfig {
     /// Flush the store before acknowledging logs, exits and registrations (off only for
     /// throwaway stores).
     pub durable: bool,
+    /// Scheduler-clock milliseconds the registered VMs of an elastic job's attempt wait for the
+    /// rest of that attempt's VMs before they join the world without them.
+    pub world_settle_ms: i64,
 }
 
 impl Default for AgentConfig {
@@ -80,6 +83,7 @@ impl Default for AgentConfig {
             heartbeat_timeout_ms: 30_000,
             registration_timeout_ms: 15 * 60_000,
             durable: true,
+            world_settle_ms: 2 * 60_000,
         }
     }
 }
@@ -446,9 +450,14 @@ impl AgentService {
                 return Ok(Err(AgentError::NotFound(format!("no job {}", a.job_id))));
             };
             let mut work = tx.get::<AttemptWork>(&akey)?.unwrap_or_else(|| new_attempt_work(a));
+            let elastic = decide::is_elastic(&job);
             if !job.spec.runs_work() {
                 // A capacity-only job's fleet may grow (control::growth): its new VMs get new ranks.
                 work.num_nodes = work.num_nodes.max(a.vms.max(1));
+            } else if elastic {
+                // So may an elastic job's, and its new VMs may come before the loop has seen the
+                // growth done: the capacity it grows to is what has ranks.
+                work.num_nodes = work.num_nodes.max(a.target().vms.max(1));
             }
             let mut nodes = read_nodes(tx, &a.job_id, a.number, work.num_nodes)?;
             let pick = nodes
@@ -515,6 +524,7 @@ impl AgentService {
                 && work.stop.is_none()
                 && !job.state.is_final()
                 && job.spec.runs_work()
+                && !elastic
             {
                 let mut jw = tx.get::<JobWork>(&job.id)?.unwrap_or_else(|| JobWork::new(&job.id));
                 let restart = jw.next_restart;
@@ -535,6 +545,10 @@ impl AgentService {
                 )?;
             }
             tx.put(&work)?;
+            if elastic {
+                // The job's world starts, or changes, with this VM (once its attempt's VMs are up).
+                reconcile_world(tx, &job.id, now, self.inner.config.world_settle_ms)?;
+            }
             Ok(Ok(rank as u32))
         })?;
         let rank = rank?;
@@ -592,7 +606,8 @@ impl AgentService {
             nodes.push(store.get::<NodeRecord>(&node_key(&a.job_id, a.number, r))?);
         }
         let registered = nodes.iter().filter(|n| n.as_ref().is_some_and(|n| !n.lost)).count() as u32;
-        let action = decide::action(&job, &work, &node);
+        let world = self.world_of(&job)?;
+        let action = decide::action(&job, &work, &node, world.as_ref());
         let order = match action {
             Action::Wait => None,
             Action::Stop { .. } => Some(WorkOrder {
@@ -604,8 +619,15 @@ impl AgentService {
                 env: Default::default(),
             }),
             Action::Run { restart } => {
-                let ips: Vec<String> =
-                    nodes.iter().map(|n| n.as_ref().map(|n| n.private_ip.clone()).unwrap_or_default()).collect();
+                // An elastic job's rank is its place in the job's world (every running attempt's
+                // VMs); a gang's is its rank in its attempt.
+                let (ips, rank): (Vec<String>, u32) = match &world {
+                    Some(w) => (w.ips(), w.rank_of(&node).unwrap_or(rank)),
+                    None => (
+                        nodes.iter().map(|n| n.as_ref().map(|n| n.private_ip.clone()).unwrap_or_default()).collect(),
+                        rank,
+                    ),
+                };
                 let gpus_per_node = self.inner.catalog.size(&a.size).map_or_else(|| a.gpus / a.vms.max(1), |s| s.gpus);
                 let priority = a.priority.to_string();
                 let vars = RankVars {
@@ -629,6 +651,14 @@ impl AgentService {
             }
         };
         Ok(WorkStatus { registered, num_nodes: work.num_nodes, order })
+    }
+
+    /// The job's world, for an elastic job ([`decide::is_elastic`]); `None` otherwise.
+    fn world_of(&self, job: &Job) -> Result<Option<World>, StoreError> {
+        if !decide::is_elastic(job) {
+            return Ok(None);
+        }
+        Ok(self.inner.store.get::<JobWork>(&job.id)?.and_then(|w| w.world))
     }
 
     fn node(&self, a: &Attempt, rank: u32) -> Result<NodeRecord, AgentError> {
@@ -783,7 +813,8 @@ impl AgentService {
         self.update_gauges(&job.spec.tenant, a, rank, hb.gpus.as_deref());
         self.watch_idle(a, &job, &work, now)?;
         self.sweep();
-        Ok(decide::action(&job, &work, &node))
+        let world = self.world_of(&job)?;
+        Ok(decide::action(&job, &work, &node, world.as_ref()))
     }
 
     fn update_gauges(&self, tenant: &str, a: &Attempt, rank: u32, samples: Option<&[GpuSample]>) {
@@ -977,6 +1008,10 @@ impl AgentService {
                         ),
                         serde_json::json!({"attempt": a.number, "rank": rank, "event_type": event_type}),
                     )?;
+                    if decide::is_elastic(&job) {
+                        // The noticed VM leaves the world; the others start again without it.
+                        reconcile_world(tx, &job.id, now, self.inner.config.world_settle_ms)?;
+                    }
                     Ok(Ok(false))
                 }
                 Report::Exited { restart, script, code, signal, reason, message, tail } => {
@@ -1025,6 +1060,9 @@ impl AgentService {
         let (Some(mut work), Some(mut job)) = (tx.get::<AttemptWork>(&akey)?, tx.get::<Job>(&a.job_id)?) else {
             return Ok(Ok(false));
         };
+        if decide::is_elastic(&job) {
+            return decide_world_exit(tx, job, a, rank, exit, tail, now);
+        }
         let nodes = read_nodes(tx, &a.job_id, a.number, work.num_nodes)?;
         let mut jw = tx.get::<JobWork>(&job.id)?.unwrap_or_else(|| JobWork::new(&job.id));
         // Other attempts still running work, for splittable jobs that must all finish.
@@ -1195,10 +1233,14 @@ impl AgentService {
         let writer = store.fenced(fence);
         let mut lost = 0;
         let mut changed = false;
+        let mut elastic = std::collections::BTreeSet::new();
         for a in store.find(AttemptsBy::State(AttemptState::Running))? {
             let Some(job) = store.get::<Job>(&a.job_id)? else { continue };
             if job.state.is_final() {
                 continue;
+            }
+            if decide::is_elastic(&job) {
+                elastic.insert(job.id.clone());
             }
             let akey = attempt_key(&a.job_id, a.number);
             let work = store.get::<AttemptWork>(&akey)?;
@@ -1281,6 +1323,12 @@ impl AgentService {
                 lock(&self.inner.live).remove(&node_key(&a.job_id, a.number, *rank));
             }
         }
+        // Elastic worlds follow what changed since: VMs lost above, attempts the control loop
+        // retired or replaced, registered VMs that waited long enough for the rest of theirs.
+        for job_id in elastic {
+            let settle = cfg.world_settle_ms;
+            changed |= writer.transaction(|tx| reconcile_world(tx, &job_id, now, settle))?;
+        }
         if changed {
             self.flush()?;
             self.bump();
@@ -1352,6 +1400,196 @@ fn new_attempt_work(a: &Attempt) -> AttemptWork {
         lost_at_ms: None,
         unregistered_at_ms: None,
     }
+}
+
+/// Brings an elastic job's world in line with its attempts' ranks ([`decide::desired_world`]): when
+/// its members change, every member runs a new start (`SPILLWAY_RESTART`, not counted against
+/// `max_restarts`) with the new world, and one event says why. Returns true when it changed.
+fn reconcile_world(tx: &mut Tx, job_id: &str, now: i64, settle_ms: i64) -> Result<bool, TxAbort> {
+    let Some(job) = tx.get::<Job>(job_id)? else { return Ok(false) };
+    if job.state.is_final() || !decide::is_elastic(&job) {
+        return Ok(false);
+    }
+    let mut jw = tx.get::<JobWork>(job_id)?.unwrap_or_else(|| JobWork::new(job_id));
+    let mut seen: Vec<(Attempt, AttemptWork, Vec<Option<NodeRecord>>)> = Vec::new();
+    for n in 1..=job.attempts {
+        let Some(a) = tx.get::<Attempt>(&attempt_key(job_id, n))? else { continue };
+        let work = tx.get::<AttemptWork>(&attempt_key(job_id, n))?.unwrap_or_else(|| new_attempt_work(&a));
+        let nodes = if a.is_active() { read_nodes(tx, job_id, n, work.num_nodes)? } else { Vec::new() };
+        seen.push((a, work, nodes));
+    }
+    let views: Vec<decide::AttemptRanks<'_>> = seen
+        .iter()
+        .map(|(a, w, nodes)| decide::AttemptRanks {
+            number: a.number,
+            region: &a.region,
+            state: a.state,
+            stopped: w.stop.is_some(),
+            nodes,
+        })
+        .collect();
+    let members = decide::desired_world(jw.world.as_ref(), &views, now, settle_ms);
+    if members.is_empty() || jw.world.as_ref().is_some_and(|w| w.members == members) {
+        // Nobody to run (the job waits for a new placement), or nothing changed.
+        return Ok(false);
+    }
+    let restart = jw.next_restart;
+    jw.next_restart += 1;
+    let world = World { members, restart, started_at_ms: now, failed_restart: None };
+    let (kind, message) = match &jw.world {
+        None => (
+            EventKind::WorkStarted,
+            format!(
+                "{} VMs registered ({}); run starts as one world of {} ranks (SPILLWAY_RESTART={restart})",
+                world.members.len(),
+                attempts_phrase(&world),
+                world.members.len()
+            ),
+        ),
+        Some(old) => (
+            EventKind::WorldChanged,
+            format!(
+                "world changed: {} → {} VMs ({}); every rank starts again with the new world \
+                 (SPILLWAY_RESTART={restart}, not counted against max_restarts; the work resumes from its checkpoints)",
+                old.members.len(),
+                world.members.len(),
+                decide::why_world_changed(&old.members, &world.members, &views)
+            ),
+        ),
+    };
+    let data = serde_json::json!({
+        "restart": restart,
+        "num_nodes": world.members.len(),
+        "from": jw.world.as_ref().map(|w| w.members.len()),
+        "attempts": world.attempts(),
+    });
+    for (a, w, _) in &seen {
+        if a.is_active() && world.members.iter().any(|m| m.attempt == a.number) {
+            let mut w = w.clone();
+            w.restart = Some(restart);
+            w.started_at_ms.get_or_insert(now);
+            w.done = false;
+            tx.put(&w)?;
+        }
+    }
+    jw.world = Some(world);
+    tx.put(&jw)?;
+    record_event(tx, &job, now, kind, message, data)?;
+    Ok(true)
+}
+
+/// "attempt 1" or "attempts 1, 2": where a world's VMs are.
+fn attempts_phrase(world: &World) -> String {
+    let list: Vec<String> = world.attempts().iter().map(u32::to_string).collect();
+    format!("attempt{} {}", if list.len() == 1 { "" } else { "s" }, list.join(", "))
+}
+
+/// The verdict of an exit of an elastic job's rank, applied in its transaction: only the current
+/// world's current start counts ([`decide::on_world_exit`]). True when it ended the job.
+fn decide_world_exit(
+    tx: &mut Tx,
+    mut job: Job,
+    a: &Attempt,
+    rank: u32,
+    exit: &ExitRecord,
+    tail: &[String],
+    now: i64,
+) -> Result<Refusable<bool>, TxAbort> {
+    let mut jw = tx.get::<JobWork>(&job.id)?.unwrap_or_else(|| JobWork::new(&job.id));
+    let Some(mut world) = jw.world.clone() else { return Ok(Ok(false)) };
+    let Some(node) = tx.get::<NodeRecord>(&node_key(&a.job_id, a.number, rank))? else { return Ok(Ok(false)) };
+    let world_rank = world.rank_of(&node);
+    let mut members = Vec::with_capacity(world.members.len());
+    for m in &world.members {
+        let n = tx.get::<NodeRecord>(&node_key(&job.id, m.attempt, m.rank))?;
+        members.push(n.filter(|n| m.is(n)));
+    }
+    let verdict = decide::on_world_exit(&job, &jw, &world, &members, world_rank.is_some(), exit);
+    let shown = world_rank.unwrap_or(rank);
+    let data = serde_json::json!({
+        "attempt": a.number, "rank": rank, "world_rank": world_rank, "restart": exit.restart,
+        "script": exit.script, "code": exit.code, "signal": exit.signal, "tail": tail,
+    });
+    let with_tail =
+        |msg: String| if tail.is_empty() { msg } else { format!("{msg}; last lines:\n{}", tail.join("\n")) };
+    let n = world.members.len();
+    let ended = match verdict {
+        ExitVerdict::Nothing | ExitVerdict::RankDone => false,
+        ExitVerdict::Succeed => {
+            for number in world.attempts() {
+                if let Some(mut w) = tx.get::<AttemptWork>(&attempt_key(&job.id, number))? {
+                    w.done = true;
+                    tx.put(&w)?;
+                }
+            }
+            job.first_running_at_ms.get_or_insert(world.started_at_ms);
+            job.set_state(JobState::Succeeded, now);
+            job.end_reason = Some(format!(
+                "every rank of the job's world exited 0 ({n} rank{} over {})",
+                if n == 1 { "" } else { "s" },
+                attempts_phrase(&world)
+            ));
+            tx.put(&job)?;
+            record_event(tx, &job, now, EventKind::Succeeded, job.end_reason.clone().unwrap_or_default(), data)?;
+            true
+        }
+        ExitVerdict::Restart => {
+            let restart = jw.next_restart;
+            jw.next_restart += 1;
+            jw.failures += 1;
+            world.failed_restart = Some(exit.restart);
+            world.restart = restart;
+            world.started_at_ms = now;
+            for number in world.attempts() {
+                if let Some(mut w) = tx.get::<AttemptWork>(&attempt_key(&job.id, number))? {
+                    w.restart = Some(restart);
+                    w.done = false;
+                    tx.put(&w)?;
+                }
+            }
+            jw.world = Some(world);
+            tx.put(&jw)?;
+            record_event(
+                tx,
+                &job,
+                now,
+                EventKind::Restarted,
+                with_tail(format!(
+                    "{}; every rank of the world starts again (restart {} of at most {}, SPILLWAY_RESTART={restart})",
+                    exit.describe(shown),
+                    jw.failures,
+                    job.spec.max_restarts()
+                )),
+                data,
+            )?;
+            false
+        }
+        ExitVerdict::Fail => {
+            jw.failures += 1;
+            world.failed_restart = Some(exit.restart);
+            jw.world = Some(world);
+            tx.put(&jw)?;
+            let why = exit.describe(shown);
+            let restarts = job.spec.max_restarts();
+            let summary = if restarts > 0 {
+                format!("{why} (after {restarts} restart{})", if restarts == 1 { "" } else { "s" })
+            } else {
+                why
+            };
+            job.first_running_at_ms.get_or_insert(now);
+            job.set_state(JobState::Failed, now);
+            job.end_reason = Some(summary.clone());
+            job.last_failure = Some(summary.clone());
+            tx.put(&job)?;
+            record_event(tx, &job, now, EventKind::Failed, with_tail(summary), data)?;
+            true
+        }
+        ExitVerdict::AlreadyCounted => {
+            record_event(tx, &job, now, EventKind::RankExited, with_tail(exit.describe(shown)), data)?;
+            false
+        }
+    };
+    Ok(Ok(ended))
 }
 
 fn read_nodes(tx: &mut Tx, job_id: &str, attempt: u32, n: u32) -> Result<Vec<Option<NodeRecord>>, TxAbort> {

@@ -15,11 +15,10 @@ use crate::model::{Attempt, AttemptState, BlockedOffer, Capacity, EventKind, Job
 use crate::records::attempt_key;
 
 /// The fleet of `job` that placement `p` grows, if any: a splittable job's running fleet (not one
-/// a deadline policy manages: its policy moves whole placements; not one whose agents run the
-/// job's `run`: a run's world is fixed when it starts, `SPILLWAY_NUM_NODES` sharding the work by
-/// rank, so VMs added to it would have no share; such a job gets a fleet per placement, each
-/// with its own run) in the placement's region,
-/// priority and size, at its full capacity (one below it is still asking the cloud for VMs), with
+/// a deadline policy manages: its policy moves whole placements; not inference replicas that run
+/// a command, whose ranks are per attempt) in the placement's region, priority and size (a job
+/// that runs work is elastic, [`crate::agents::decide::is_elastic`]: the new VMs join its world
+/// and every rank starts again with the new `SPILLWAY_NUM_NODES`), at its full capacity (one below it is still asking the cloud for VMs), with
 /// no operation in flight, not about to be replaced, whose spot max price covers the placement's
 /// price, and that the cloud has not refused to resize for a reason no block covers.
 pub(crate) fn fleet_to_grow<'a>(
@@ -29,7 +28,8 @@ pub(crate) fn fleet_to_grow<'a>(
     p: &solver::Placement,
     price: f64,
 ) -> Option<&'a Attempt> {
-    if job.spec.is_gang() || job.spec.runs_work() || super::deadline::deadline_managed(job) || p.vms == 0 {
+    let fixed_world = job.spec.runs_work() && !crate::agents::decide::is_elastic(job);
+    if job.spec.is_gang() || fixed_world || super::deadline::deadline_managed(job) || p.vms == 0 {
         return None;
     }
     snap.attempts_of(&job.id).find(|a| {

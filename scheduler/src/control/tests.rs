@@ -456,7 +456,15 @@ fn a_placement_where_a_splittable_job_runs_grows_that_fleet_and_answers_a_failur
         "name = \"b\"\nkind = \"batch\"\ngpus = 2\nsizes = [\"Standard_NC24ads_A100_v4\"]\nduration_hours = 10.0\nrun = \"python shard.py\"\n",
         JobState::Running,
     );
-    assert!(super::growth::fleet_to_grow(&snap, &st, &runs, &p, 2.0).is_none());
+    // A splittable job that runs work grows too: its new VMs join its world (agents::decide).
+    assert!(super::growth::fleet_to_grow(&snap, &st, &runs, &p, 2.0).is_some());
+    // Inference replicas that run a server keep their ranks per attempt: a fleet per placement.
+    let replicas = job(
+        "b",
+        "name = \"b\"\nkind = \"inference\"\ngpus = 2\nsizes = [\"Standard_NC24ads_A100_v4\"]\nrun = \"serve\"\n",
+        JobState::Running,
+    );
+    assert!(super::growth::fleet_to_grow(&snap, &st, &replicas, &p, 2.0).is_none());
 
     // The growth: the new capacity on the attempt, its quota held, its minimum as created.
     let change = super::growth::grow(&running, &p);

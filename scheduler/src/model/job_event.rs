@@ -62,11 +62,14 @@ pub enum EventKind {
     /// A job's fleet changed its capacity (a PUT of the new capacity on the same fleet): the job
     /// grows where it already runs instead of adding a fleet, or a growth was refused.
     Resized,
+    /// The world of a splittable job's work changed (VMs joined or left): every rank starts again
+    /// with the new world, not counted against `max_restarts`.
+    WorldChanged,
 }
 
 impl EventKind {
     /// Every kind, in the order above.
-    pub const ALL: [EventKind; 23] = [
+    pub const ALL: [EventKind; 24] = [
         EventKind::Submitted,
         EventKind::Placed,
         EventKind::Failover,
@@ -90,6 +93,7 @@ impl EventKind {
         EventKind::VmLost,
         EventKind::AgentsMissing,
         EventKind::Resized,
+        EventKind::WorldChanged,
     ];
 
     /// The name stored in the log and shown in APIs.
@@ -118,6 +122,7 @@ impl EventKind {
             EventKind::VmLost => "vm_lost",
             EventKind::AgentsMissing => "agents_missing",
             EventKind::Resized => "resized",
+            EventKind::WorldChanged => "world_changed",
         }
     }
 

@@ -256,9 +256,13 @@ impl VmRunner {
             st.events.retain(|e| !ids.contains(&e.id.as_str()));
             st.incarnation += 1;
         }
+        // A fleet being resized (a PUT of a new capacity) keeps its running VMs, as on Azure: only
+        // its count moves. Counting it gone killed every VM of a growing fleet.
         let live: BTreeMap<&str, &FleetSnapshot> = snaps
             .iter()
-            .filter(|f| f.state == ProvisioningState::Succeeded && f.size.is_some())
+            .filter(|f| {
+                matches!(f.state, ProvisioningState::Succeeded | ProvisioningState::Updating) && f.size.is_some()
+            })
             .map(|f| (f.name.as_str(), f))
             .collect();
         // VMs of fleets that are gone (deleted, failed) go with them.
