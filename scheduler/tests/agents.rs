@@ -381,6 +381,9 @@ fn a_splittable_jobs_world_spans_its_attempts_and_each_change_restarts_every_ran
     let (restart, env) = env_of(&w, &a2, 0);
     assert_eq!((restart, env["SPILLWAY_NODE_RANK"].as_str(), env["SPILLWAY_NUM_NODES"].as_str()), (2, "4", "5"));
     assert_eq!(env["SPILLWAY_REGION"], "westus3");
+    let shown: Vec<(u32, u32, Option<u32>)> =
+        w.svc.nodes("embed").unwrap().iter().map(|n| (n.attempt, n.rank, n.world_rank)).collect();
+    assert_eq!(shown, [(1, 0, Some(0)), (1, 1, Some(1)), (1, 2, Some(2)), (1, 3, Some(3)), (2, 0, Some(4))]);
     assert!(events(&w, "embed", EventKind::WorldChanged)[1].contains("5 VMs (attempt 2 joined in westus3)"));
     // Exits of a superseded start count for nothing.
     for rank in 0..4 {

@@ -154,8 +154,10 @@ async fn status(args: StatusArgs) -> Result<ExitCode, ClientError> {
                     .join(" "),
                 None => "GPUs unknown".into(),
             };
+            // An elastic job's VM also has its rank in the job's world (what its run sees).
+            let world = n["world_rank"].as_u64().map(|r| format!(" world rank {r:<3}")).unwrap_or_default();
             println!(
-                "  a{} rank {:<3} {:<28} {:<15} {:<8} {:<9} heartbeat {}  {}{}",
+                "  a{} rank {:<3}{world} {:<28} {:<15} {:<8} {:<9} heartbeat {}  {}{}",
                 cell(n, "attempt"),
                 cell(n, "rank"),
                 cell(n, "vm_name"),

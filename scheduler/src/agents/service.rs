@@ -260,8 +260,12 @@ impl LogFilter {
 pub struct NodeView {
     /// Attempt.
     pub attempt: u32,
-    /// Rank.
+    /// Rank within the attempt (the agent's own).
     pub rank: u32,
+    /// Its rank in the job's world (`SPILLWAY_NODE_RANK`) when the job's work is one elastic world
+    /// over its attempts and this VM is in it; absent for gangs (the attempt rank is the rank).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub world_rank: Option<u32>,
     /// The VM's name.
     pub vm_name: String,
     /// Host name.
@@ -1341,12 +1345,14 @@ impl AgentService {
     pub fn nodes(&self, job_id: &str) -> Result<Vec<NodeView>, StoreError> {
         let mut nodes = self.inner.store.find(NodesOfJob(job_id))?;
         nodes.sort_by_key(|n| (n.attempt, n.rank));
+        let world = self.inner.store.get::<JobWork>(job_id)?.and_then(|w| w.world);
         let live = lock(&self.inner.live);
         Ok(nodes
             .into_iter()
             .map(|n| {
                 let l = live.get(&node_key(&n.job_id, n.attempt, n.rank));
                 NodeView {
+                    world_rank: world.as_ref().and_then(|w| w.rank_of(&n)),
                     attempt: n.attempt,
                     rank: n.rank,
                     vm_name: n.vm_name,
