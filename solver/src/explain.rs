@@ -14,8 +14,29 @@ fn list(items: &[String]) -> String {
     items.join(", ")
 }
 
+/// Who holds each quota pool and each offer's capacity in a plan: worked out once per plan, so that
+/// explaining thousands of waiting jobs does not walk every placement for each.
+pub(crate) struct Holders {
+    by_pool: Vec<Vec<usize>>,
+    by_offer: Vec<Vec<usize>>,
+}
+
+impl Holders {
+    pub fn new(inst: &Instance, sol: &Sol) -> Holders {
+        let mut by_pool = vec![Vec::new(); inst.pool_limit.len()];
+        let mut by_offer = vec![Vec::new(); inst.p.offers.len()];
+        for a in &sol.assigns {
+            by_offer[a.offer].push(a.job);
+            for &q in &inst.offer_pools[a.offer] {
+                by_pool[q].push(a.job);
+            }
+        }
+        Holders { by_pool, by_offer }
+    }
+}
+
 /// Reasons for job `j`, which the plan `sol` does not place in full.
-pub(crate) fn reasons(inst: &Instance, sol: &Sol, j: usize) -> Vec<String> {
+pub(crate) fn reasons(inst: &Instance, sol: &Sol, holders_of: &Holders, j: usize) -> Vec<String> {
     let p = inst.p;
     let job = inst.job(j);
     let mut out = Vec::new();
@@ -62,7 +83,7 @@ pub(crate) fn reasons(inst: &Instance, sol: &Sol, j: usize) -> Vec<String> {
     matching.sort_by(|&a, &b| p.offers[a].price_per_hour.total_cmp(&p.offers[b].price_per_hour).then(a.cmp(&b)));
     for o in matching {
         let offer = &p.offers[o];
-        let name = format!("{} {} {}", offer.region, offer.size, offer.priority);
+        let name = || format!("{} {} {}", offer.region, offer.size, offer.priority);
         let vms = if job.gang { gang_vms(job, offer) } else { 1 };
         let gpus = if job.gang { job.gpus } else { offer.gpus_per_vm.min(job.gpus - placed) };
         let cost = run_cost(job, offer, vms) + egress_cost(p, job, &offer.region, gpus);
@@ -71,7 +92,7 @@ pub(crate) fn reasons(inst: &Instance, sol: &Sol, j: usize) -> Vec<String> {
         let reason = if let Some(cap) = offer.capacity_vms
             && cap < vms
         {
-            Some(format!("no capacity: {name} has {cap} VMs, needs {vms}"))
+            Some(format!("no capacity: {} has {cap} VMs, needs {vms}", name()))
         } else if let Some(cap) = job.max_price_per_hour
             && price > cap - sol.job_price[j] + EPS
         {
@@ -81,7 +102,8 @@ pub(crate) fn reasons(inst: &Instance, sol: &Sol, j: usize) -> Vec<String> {
             let cap = job.held_price_per_hour + cap;
             let each = offer.price_per_hour;
             Some(format!(
-                "price cap: {name} would cost {total:.2}/h in total with {vms} more {vm_word} at {each:.2}/h, cap {cap:.2}/h"
+                "price cap: {} would cost {total:.2}/h in total with {vms} more {vm_word} at {each:.2}/h, cap {cap:.2}/h",
+                name()
             ))
         } else if let Some(budget) = job.budget
             && cost > budget - sol.job_cost[j] + EPS
@@ -89,7 +111,8 @@ pub(crate) fn reasons(inst: &Instance, sol: &Sol, j: usize) -> Vec<String> {
             let total = job.held_cost + sol.job_cost[j] + cost;
             let budget = job.held_cost + budget;
             Some(format!(
-                "budget: {name} would bring the expected cost to {total:.2} in total ({cost:.2} for {vms} more {vm_word}), budget {budget:.2}"
+                "budget: {} would bring the expected cost to {total:.2} in total ({cost:.2} for {vms} more {vm_word}), budget {budget:.2}",
+                name()
             ))
         } else {
             let need = u64::from(vms) * u64::from(offer.vcpus_per_vm);
@@ -110,7 +133,7 @@ pub(crate) fn reasons(inst: &Instance, sol: &Sol, j: usize) -> Vec<String> {
             {
                 let free = cap.saturating_sub(sol.cap_used[o]);
                 if free < vms {
-                    r = Some(format!("no capacity: {name} has {free} of {cap} VMs free, needs {vms}"));
+                    r = Some(format!("no capacity: {} has {free} of {cap} VMs free, needs {vms}", name()));
                     contended_offers.insert(o);
                 }
             }
@@ -123,7 +146,7 @@ pub(crate) fn reasons(inst: &Instance, sol: &Sol, j: usize) -> Vec<String> {
                 }
             }
             None => {
-                fits_somewhere.get_or_insert(name);
+                fits_somewhere.get_or_insert_with(name);
             }
         }
     }
@@ -137,13 +160,11 @@ pub(crate) fn reasons(inst: &Instance, sol: &Sol, j: usize) -> Vec<String> {
     // Who holds the contended resources.
     if !contended_pools.is_empty() || !contended_offers.is_empty() {
         let mut holders = BTreeSet::new();
-        for a in &sol.assigns {
-            if a.job != j
-                && (contended_offers.contains(&a.offer)
-                    || inst.offer_pools[a.offer].iter().any(|q| contended_pools.contains(q)))
-            {
-                holders.insert(a.job);
-            }
+        for &q in &contended_pools {
+            holders.extend(holders_of.by_pool[q].iter().copied().filter(|&h| h != j));
+        }
+        for &o in &contended_offers {
+            holders.extend(holders_of.by_offer[o].iter().copied().filter(|&h| h != j));
         }
         if !holders.is_empty() {
             let prios: Vec<u32> = holders.iter().map(|&h| inst.job(h).priority).collect();

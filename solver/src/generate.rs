@@ -10,6 +10,9 @@
 //! `min_gpus_per_vm`, price caps, budgets and data regions), small gang inference jobs, and non-gang
 //! batch work that may use spot. Jobs are copies of `60 + jobs / 100` random shapes, so the queue has many
 //! identical jobs, as real queues do.
+//!
+//! [`diverse`] draws a queue that does not repeat (issue #17's distribution): every job has its own
+//! priority, duration, GPU-model set and region list, so no two jobs collapse into one class.
 
 use crate::priority::{Priority, SpotPolicy};
 use crate::problem::{Egress, JobDemand, Offer, Problem, QuotaLimit};
@@ -254,4 +257,160 @@ pub fn generate(params: &GenParams) -> Problem {
         }
     }
     Problem { offers, quotas, jobs, egress }
+}
+
+/// What [`diverse`] generates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DiverseParams {
+    /// Pending jobs.
+    pub jobs: usize,
+    /// Regions, 1 to 8 (the first of [`REGIONS`]).
+    pub regions: usize,
+    /// Random seed.
+    pub seed: u64,
+}
+
+impl DiverseParams {
+    /// `jobs` jobs over `jobs / 20 + 1` regions, at least 2 and at most 8 ("fewer in the small ones").
+    pub fn new(jobs: usize, seed: u64) -> DiverseParams {
+        DiverseParams { jobs, regions: (jobs / 20 + 1).clamp(2, 8), seed }
+    }
+}
+
+/// The sizes of [`diverse`]: (size, GPU model, GPUs per VM, vCPUs per VM, family, USD per VM-hour in the
+/// reference region). Five models; 1, 2, 4 or 8 GPUs per VM; every family shared by two or more sizes.
+pub const DIVERSE_SIZES: [(&str, &str, u32, u32, &str, f64); 30] = [
+    ("Standard_NC24ads_A100_v4", "A100-80GB", 1, 24, "standardNCADSA100v4Family", 3.673),
+    ("Standard_NC48ads_A100_v4", "A100-80GB", 2, 48, "standardNCADSA100v4Family", 7.346),
+    ("Standard_NC96ads_A100_v4", "A100-80GB", 4, 96, "standardNCADSA100v4Family", 14.692),
+    ("Standard_ND48amsr_A100_v4", "A100-80GB", 4, 48, "standardNDAMSv4_A100Family", 16.385),
+    ("Standard_ND96amsr_A100_v4", "A100-80GB", 8, 96, "standardNDAMSv4_A100Family", 32.77),
+    ("Standard_ND96asr_A100_v4", "A100-80GB", 8, 96, "standardNDAMSv4_A100Family", 30.2),
+    ("Standard_NC40ads_H100_v5", "H100", 1, 40, "standardNCadsH100v5Family", 6.98),
+    ("Standard_NC80adis_H100_v5", "H100", 2, 80, "standardNCadsH100v5Family", 13.96),
+    ("Standard_NC160adis_H100_v5", "H100", 4, 160, "standardNCadsH100v5Family", 27.92),
+    ("Standard_ND48isr_H100_v5", "H100", 4, 48, "standardNDSH100v5Family", 49.16),
+    ("Standard_ND96isr_H100_v5", "H100", 8, 96, "standardNDSH100v5Family", 98.32),
+    ("Standard_ND96is_H100_v5", "H100", 8, 96, "standardNDSH100v5Family", 92.0),
+    ("Standard_NC6s_v3", "V100", 1, 6, "standardNCSv3Family", 3.06),
+    ("Standard_NC12s_v3", "V100", 2, 12, "standardNCSv3Family", 6.12),
+    ("Standard_NC24s_v3", "V100", 4, 24, "standardNCSv3Family", 12.24),
+    ("Standard_NC24rs_v3", "V100", 4, 24, "standardNCSv3Family", 13.46),
+    ("Standard_ND20rs_v2", "V100", 4, 20, "standardNDSv2Family", 11.5),
+    ("Standard_ND40rs_v2", "V100", 8, 40, "standardNDSv2Family", 22.03),
+    ("Standard_NV36ads_A10_v5", "A10", 1, 36, "standardNVADSA10v5Family", 3.2),
+    ("Standard_NV72ads_A10_v5", "A10", 2, 72, "standardNVADSA10v5Family", 6.52),
+    ("Standard_NV18ads_A10_v5", "A10", 1, 18, "standardNVADSA10v5Family", 1.6),
+    ("Standard_NC32ads_A10_v4", "A10", 4, 32, "standardNCADSA10v4Family", 6.4),
+    ("Standard_NC64ads_A10_v4", "A10", 8, 64, "standardNCADSA10v4Family", 12.8),
+    ("Standard_NC16ads_A10_v4", "A10", 2, 16, "standardNCADSA10v4Family", 3.3),
+    ("Standard_NC4as_T4_v3", "T4", 1, 4, "standardNCASv3_T4Family", 0.526),
+    ("Standard_NC8as_T4_v3", "T4", 1, 8, "standardNCASv3_T4Family", 0.752),
+    ("Standard_NC16as_T4_v3", "T4", 1, 16, "standardNCASv3_T4Family", 1.204),
+    ("Standard_NC64as_T4_v3", "T4", 4, 64, "standardNCASv3_T4Family", 4.352),
+    ("Standard_NC32as_T4_v4", "T4", 2, 32, "standardNCT4v4Family", 2.4),
+    ("Standard_NC128as_T4_v4", "T4", 8, 128, "standardNCT4v4Family", 9.6),
+];
+
+/// A queue that does not repeat (issue #17's distribution). Offers: `regions` × the 30
+/// [`DIVERSE_SIZES`], about 20 % of (region, size) pairs not sold, regional prices ±20 %, spot on
+/// about 70 % at 10–40 % of the regular price (evicted 1–20 % per hour), capacity unknown or 2–40 VMs
+/// (each half the time). Quota, every pool listed: each family's regional limit one of 0 / 48 / 96 /
+/// 192 / 384 / 768 vCPUs, `cores` 200–1,600, `lowPriorityCores` 0–600. Jobs, all gang and independent:
+/// GPUs from {1, 1, 2, 4, 8, 8, 16, 32, 64}, 1–3 acceptable models, priority uniform 1–100, duration
+/// uniform 0.5–48 h, half with an allow-list of 1–3 regions, 30 % with a price cap (0.5–10 USD per
+/// GPU-hour), spot `never` / `allowed` / `preferred` a third each.
+pub fn diverse(params: &DiverseParams) -> Problem {
+    let mut rng = Rng(params.seed ^ 0xD1CE_5EED_0017_0017);
+    let regions: Vec<&str> = REGIONS[..params.regions.clamp(1, 8)].to_vec();
+    let mut offers = Vec::new();
+    for region in &regions {
+        let factor = 0.85 + 0.35 * rng.unit();
+        for &(size, model, gpus, vcpus, family, base) in &DIVERSE_SIZES {
+            if rng.chance(0.2) {
+                continue;
+            }
+            let regular = round(base * factor * (0.95 + 0.1 * rng.unit()), 0.001);
+            let capacity = |rng: &mut Rng| rng.chance(0.5).then(|| 2 + rng.below(39) as u32);
+            let offer = |priority, price_per_hour, capacity_vms, eviction_rate_per_hour| Offer {
+                region: region.to_string(),
+                size: size.to_string(),
+                priority,
+                gpu_model: model.to_string(),
+                gpus_per_vm: gpus,
+                vcpus_per_vm: vcpus,
+                family: family.to_string(),
+                price_per_hour,
+                capacity_vms,
+                eviction_rate_per_hour,
+            };
+            let cap = capacity(&mut rng);
+            offers.push(offer(Priority::Regular, regular, cap, 0.0));
+            if rng.chance(0.7) {
+                let price = round(regular * (0.1 + 0.3 * rng.unit()), 0.001).max(0.001);
+                let cap = capacity(&mut rng);
+                offers.push(offer(Priority::Spot, price, cap, round(0.01 + 0.19 * rng.unit(), 0.001)));
+            }
+        }
+    }
+    let mut quotas = Vec::new();
+    let mut families: Vec<&str> = DIVERSE_SIZES.iter().map(|s| s.4).collect();
+    families.sort_unstable();
+    families.dedup();
+    for region in &regions {
+        quotas.push(QuotaLimit {
+            region: region.to_string(),
+            pool: "cores".into(),
+            vcpus: 200 + rng.below(1_401) as u64,
+        });
+        quotas.push(QuotaLimit {
+            region: region.to_string(),
+            pool: "lowPriorityCores".into(),
+            vcpus: rng.below(601) as u64,
+        });
+        for family in &families {
+            let vcpus = *rng.pick(&[0, 48, 96, 192, 384, 768]);
+            quotas.push(QuotaLimit { region: region.to_string(), pool: family.to_string(), vcpus });
+        }
+    }
+    let models = ["A100-80GB", "H100", "V100", "A10", "T4"];
+    let mut jobs = Vec::with_capacity(params.jobs);
+    for i in 0..params.jobs {
+        let gpus = *rng.pick(&[1, 1, 2, 4, 8, 8, 16, 32, 64]);
+        let mut gpu_models: Vec<String> = Vec::new();
+        let wanted = 1 + rng.below(3);
+        while gpu_models.len() < wanted {
+            let m = rng.pick(&models).to_string();
+            if !gpu_models.contains(&m) {
+                gpu_models.push(m);
+            }
+        }
+        let allow = if rng.chance(0.5) {
+            let wanted = (1 + rng.below(3)).min(regions.len());
+            let mut list: Vec<String> = Vec::new();
+            while list.len() < wanted {
+                let r = rng.pick(&regions).to_string();
+                if !list.contains(&r) {
+                    list.push(r);
+                }
+            }
+            Some(list)
+        } else {
+            None
+        };
+        let max_price_per_hour = rng.chance(0.3).then(|| round(f64::from(gpus) * (0.5 + 9.5 * rng.unit()), 0.01));
+        jobs.push(JobDemand {
+            id: format!("job-{i:05}"),
+            gpus,
+            gpu_models,
+            gang: true,
+            regions: allow,
+            spot: *rng.pick(&[SpotPolicy::Never, SpotPolicy::Allowed, SpotPolicy::Preferred]),
+            priority: 1 + rng.below(100) as u32,
+            duration_hours: round(0.5 + 47.5 * rng.unit(), 0.01),
+            max_price_per_hour,
+            ..JobDemand::default()
+        });
+    }
+    Problem { offers, quotas, jobs, egress: Vec::new() }
 }

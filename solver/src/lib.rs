@@ -7,14 +7,16 @@
 //! gets the reasons that bind.
 //!
 //! Methods ([`Method`]):
-//! - `Best` in the default build: the LP relaxation over job classes (identical jobs grouped, dominated
-//!   offers pruned), solved with clarabel, then rounding, repair and greedy fill; the LP optima give a
-//!   proven bound and so the reported `gap`. The LPs run only when needed: a greedy plan that meets
-//!   the capacity-blind bound (each job where it alone is cheapest) is optimal as it stands; one that
-//!   places every placeable job has proven the maximum weight, so only the cost LP runs, by column
-//!   generation from that plan's candidates. With `--features highs`: an exact MILP through HiGHS,
-//!   started from the LP-rounding plan, so that it is never worse than the default build even when
-//!   its time limit stops it.
+//! - `Best` in the default build: a greedy plan first; when it meets the capacity-blind bound (each
+//!   job where it alone is cheapest) it is optimal as it stands, and when it places every placeable
+//!   job only the cost LP runs (column generation from that plan's candidates). Otherwise, when
+//!   shared quota and capacity bind: the LP relaxation over job classes (identical jobs grouped,
+//!   dominated offers pruned) where it is small, with clarabel, rounded and repaired; the Lagrangian
+//!   bound (`lagrange`: the pool and capacity rows priced, each class choosing alone, no LP), whose
+//!   multipliers drive the Lagrangian heuristic; and local search on the best plans (`search`: insert,
+//!   eject lighter jobs, relocate, drop one for many, then cost moves). The best bound found gives the
+//!   reported `gap`. With `--features highs`: an exact MILP through HiGHS, started from that plan, so
+//!   that it is never worse than the default build even when its time limit stops it.
 //! - `Greedy`: priority order, cheapest feasible offer first; also the fallback when the time limit
 //!   hits.
 //!
@@ -35,6 +37,7 @@ pub mod advise;
 mod check;
 mod explain;
 pub mod generate;
+mod lagrange;
 mod lp;
 #[cfg(feature = "highs")]
 mod milp;
@@ -43,6 +46,7 @@ mod plan;
 mod priority;
 mod problem;
 mod quota_pools;
+mod search;
 
 use std::time::Instant;
 
@@ -73,16 +77,23 @@ pub fn solve(problem: &Problem, options: &SolveOptions) -> Plan {
 pub fn solve_lp_round(problem: &Problem, options: &SolveOptions) -> Plan {
     let start = Instant::now();
     let deadline = options.time_limit_ms.map(|ms| start + std::time::Duration::from_millis(ms));
+    trace(|| "start".to_string());
     let inst = Instance::new(problem);
+    trace(|| "instance".to_string());
     let (sol, label, bounds) = lp_round(&inst, deadline);
-    finish(&inst, &sol, &label, &bounds, start)
+    trace(|| "solved".to_string());
+    let plan = finish(&inst, &sol, &label, &bounds, start);
+    trace(|| "finished".to_string());
+    plan
 }
 
 /// The LP-rounding plan, the name of the method that made it (greedy when the LP could not be solved,
 /// and why), and the bounds proven on the way.
 pub(crate) fn lp_round(inst: &Instance, deadline: Option<Instant>) -> (Sol, String, Vec<Bound>) {
     let mut greedy = greedy(inst);
+    trace(|| "greedy".to_string());
     greedy.improve(inst);
+    trace(|| "greedy improved".to_string());
     let trivial = trivial_bounds(inst);
     // When nothing shared binds (every job fits where it alone would be cheapest), the greedy plan
     // meets the bound that ignores capacity and quota: it is optimal, and the LPs would only say so
@@ -91,15 +102,121 @@ pub(crate) fn lp_round(inst: &Instance, deadline: Option<Instant>) -> (Sol, Stri
         return (greedy, "greedy (proven optimal)".to_string(), vec![trivial]);
     }
     // A plan placing everything that can be placed has the maximum weight: only cost is left to prove.
-    let known_weight = (greedy.weight(inst) >= trivial.weight - 0.5).then_some((trivial.weight, &greedy));
-    match lp::solve_lp(inst, deadline, known_weight) {
-        Ok(lp) => {
-            let mut rounded = lp::round(inst, &lp);
-            rounded.improve(inst);
-            let sol = pick(inst, rounded, greedy);
-            (sol, "lp-round".to_string(), vec![trivial, Bound { weight: lp.weight_bound, cost: lp.cost_bound }])
-        }
-        Err(why) => (greedy, format!("greedy ({why})"), vec![trivial]),
+    if greedy.weight(inst) >= trivial.weight - 0.5 {
+        return match lp::solve_lp(inst, deadline, Some((trivial.weight, &greedy))) {
+            Ok(lp) => {
+                let mut rounded = lp::round(inst, &lp);
+                rounded.improve(inst);
+                let sol = pick(inst, rounded, greedy);
+                (sol, "lp-round".to_string(), vec![trivial, Bound { weight: lp.weight_bound, cost: lp.cost_bound }])
+            }
+            Err(why) => (greedy, format!("greedy ({why})"), vec![trivial]),
+        };
+    }
+    if expired(deadline) {
+        return (greedy, "greedy (time limit)".to_string(), vec![trivial]);
+    }
+    // Where the LP over the classes is small (jobs collapse into few classes), its bound is exact and
+    // its rounding a good start; where it is not, the Lagrangian gives the bound without it.
+    let mut bounds = vec![trivial];
+    let mut start = greedy;
+    let mut label = "lagrangian";
+    let columns: usize = inst.classes.iter().map(|c| c.cands.len()).sum();
+    let collapsed = inst.classes.len() * 2 <= inst.p.jobs.len();
+    if (columns <= MAX_LP_COLUMNS / 3 || (collapsed && columns <= MAX_LP_COLUMNS))
+        && let Ok(lp) = lp::solve_lp(inst, deadline, None)
+    {
+        let mut rounded = lp::round(inst, &lp);
+        rounded.improve(inst);
+        start = pick(inst, rounded, start);
+        bounds.push(Bound { weight: lp.weight_bound, cost: lp.cost_bound });
+        label = "lp-round";
+        trace(|| format!("lp: bound {} plan {} cost {:.2}", lp.weight_bound, start.weight(inst), start.cost()));
+    }
+    let (sol, label, bounds) = lagrangian(inst, deadline, start, bounds, label);
+    let label = if expired(deadline) { format!("{label} (time limit)") } else { label };
+    (sol, label, bounds)
+}
+
+/// Whether the time limit, if any, has passed.
+fn expired(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
+}
+
+/// Candidates over all classes above which the LP relaxation is not solved (a third of it when jobs
+/// do not collapse into classes: the Lagrangian bound is then as tight, in a fraction of the time;
+/// clarabel takes about a second for 8,000 candidates of 300 distinct jobs).
+const MAX_LP_COLUMNS: usize = 8_000;
+
+/// The weight phase when shared quota and capacity bind: the Lagrangian bound by subgradient steps,
+/// the Lagrangian heuristic at the multipliers met on the way, then local search on the best plan.
+fn lagrangian(
+    inst: &Instance,
+    deadline: Option<Instant>,
+    start: Sol,
+    mut bounds: Vec<Bound>,
+    label: &str,
+) -> (Sol, String, Vec<Bound>) {
+    trace(|| format!("start {} cost {:.2}", start.weight(inst), start.cost()));
+    let mut constructed = Sol::new(inst);
+    let mut prices = Vec::new();
+    let mut lag = lagrange::Lagrangian::new(inst);
+    let start_weight = start.weight(inst);
+    let dual = lag.descend(None, start_weight, SUBGRADIENT_STEPS, deadline, 25, |price| {
+        let sol = search::construct(inst, price);
+        trace(|| format!("visit: {}", sol.weight(inst)));
+        prices = price.to_vec();
+        constructed = pick(inst, std::mem::replace(&mut constructed, Sol::new(inst)), sol);
+        constructed.weight(inst).max(start_weight)
+    });
+    let bound = Bound { weight: lagrange::integral(dual.bound), cost: None };
+    bounds.push(bound);
+    trace(|| format!("lagrangian: bound {} constructed {}", bound.weight, constructed.weight(inst)));
+    // Local search from the better start, and from the other too when it is close (each ends in
+    // its own local optimum; a start far behind rarely catches up).
+    let (a, b) =
+        if start.weight(inst) >= constructed.weight(inst) { (start, constructed) } else { (constructed, start) };
+    let close = b.weight(inst) >= 0.99 * a.weight(inst);
+    let mut best = improve(inst, a, &prices, &bounds, deadline);
+    if close {
+        let other = improve(inst, b, &prices, &bounds, deadline);
+        best = pick(inst, best, other);
+    }
+    (best, label.to_string(), bounds)
+}
+
+/// Local search for weight (unless the plan meets the bound already) then for cost.
+fn improve(inst: &Instance, mut sol: Sol, prices: &[f64], bounds: &[Bound], deadline: Option<Instant>) -> Sol {
+    let weight_bound = bounds.iter().map(|b| b.weight).fold(f64::INFINITY, f64::min);
+    sol.improve(inst);
+    if sol.weight(inst) < weight_bound - 0.5 {
+        let mut pack = search::Packing::from_sol(inst, &sol);
+        pack.guide(prices);
+        pack.improve_weight(deadline);
+        let mut found = pack.to_sol();
+        found.improve(inst);
+        sol = pick(inst, sol, found);
+    }
+    trace(|| format!("after weight search: plan {} cost {:.2}", sol.weight(inst), sol.cost()));
+    let mut pack = search::Packing::from_sol(inst, &sol);
+    pack.improve_cost(deadline);
+    let mut found = pack.to_sol();
+    found.improve(inst);
+    let sol = pick(inst, sol, found);
+    trace(|| format!("after cost search: plan {} cost {:.2}", sol.weight(inst), sol.cost()));
+    sol
+}
+
+/// Subgradient steps at most: on 1,000 distinct jobs the bound is within 0.02 % of the LP's after
+/// 400 (100 leave it 3 % above).
+const SUBGRADIENT_STEPS: usize = 400;
+
+/// Development tracing to stderr, on when `SPILLWAY_SOLVER_TRACE` is set.
+pub(crate) fn trace(message: impl FnOnce() -> String) {
+    if std::env::var_os("SPILLWAY_SOLVER_TRACE").is_some() {
+        thread_local!(static T0: Instant = Instant::now());
+        let ms = T0.with(|t| t.elapsed().as_secs_f64() * 1e3);
+        eprintln!("solver {ms:.1} ms: {}", message());
     }
 }
 
@@ -223,13 +340,14 @@ fn finish(inst: &Instance, sol: &Sol, solver: &str, bounds: &[Bound], start: Ins
     }
     // Jobs of one class that are wholly unplaced have the same reasons: explain each class once.
     let mut by_class: Vec<Option<Vec<String>>> = vec![None; inst.classes.len()];
+    let holders = explain::Holders::new(inst, sol);
     let unplaced = (0..p.jobs.len())
         .filter(|&j| sol.job_gpus[j] < p.jobs[j].gpus)
         .map(|j| {
             let reasons = if sol.job_gpus[j] == 0 {
-                by_class[inst.job_class[j]].get_or_insert_with(|| explain::reasons(inst, sol, j)).clone()
+                by_class[inst.job_class[j]].get_or_insert_with(|| explain::reasons(inst, sol, &holders, j)).clone()
             } else {
-                explain::reasons(inst, sol, j)
+                explain::reasons(inst, sol, &holders, j)
             };
             Unplaced { job: p.jobs[j].id.clone(), reasons }
         })

@@ -355,7 +355,7 @@ impl Sol {
         room
     }
 
-    fn take(&mut self, inst: &Instance, a: Assign) {
+    pub fn take(&mut self, inst: &Instance, a: Assign) {
         let offer = &inst.p.offers[a.offer];
         self.cap_used[a.offer] += a.vms;
         for &q in &inst.offer_pools[a.offer] {

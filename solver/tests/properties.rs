@@ -4,13 +4,18 @@
 //! and solving is deterministic.
 
 use proptest::prelude::*;
-use solver::generate::{GenParams, generate};
+use solver::generate::{DiverseParams, GenParams, diverse, generate};
 use solver::{Method, Plan, Problem, SolveOptions, check, solve, solve_lp_round};
 
 fn params() -> impl Strategy<Value = GenParams> {
     (1usize..40, 1usize..4, 1usize..31, 0.02f64..1.5, any::<u64>()).prop_map(
         |(jobs, regions, sizes, quota_fraction, seed)| GenParams { jobs, regions, sizes, quota_fraction, seed },
     )
+}
+
+/// Queues that do not repeat (issue #17's distribution), small enough for HiGHS in a debug build.
+fn diverse_params() -> impl Strategy<Value = DiverseParams> {
+    (1usize..40, 1usize..5, any::<u64>()).prop_map(|(jobs, regions, seed)| DiverseParams { jobs, regions, seed })
 }
 
 fn greedy(p: &Problem) -> Plan {
@@ -53,6 +58,19 @@ proptest! {
         prop_assert_eq!(without_time(&solve(&p, &opts)), without_time(&solve(&p, &opts)));
         prop_assert_eq!(without_time(&solve_lp_round(&p, &opts)), without_time(&solve_lp_round(&p, &opts)));
         prop_assert_eq!(without_time(&greedy(&p)), without_time(&greedy(&p)));
+    }
+
+    #[test]
+    fn diverse_plans_are_feasible_deterministic_and_beat_greedy(params in diverse_params()) {
+        let p = diverse(&params);
+        p.validate().expect("generated problems are valid");
+        let g = greedy(&p);
+        let b = solve(&p, &SolveOptions::default());
+        if let Err(e) = check(&p, &b) { prop_assert!(false, "best plan infeasible: {e:?}"); }
+        prop_assert!(b.placed_weight >= g.placed_weight, "weight {} < greedy {}", b.placed_weight, g.placed_weight);
+        prop_assert!((0.0..=1.0).contains(&b.gap));
+        prop_assert_eq!(b.optimal, b.gap <= solver::OPTIMAL_GAP);
+        prop_assert_eq!(without_time(&solve_lp_round(&p, &SolveOptions::default())), without_time(&solve_lp_round(&p, &SolveOptions::default())));
     }
 
     /// The JSON form is the contract: a problem written and read back solves to the same plan.
@@ -100,6 +118,25 @@ mod against_highs {
             }
             if exact.optimal && exact.placed_weight == lp.placed_weight {
                 prop_assert!(exact.expected_cost <= lp.expected_cost * (1.0 + 1e-6) + 1e-6);
+            }
+        }
+
+        /// Issue #17's targets on queues that do not repeat: at least 99 % of the optimal weight, and
+        /// at the optimal weight at most 1 % more cost; every plan feasible; the gap sound.
+        #[test]
+        fn diverse_plans_are_within_one_percent_of_the_optimum(params in diverse_params()) {
+            let p = diverse(&params);
+            let exact = solve(&p, &SolveOptions::default());
+            if let Err(e) = check(&p, &exact) { prop_assert!(false, "highs plan infeasible: {e:?}"); }
+            let plan = solve_lp_round(&p, &SolveOptions::default());
+            if let Err(e) = check(&p, &plan) { prop_assert!(false, "plan infeasible: {e:?}"); }
+            prop_assert!(plan.placed_weight >= 0.99 * exact.placed_weight,
+                "weight {} below 99 % of the optimum {}", plan.placed_weight, exact.placed_weight);
+            prop_assert!(plan.placed_weight >= (1.0 - plan.gap) * exact.placed_weight - 1e-6,
+                "weight {} with gap {} but the optimum is {}", plan.placed_weight, plan.gap, exact.placed_weight);
+            if exact.optimal && plan.placed_weight == exact.placed_weight {
+                prop_assert!(plan.expected_cost <= 1.01 * exact.expected_cost + 1e-6,
+                    "cost {} above the optimum {} + 1 %", plan.expected_cost, exact.expected_cost);
             }
         }
     }

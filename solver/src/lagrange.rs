@@ -1,0 +1,282 @@
+//! The Lagrangian bound on the placed weight: the shared rows (quota pools, offer capacity, and a
+//! non-gang class's price cap and budget) are priced with multipliers instead of enforced, so that
+//! every class chooses alone: the candidate with the most weight net of the prices of what it uses,
+//! or nothing. For any non-negative multipliers the result bounds every plan (weak duality); at the
+//! best multipliers it equals the LP relaxation's optimum, because a class's own choice (one
+//! candidate per gang job, fractional VMs for a non-gang job) is integral already.
+//!
+//! Evaluating it costs one pass over the candidates, with no LP solver: what makes it the bound of
+//! choice when jobs do not collapse into classes (10,000 distinct jobs are 400,000 candidates, an LP
+//! too large to solve in the time a scheduler round has). The multipliers come from a subgradient
+//! method (Polyak steps towards the best plan's weight, deflected directions), and their per-VM
+//! prices of every offer rank candidates for the Lagrangian heuristic in `search`.
+
+use std::time::Instant;
+
+use crate::model::Instance;
+
+/// A row: its right-hand side and the scale the subgradient is measured in (the right-hand side
+/// itself, so that every row's subgradient is a fraction of its limit).
+struct Rows {
+    rhs: Vec<f64>,
+    scale: Vec<f64>,
+    /// Per offer, its capacity row.
+    cap_row: Vec<Option<usize>>,
+    /// Per class (non-gang only), its price-cap and budget rows.
+    price_row: Vec<Option<usize>>,
+    budget_row: Vec<Option<usize>>,
+}
+
+/// Multipliers and what they prove.
+#[derive(Clone, Debug)]
+pub(crate) struct Dual {
+    /// Per row, the multiplier times the row's scale (weight per fraction of the row).
+    theta: Vec<f64>,
+    /// The bound at these multipliers: no plan places more weight.
+    pub bound: f64,
+}
+
+pub(crate) struct Lagrangian<'i, 'a> {
+    inst: &'i Instance<'a>,
+    rows: Rows,
+    /// Per gang class, the range of its candidates in `gang_cands`.
+    gang_range: Vec<(u32, u32)>,
+    /// Gang candidates that matter for weight, compact (offer, VMs): a candidate that uses the same
+    /// pools as another of its class, no capacity row and no fewer vCPUs is left out (it never
+    /// places more weight), and the scan over all of them is what every step costs.
+    gang_cands: Vec<(u32, f32)>,
+    /// Per-VM price of each offer at the current multipliers, for reuse by the caller.
+    pub price: Vec<f64>,
+}
+
+impl<'i, 'a> Lagrangian<'i, 'a> {
+    pub fn new(inst: &'i Instance<'a>) -> Self {
+        let p = inst.p;
+        let mut rhs: Vec<f64> = inst.pool_limit.iter().map(|&l| l as f64).collect();
+        let mut cap_row = vec![None; p.offers.len()];
+        for (o, offer) in p.offers.iter().enumerate() {
+            if let Some(cap) = offer.capacity_vms {
+                cap_row[o] = Some(rhs.len());
+                rhs.push(f64::from(cap));
+            }
+        }
+        let mut price_row = vec![None; inst.classes.len()];
+        let mut budget_row = vec![None; inst.classes.len()];
+        for (c, class) in inst.classes.iter().enumerate() {
+            let job = inst.job(class.rep);
+            if job.gang || class.cands.is_empty() {
+                continue;
+            }
+            let n = class.jobs.len() as f64;
+            if let Some(cap) = job.max_price_per_hour {
+                price_row[c] = Some(rhs.len());
+                rhs.push(n * cap);
+            }
+            if let Some(budget) = job.budget {
+                budget_row[c] = Some(rhs.len());
+                rhs.push(n * budget);
+            }
+        }
+        let scale = rhs.iter().map(|&b| if b > 0.0 { b } else { 1.0 }).collect();
+        let mut gang_range = vec![(0, 0); inst.classes.len()];
+        let mut gang_cands = Vec::new();
+        for (c, class) in inst.classes.iter().enumerate() {
+            if !inst.job(class.rep).gang {
+                continue;
+            }
+            let first = gang_cands.len() as u32;
+            let vcpus = |k: &crate::model::Cand| u64::from(k.vms) * u64::from(p.offers[k.offer].vcpus_per_vm);
+            for k in &class.cands {
+                let pools = &inst.offer_pools[k.offer];
+                let dominated = class.cands.iter().any(|a| {
+                    a.offer != k.offer
+                        && p.offers[a.offer].capacity_vms.is_none()
+                        && inst.offer_pools[a.offer] == *pools
+                        && (vcpus(a) < vcpus(k) || (vcpus(a) == vcpus(k) && a.offer < k.offer))
+                });
+                if !dominated {
+                    gang_cands.push((k.offer as u32, k.vms as f32));
+                }
+            }
+            gang_range[c] = (first, gang_cands.len() as u32);
+        }
+        Lagrangian {
+            inst,
+            rows: Rows { rhs, scale, cap_row, price_row, budget_row },
+            gang_range,
+            gang_cands,
+            price: vec![0.0; p.offers.len()],
+        }
+    }
+
+    /// Per-VM prices of the offers at multipliers `theta` (into `self.price`).
+    fn set_prices(&mut self, theta: &[f64]) {
+        let inst = self.inst;
+        for (o, offer) in inst.p.offers.iter().enumerate() {
+            let vcpus = f64::from(offer.vcpus_per_vm);
+            let mut pi = 0.0;
+            for &q in &inst.offer_pools[o] {
+                pi += theta[q] / self.rows.scale[q] * vcpus;
+            }
+            if let Some(r) = self.rows.cap_row[o] {
+                pi += theta[r] / self.rows.scale[r];
+            }
+            self.price[o] = pi;
+        }
+    }
+
+    /// The Lagrangian at `theta` and its subgradient (per row, the scaled slack of the classes' own
+    /// choices).
+    fn evaluate(&mut self, theta: &[f64], grad: &mut [f64]) -> f64 {
+        self.set_prices(theta);
+        let inst = self.inst;
+        let p = inst.p;
+        let rows = &self.rows;
+        let mut value: f64 = theta.iter().zip(&rows.rhs).zip(&rows.scale).map(|((t, b), s)| t * b / s).sum();
+        let mut use_vms = vec![0.0; p.offers.len()];
+        let mut use_rows = vec![0.0; rows.rhs.len()];
+        for (c, class) in inst.classes.iter().enumerate() {
+            let job = inst.job(class.rep);
+            let n = class.jobs.len() as f64;
+            let prio = f64::from(job.priority);
+            if job.gang {
+                let w = prio * f64::from(job.gpus);
+                let mut best = 0.0;
+                let mut arg = None;
+                let (from, to) = self.gang_range[c];
+                for &(offer, vms) in &self.gang_cands[from as usize..to as usize] {
+                    let profit = w - f64::from(vms) * self.price[offer as usize];
+                    if profit > best {
+                        best = profit;
+                        arg = Some((offer, vms));
+                    }
+                }
+                if let Some((offer, vms)) = arg {
+                    value += n * best;
+                    use_vms[offer as usize] += n * f64::from(vms);
+                }
+            } else {
+                let price_m = rows.price_row[c].map_or(0.0, |r| theta[r] / rows.scale[r]);
+                let budget_m = rows.budget_row[c].map_or(0.0, |r| theta[r] / rows.scale[r]);
+                let mut best = 0.0;
+                let mut arg = None;
+                for cand in &class.cands {
+                    let gpus = f64::from(cand.gpus);
+                    let per_vm = cand.cost + cand.egress_per_gpu * gpus;
+                    let profit = prio * gpus
+                        - self.price[cand.offer]
+                        - price_m * p.offers[cand.offer].price_per_hour
+                        - budget_m * per_vm;
+                    let per_gpu = profit / gpus;
+                    if per_gpu > best {
+                        best = per_gpu;
+                        arg = Some((cand, per_vm));
+                    }
+                }
+                if let Some((cand, per_vm)) = arg {
+                    let gpus = n * f64::from(job.gpus);
+                    let vms = gpus / f64::from(cand.gpus);
+                    value += gpus * best;
+                    use_vms[cand.offer] += vms;
+                    if let Some(r) = rows.price_row[c] {
+                        use_rows[r] += vms * p.offers[cand.offer].price_per_hour;
+                    }
+                    if let Some(r) = rows.budget_row[c] {
+                        use_rows[r] += vms * per_vm;
+                    }
+                }
+            }
+        }
+        for (o, &vms) in use_vms.iter().enumerate() {
+            if vms == 0.0 {
+                continue;
+            }
+            let vcpus = f64::from(p.offers[o].vcpus_per_vm);
+            for &q in &inst.offer_pools[o] {
+                use_rows[q] += vms * vcpus;
+            }
+            if let Some(r) = rows.cap_row[o] {
+                use_rows[r] += vms;
+            }
+        }
+        for (r, g) in grad.iter_mut().enumerate() {
+            *g = (rows.rhs[r] - use_rows[r]) / rows.scale[r];
+        }
+        value
+    }
+
+    /// Subgradient descent from `start` (or all zeros) for at most `iterations` steps or until
+    /// `deadline`, stepping towards `target` (the weight of the best plan known, which the bound
+    /// can never go below). Calls `visit` with the offers' per-VM prices every `visit_every` steps
+    /// and with the best multipliers at the end; `visit` returns the best plan weight it knows, which
+    /// becomes the new target. Stops early once the bound is within 1 of the target (weights are
+    /// integers, so the target is then proven optimal).
+    pub fn descend(
+        &mut self,
+        start: Option<&Dual>,
+        mut target: f64,
+        iterations: usize,
+        deadline: Option<Instant>,
+        visit_every: usize,
+        mut visit: impl FnMut(&[f64]) -> f64,
+    ) -> Dual {
+        let m = self.rows.rhs.len();
+        let mut theta = start.map_or_else(|| vec![0.0; m], |d| d.theta.clone());
+        let mut grad = vec![0.0; m];
+        let mut dir = vec![0.0; m];
+        let mut best = Dual { theta: theta.clone(), bound: f64::INFINITY };
+        let mut step = 1.0;
+        let mut since_better = 0;
+        for it in 0..iterations {
+            let value = self.evaluate(&theta, &mut grad);
+            if value < best.bound {
+                if value < best.bound - 1e-9 * best.bound.abs().max(1.0) {
+                    since_better = 0;
+                }
+                best = Dual { theta: theta.clone(), bound: value };
+            } else {
+                since_better += 1;
+                if since_better >= 12 {
+                    step *= 0.6;
+                    since_better = 0;
+                }
+            }
+            if visit_every > 0 && it % visit_every == visit_every - 1 {
+                target = target.max(visit(&self.price));
+            }
+            if proven(best.bound, target) || step < 1e-5 || deadline.is_some_and(|d| Instant::now() >= d) {
+                break;
+            }
+            // Deflected subgradient: damps the zigzag between rows that bind alternately.
+            for (d, g) in dir.iter_mut().zip(&grad) {
+                *d = 0.6 * g + 0.4 * *d;
+            }
+            // Only rows that can move count towards the step length.
+            let norm: f64 = dir.iter().zip(&theta).map(|(d, t)| if *t <= 0.0 && *d > 0.0 { 0.0 } else { d * d }).sum();
+            if norm <= 1e-18 {
+                break;
+            }
+            let gap = (value - target).max(1e-3 * value.abs().max(1.0) * 0.01);
+            let t = step * gap / norm;
+            for (th, d) in theta.iter_mut().zip(&dir) {
+                *th = (*th - t * d).max(0.0);
+            }
+        }
+        // The best multipliers' prices for the caller's last heuristic pass.
+        let mut grad = vec![0.0; m];
+        let value = self.evaluate(&best.theta, &mut grad);
+        best.bound = best.bound.min(value);
+        visit(&self.price);
+        best
+    }
+}
+
+/// The bound rounded down to the integer weights it allows, never understated by float noise.
+pub(crate) fn integral(bound: f64) -> f64 {
+    (bound + 1e-9 * bound.abs() + 1e-6).floor().max(0.0)
+}
+
+/// Whether a plan of weight `target` is proven to have the maximum weight by `bound`.
+pub(crate) fn proven(bound: f64, target: f64) -> bool {
+    integral(bound) <= target + 0.5
+}

@@ -1,0 +1,571 @@
+//! Plans without an LP, for queues whose jobs do not repeat: the Lagrangian heuristic (jobs in the
+//! order of their weight net of the multipliers' prices, each on the candidate whose resources are
+//! priced lowest) and local search on gang jobs, which only ever keeps a change that places more
+//! weight (weight phase) or the same weight for less (cost phase):
+//! - insert: an unplaced job on its cheapest candidate that has room;
+//! - eject: an unplaced job on a candidate that lacks room, after removing placed jobs of less weight
+//!   that hold the missing quota or capacity, which are then placed elsewhere if they fit (an
+//!   ejection chain of depth one);
+//! - drop one, add many: a placed job removed to make room for several unplaced jobs worth more;
+//! - relocate and swap (cost phase): a job moved to a cheaper candidate, if need be after moving the
+//!   job that holds its room elsewhere.
+//!
+//! Non-gang jobs keep the placements they come in with (the `Sol` methods place and re-place them).
+
+use std::time::Instant;
+
+use crate::model::{Assign, Cand, EPS, Instance, Sol};
+
+const NONE: u32 = u32::MAX;
+
+/// Checking the deadline costs a system call; the search looks at it every this many steps.
+const CLOCK_EVERY: usize = 32;
+
+/// Passes of the weight search over all jobs at most (each pass that helps places more weight).
+const MAX_PASSES: usize = 4;
+
+/// Gang placements over the resources left by fixed (non-gang) placements.
+pub(crate) struct Packing<'i, 'a> {
+    inst: &'i Instance<'a>,
+    /// Free amount of each resource: quota pools first, then every offer's capacity in VMs.
+    free: Vec<i64>,
+    /// Per offer, the resources one VM uses and how much of each.
+    offer_res: Vec<Vec<(usize, i64)>>,
+    /// Per resource, the offers that use it.
+    res_offers: Vec<Vec<usize>>,
+    /// Per job, the index of its candidate in its class, or `NONE`.
+    slot: Vec<u32>,
+    /// Gang jobs placed on each offer.
+    on_offer: Vec<Vec<usize>>,
+    /// Non-gang placements, kept as they are.
+    fixed: Vec<Assign>,
+    /// Gang jobs, in the order the weight phase tries to place them: most weight first.
+    order: Vec<usize>,
+    /// Per job, its position in `order`.
+    rank: Vec<usize>,
+    /// Per resource, the gang jobs with a candidate that uses it, in `order`.
+    res_jobs: Vec<Vec<usize>>,
+    /// Per job, whether ejecting others for it is worth trying: its weight net of the prices of the
+    /// resources it would use is not far below zero (the LP would nearly place it).
+    promising: Vec<bool>,
+}
+
+impl<'i, 'a> Packing<'i, 'a> {
+    /// The gang placements of `sol` (its non-gang ones stay fixed).
+    pub fn from_sol(inst: &'i Instance<'a>, sol: &Sol) -> Self {
+        let p = inst.p;
+        let pools = inst.pool_limit.len();
+        let unbounded = i64::MAX / 4;
+        let mut free: Vec<i64> = inst.pool_limit.iter().map(|&l| i64::try_from(l).unwrap_or(unbounded)).collect();
+        free.extend(p.offers.iter().map(|o| o.capacity_vms.map_or(unbounded, i64::from)));
+        let mut res_offers = vec![Vec::new(); free.len()];
+        let offer_res: Vec<Vec<(usize, i64)>> = p
+            .offers
+            .iter()
+            .enumerate()
+            .map(|(o, offer)| {
+                let mut res: Vec<(usize, i64)> =
+                    inst.offer_pools[o].iter().map(|&q| (q, i64::from(offer.vcpus_per_vm))).collect();
+                if offer.capacity_vms.is_some() {
+                    res.push((pools + o, 1));
+                }
+                for &(r, _) in &res {
+                    res_offers[r].push(o);
+                }
+                res
+            })
+            .collect();
+        let mut order: Vec<usize> = (0..p.jobs.len()).filter(|&j| p.jobs[j].gang).collect();
+        order.sort_by(|&a, &b| weight(inst, b).total_cmp(&weight(inst, a)).then(a.cmp(&b)));
+        let mut rank = vec![usize::MAX; p.jobs.len()];
+        let mut res_jobs: Vec<Vec<usize>> = vec![Vec::new(); free.len()];
+        for (pos, &j) in order.iter().enumerate() {
+            rank[j] = pos;
+            for c in inst.cands_of(j) {
+                for &(r, _) in &offer_res[c.offer] {
+                    if res_jobs[r].last() != Some(&j) {
+                        res_jobs[r].push(j);
+                    }
+                }
+            }
+        }
+        let mut pack = Packing {
+            inst,
+            free,
+            offer_res,
+            res_offers,
+            slot: vec![NONE; p.jobs.len()],
+            on_offer: vec![Vec::new(); p.offers.len()],
+            fixed: Vec::new(),
+            order,
+            rank,
+            res_jobs,
+            promising: vec![true; p.jobs.len()],
+        };
+        for a in &sol.assigns {
+            if p.jobs[a.job].gang {
+                let k = inst.cands_of(a.job).iter().position(|c| c.offer == a.offer).expect("a placed candidate");
+                pack.put(a.job, k);
+            } else {
+                for &(r, per_vm) in &pack.offer_res[a.offer] {
+                    pack.free[r] -= per_vm * i64::from(a.vms);
+                }
+                pack.fixed.push(*a);
+            }
+        }
+        pack
+    }
+
+    /// Orders the jobs by their weight net of the resources' prices at `price` (per VM of each
+    /// offer), and marks as promising those within a quarter of their weight of being worth placing.
+    pub fn guide(&mut self, price: &[f64]) {
+        let inst = self.inst;
+        let net: Vec<f64> = (0..inst.p.jobs.len())
+            .map(|j| {
+                let w = weight(inst, j);
+                inst.cands_of(j).iter().map(|c| w - f64::from(c.vms) * price[c.offer]).fold(f64::NEG_INFINITY, f64::max)
+            })
+            .collect();
+        for (j, &n) in net.iter().enumerate() {
+            self.promising[j] = n > -0.25 * weight(inst, j);
+        }
+        self.order.sort_by(|&a, &b| net[b].total_cmp(&net[a]).then(a.cmp(&b)));
+        for (pos, &j) in self.order.iter().enumerate() {
+            self.rank[j] = pos;
+        }
+        for list in &mut self.res_jobs {
+            list.sort_unstable_by_key(|&j| self.rank[j]);
+        }
+    }
+
+    /// The plan: fixed placements, then the gang placements in job order.
+    pub fn to_sol(&self) -> Sol {
+        let inst = self.inst;
+        let mut sol = Sol::new(inst);
+        for a in &self.fixed {
+            sol.take(inst, *a);
+        }
+        for (j, &k) in self.slot.iter().enumerate() {
+            if k != NONE {
+                let c = &inst.cands_of(j)[k as usize];
+                sol.take(inst, Assign { job: j, offer: c.offer, vms: c.vms, gpus: c.gpus, cost: c.cost });
+            }
+        }
+        sol
+    }
+
+    fn cand(&self, j: usize, k: usize) -> &'i Cand {
+        &self.inst.cands_of(j)[k]
+    }
+
+    fn fits(&self, j: usize, k: usize) -> bool {
+        let c = self.cand(j, k);
+        let vms = i64::from(c.vms);
+        self.offer_res[c.offer].iter().all(|&(r, a)| a * vms <= self.free[r])
+    }
+
+    fn put(&mut self, j: usize, k: usize) {
+        let c = *self.cand(j, k);
+        let vms = i64::from(c.vms);
+        for &(r, a) in &self.offer_res[c.offer] {
+            self.free[r] -= a * vms;
+        }
+        self.slot[j] = k as u32;
+        self.on_offer[c.offer].push(j);
+    }
+
+    fn remove(&mut self, j: usize) -> usize {
+        let k = self.slot[j] as usize;
+        let c = *self.cand(j, k);
+        let vms = i64::from(c.vms);
+        for &(r, a) in &self.offer_res[c.offer] {
+            self.free[r] += a * vms;
+        }
+        self.slot[j] = NONE;
+        let list = &mut self.on_offer[c.offer];
+        let i = list.iter().position(|&x| x == j).expect("placed on its offer");
+        list.swap_remove(i);
+        k
+    }
+
+    /// Places an unplaced gang job on its cheapest candidate with room.
+    fn insert(&mut self, j: usize) -> bool {
+        let n = self.inst.cands_of(j).len();
+        match (0..n).find(|&k| self.fits(j, k)) {
+            Some(k) => {
+                self.put(j, k);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The placed gang jobs that hold some of the resources in `needs`, each once.
+    fn holders(&self, needs: &[(usize, i64)]) -> Vec<usize> {
+        let mut out = Vec::new();
+        for &(r, _) in needs {
+            for &o in &self.res_offers[r] {
+                out.extend(self.on_offer[o].iter().copied());
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// How much of resource `r` job `i` (placed) holds.
+    fn held(&self, i: usize, r: usize) -> i64 {
+        let c = self.cand(i, self.slot[i] as usize);
+        self.offer_res[c.offer].iter().find(|&&(x, _)| x == r).map_or(0, |&(_, a)| a * i64::from(c.vms))
+    }
+
+    /// The jobs to remove so that candidate `k` of `j` fits, of least weight found, and that weight;
+    /// `None` when none weighs less than `limit`.
+    fn ejection(&self, j: usize, k: usize, limit: f64) -> Option<(Vec<usize>, f64)> {
+        let c = self.cand(j, k);
+        let vms = i64::from(c.vms);
+        let needs: Vec<(usize, i64)> = self.offer_res[c.offer]
+            .iter()
+            .filter_map(|&(r, a)| {
+                let d = a * vms - self.free[r];
+                (d > 0).then_some((r, d))
+            })
+            .collect();
+        if needs.is_empty() {
+            return Some((Vec::new(), 0.0));
+        }
+        let holders = self.holders(&needs);
+        let inst = self.inst;
+        // The lightest single job that frees everything needed.
+        let mut single: Option<(usize, f64)> = None;
+        for &i in &holders {
+            let w = weight(inst, i);
+            if w < limit && single.is_none_or(|(_, sw)| w < sw) && needs.iter().all(|&(r, d)| self.held(i, r) >= d) {
+                single = Some((i, w));
+            }
+        }
+        // Greedy cover: the most missing resource freed per unit of weight first.
+        let mut left = needs.clone();
+        let mut chosen = Vec::new();
+        let mut total = 0.0;
+        let mut pool: Vec<usize> = holders;
+        while left.iter().any(|&(_, d)| d > 0) {
+            let mut best: Option<(usize, f64)> = None;
+            for (idx, &i) in pool.iter().enumerate() {
+                let cover: f64 = left
+                    .iter()
+                    .zip(&needs)
+                    .map(|(&(r, d), &(_, d0))| if d > 0 { self.held(i, r).min(d) as f64 / d0 as f64 } else { 0.0 })
+                    .sum();
+                if cover <= 0.0 {
+                    continue;
+                }
+                let ratio = weight(inst, i) / cover;
+                if best.is_none_or(|(_, b)| ratio < b) {
+                    best = Some((idx, ratio));
+                }
+            }
+            let Some((idx, _)) = best else { break };
+            let i = pool.swap_remove(idx);
+            for (r, d) in left.iter_mut() {
+                *d -= self.held(i, *r);
+            }
+            total += weight(inst, i);
+            chosen.push(i);
+            if total >= limit {
+                break;
+            }
+        }
+        let greedy = (left.iter().all(|&(_, d)| d <= 0) && total < limit).then_some((chosen, total));
+        match (single, greedy) {
+            (Some((i, w)), Some((_, gw))) if w <= gw => Some((vec![i], w)),
+            (Some((i, w)), None) => Some((vec![i], w)),
+            (_, g) => g,
+        }
+    }
+
+    /// Tries to place unplaced job `j` by ejecting lighter jobs; keeps the change only if the
+    /// weight placed grows. Returns the gain.
+    fn eject_for(&mut self, j: usize) -> f64 {
+        let inst = self.inst;
+        let wj = weight(inst, j);
+        let n = inst.cands_of(j).len();
+        let mut options: Vec<(f64, usize, Vec<usize>)> = Vec::new();
+        for k in 0..n {
+            if let Some((victims, w)) = self.ejection(j, k, wj - 0.5) {
+                options.push((w, k, victims));
+            }
+        }
+        options.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        for (_, k, victims) in options.into_iter().take(3) {
+            let old: Vec<(usize, usize)> = victims.iter().map(|&i| (i, self.remove(i))).collect();
+            if !self.fits(j, k) {
+                for &(i, ki) in &old {
+                    self.put(i, ki);
+                }
+                continue;
+            }
+            self.put(j, k);
+            let mut lost = 0.0;
+            let mut moved = Vec::new();
+            for &(i, _) in &old {
+                if self.insert(i) {
+                    moved.push(i);
+                } else {
+                    lost += weight(inst, i);
+                }
+            }
+            if wj - lost > 0.5 {
+                return wj - lost;
+            }
+            for i in moved {
+                self.remove(i);
+            }
+            self.remove(j);
+            for &(i, ki) in &old {
+                self.put(i, ki);
+            }
+        }
+        // Relocate: one placed job, of any weight, that holds all the room a candidate lacks moves
+        // to another candidate of its own.
+        for k in 0..n {
+            let c = *self.cand(j, k);
+            let vms = i64::from(c.vms);
+            let needs: Vec<(usize, i64)> = self.offer_res[c.offer]
+                .iter()
+                .filter_map(|&(r, a)| {
+                    let d = a * vms - self.free[r];
+                    (d > 0).then_some((r, d))
+                })
+                .collect();
+            for i in self.holders(&needs) {
+                if !needs.iter().all(|&(r, d)| self.held(i, r) >= d) {
+                    continue;
+                }
+                let ki = self.remove(i);
+                if self.fits(j, k) {
+                    self.put(j, k);
+                    if self.insert(i) {
+                        return wj;
+                    }
+                    self.remove(j);
+                }
+                self.put(i, ki);
+            }
+        }
+        0.0
+    }
+
+    /// Removes placed job `i` and fills the room with unplaced jobs; keeps the change only if more
+    /// weight is placed. Returns the gain.
+    fn drop_for_many(&mut self, i: usize, unplaced: &[usize]) -> f64 {
+        let inst = self.inst;
+        let wi = weight(inst, i);
+        let ki = self.remove(i);
+        let mut added = Vec::new();
+        let mut gain = -wi;
+        for &j in unplaced {
+            if self.slot[j] == NONE && self.insert(j) {
+                gain += weight(inst, j);
+                added.push(j);
+            }
+        }
+        if gain > 0.5 {
+            return gain;
+        }
+        for j in added {
+            self.remove(j);
+        }
+        self.put(i, ki);
+        0.0
+    }
+
+    /// Local search for weight until no move helps, or `deadline`.
+    pub fn improve_weight(&mut self, deadline: Option<Instant>) {
+        let mut steps = 0;
+        let out_of_time = |steps: &mut usize| {
+            *steps += 1;
+            (*steps).is_multiple_of(CLOCK_EVERY) && deadline.is_some_and(|d| Instant::now() >= d)
+        };
+        for _pass in 0..MAX_PASSES {
+            let mut improved = false;
+            let order = self.order.clone();
+            for &j in &order {
+                if self.slot[j] != NONE {
+                    continue;
+                }
+                if out_of_time(&mut steps) {
+                    return;
+                }
+                if self.insert(j) || (self.promising[j] && self.eject_for(j) > 0.0) {
+                    improved = true;
+                }
+            }
+            // Drop one, add many: lightest placed jobs first (they are the likeliest to be outweighed).
+            let mut placed: Vec<usize> = order.iter().copied().filter(|&j| self.slot[j] != NONE).collect();
+            placed.reverse();
+            for i in placed {
+                if out_of_time(&mut steps) {
+                    return;
+                }
+                let near = self.neighbours(i);
+                if !near.is_empty() && self.drop_for_many(i, &near) > 0.0 {
+                    improved = true;
+                }
+            }
+            if !improved {
+                return;
+            }
+        }
+    }
+
+    /// The unplaced jobs lighter than placed job `i` that have a candidate using one of the
+    /// resources `i` holds, most weight first.
+    fn neighbours(&self, i: usize) -> Vec<usize> {
+        let inst = self.inst;
+        let wi = weight(inst, i);
+        let o = self.cand(i, self.slot[i] as usize).offer;
+        let mut out: Vec<usize> = Vec::new();
+        for &(r, _) in &self.offer_res[o] {
+            out.extend(self.res_jobs[r].iter().copied().filter(|&j| self.slot[j] == NONE && weight(inst, j) < wi));
+        }
+        out.sort_unstable_by_key(|&j| self.rank[j]);
+        out.dedup();
+        out
+    }
+
+    /// Local search for cost at the same weight: every placed job to its cheapest candidate with
+    /// room, else after moving the job that holds that room elsewhere; until no move helps, or
+    /// `deadline`.
+    pub fn improve_cost(&mut self, deadline: Option<Instant>) {
+        let mut steps: usize = 0;
+        for _round in 0..20 {
+            let mut improved = false;
+            let mut placed: Vec<usize> = (0..self.slot.len()).filter(|&j| self.slot[j] != NONE).collect();
+            placed.sort_by(|&a, &b| self.cost_of(b).total_cmp(&self.cost_of(a)).then(a.cmp(&b)));
+            for j in placed {
+                steps += 1;
+                if steps.is_multiple_of(CLOCK_EVERY) && deadline.is_some_and(|d| Instant::now() >= d) {
+                    return;
+                }
+                let old_k = self.slot[j] as usize;
+                let old_cost = self.cand(j, old_k).cost;
+                self.remove(j);
+                self.insert(j);
+                let k = self.slot[j] as usize;
+                if k != old_k {
+                    improved = true;
+                    continue;
+                }
+                // Cheaper candidates (ranked before the current one) that lack room: move a holder.
+                for k in 0..old_k {
+                    let c = *self.cand(j, k);
+                    if c.cost >= old_cost - EPS * old_cost.max(1.0) {
+                        break;
+                    }
+                    if self.swap_in(j, k, old_cost) {
+                        improved = true;
+                        break;
+                    }
+                }
+            }
+            if !improved {
+                return;
+            }
+        }
+    }
+
+    fn cost_of(&self, j: usize) -> f64 {
+        self.cand(j, self.slot[j] as usize).cost
+    }
+
+    /// Moves placed job `j` to candidate `k` after moving one job that holds the room to another
+    /// candidate, if the two moves together cost less.
+    fn swap_in(&mut self, j: usize, k: usize, old_cost: f64) -> bool {
+        let c = *self.cand(j, k);
+        let vms = i64::from(c.vms);
+        let old_k = self.slot[j] as usize;
+        self.remove(j);
+        let needs: Vec<(usize, i64)> = self.offer_res[c.offer]
+            .iter()
+            .filter_map(|&(r, a)| {
+                let d = a * vms - self.free[r];
+                (d > 0).then_some((r, d))
+            })
+            .collect();
+        let holders = self.holders(&needs);
+        for i in holders {
+            if !needs.iter().all(|&(r, d)| self.held(i, r) >= d) {
+                continue;
+            }
+            let i_old = self.slot[i] as usize;
+            let i_cost = self.cand(i, i_old).cost;
+            self.remove(i);
+            if self.fits(j, k) {
+                self.put(j, k);
+                if self.insert(i) {
+                    let delta = c.cost - old_cost + self.cost_of(i) - i_cost;
+                    if delta < -EPS * (old_cost + i_cost).max(1.0) {
+                        return true;
+                    }
+                    self.remove(i);
+                }
+                self.remove(j);
+            }
+            self.put(i, i_old);
+        }
+        self.put(j, old_k);
+        false
+    }
+}
+
+fn weight(inst: &Instance, j: usize) -> f64 {
+    let job = inst.job(j);
+    f64::from(job.priority) * f64::from(job.gpus)
+}
+
+/// The Lagrangian heuristic: jobs by their weight net of the cheapest resources they could use at
+/// per-VM offer prices `price` (most first; jobs the prices rule out last, by weight), each on the
+/// candidate whose resources cost least at those prices, the cheaper in money on a tie.
+pub(crate) fn construct(inst: &Instance, price: &[f64]) -> Sol {
+    let p = inst.p;
+    let mut score: Vec<(f64, f64, usize)> = (0..p.jobs.len())
+        .map(|j| {
+            let job = inst.job(j);
+            let prio = f64::from(job.priority);
+            let net = inst
+                .cands_of(j)
+                .iter()
+                .map(|c| {
+                    if job.gang {
+                        prio * f64::from(job.gpus) - f64::from(c.vms) * price[c.offer]
+                    } else {
+                        (prio - price[c.offer] / f64::from(c.gpus)) * f64::from(job.gpus)
+                    }
+                })
+                .fold(f64::NEG_INFINITY, f64::max);
+            (net, weight(inst, j), j)
+        })
+        .collect();
+    // Positive net weight first, most first; then the rest by weight (a greedy fill).
+    score.sort_by(|a, b| {
+        let pa = a.0 > 0.0;
+        let pb = b.0 > 0.0;
+        pb.cmp(&pa).then_with(|| if pa { b.0.total_cmp(&a.0) } else { b.1.total_cmp(&a.1) }).then(a.2.cmp(&b.2))
+    });
+    let mut sol = Sol::new(inst);
+    let mut order: Vec<usize> = Vec::new();
+    for &(_, _, j) in &score {
+        let job = inst.job(j);
+        let cands = inst.cands_of(j);
+        order.clear();
+        order.extend(0..cands.len());
+        let key = |c: &Cand| {
+            if job.gang { f64::from(c.vms) * price[c.offer] } else { price[c.offer] / f64::from(c.gpus) }
+        };
+        // Stable: equal resource prices keep the money ranking.
+        order.sort_by(|&a, &b| key(&cands[a]).total_cmp(&key(&cands[b])));
+        sol.place(inst, j, order.iter().map(|&k| &cands[k]));
+    }
+    sol
+}
