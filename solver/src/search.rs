@@ -25,6 +25,7 @@ const CLOCK_EVERY: usize = 32;
 const MAX_PASSES: usize = 4;
 
 /// Gang placements over the resources left by fixed (non-gang) placements.
+#[derive(Clone)]
 pub(crate) struct Packing<'i, 'a> {
     inst: &'i Instance<'a>,
     /// Free amount of each resource: quota pools first, then every offer's capacity in VMs.
@@ -436,6 +437,48 @@ impl<'i, 'a> Packing<'i, 'a> {
             }
             if !improved {
                 return;
+            }
+        }
+    }
+
+    /// Weight of the gang jobs placed.
+    fn gang_weight(&self) -> f64 {
+        (0..self.slot.len()).filter(|&j| self.slot[j] != NONE).map(|j| weight(self.inst, j)).sum()
+    }
+
+    /// Iterated local search: `kicks` times, removes a few pseudo-randomly chosen placed gang jobs
+    /// from the best packing found so far (a fixed seed: solving twice gives the same plan), searches
+    /// again, and keeps the result when it places more weight. Leaves the local optimum the weight
+    /// search alone gets stuck in, where a different set of jobs shares the binding pools.
+    pub fn kick(&mut self, kicks: usize, deadline: Option<Instant>) {
+        let mut best_weight = self.gang_weight();
+        let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..kicks {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return;
+            }
+            let placed: Vec<usize> = self.order.iter().copied().filter(|&j| self.slot[j] != NONE).collect();
+            if placed.is_empty() {
+                return;
+            }
+            let mut trial = self.clone();
+            for _ in 0..(placed.len() / 20).clamp(2, 8) {
+                let i = placed[(next() % placed.len() as u64) as usize];
+                if trial.slot[i] != NONE {
+                    trial.remove(i);
+                }
+            }
+            trial.improve_weight(deadline);
+            let w = trial.gang_weight();
+            if w > best_weight + 0.5 {
+                best_weight = w;
+                *self = trial;
             }
         }
     }
