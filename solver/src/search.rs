@@ -54,6 +54,12 @@ pub(crate) struct Packing<'i, 'a> {
     tried: Vec<Vec<u32>>,
 }
 
+/// Unplaced jobs per resource that "drop one, add many" tries to fill a freed room with.
+const MAX_NEIGHBOURS: usize = 48;
+
+/// Placed jobs, the lightest, that an ejection considers removing.
+const MAX_HOLDERS: usize = 48;
+
 /// Candidates per job that ejection and relocation try once prices guide them: trying all 40 of a
 /// job's candidates costs 7 times as much for little more weight.
 const TRIED_CANDIDATES: usize = 6;
@@ -249,7 +255,7 @@ impl<'i, 'a> Packing<'i, 'a> {
         if needs.is_empty() {
             return Some((Vec::new(), 0.0));
         }
-        let holders = self.holders(&needs);
+        let mut holders = self.holders(&needs);
         let inst = self.inst;
         // The lightest single job that frees everything needed.
         let mut single: Option<(usize, f64)> = None;
@@ -263,6 +269,15 @@ impl<'i, 'a> Packing<'i, 'a> {
         let mut left = needs.clone();
         let mut chosen = Vec::new();
         let mut total = 0.0;
+        // The cover takes from the lightest holders only (it prefers little weight per room freed, and
+        // a busy pool has thousands of holders).
+        if holders.len() > MAX_HOLDERS {
+            holders.select_nth_unstable_by(MAX_HOLDERS, |&a, &b| {
+                weight(inst, a).total_cmp(&weight(inst, b)).then(a.cmp(&b))
+            });
+            holders.truncate(MAX_HOLDERS);
+            holders.sort_unstable();
+        }
         let mut pool: Vec<usize> = holders;
         while left.iter().any(|&(_, d)| d > 0) {
             let mut best: Option<(usize, f64)> = None;
@@ -490,8 +505,17 @@ impl<'i, 'a> Packing<'i, 'a> {
         let wi = weight(inst, i);
         let o = self.cand(i, self.slot[i] as usize).offer;
         let mut out: Vec<usize> = Vec::new();
+        // `res_jobs` is in search order: the first few per resource are the ones the fill places first
+        // (a pool of a busy region lists thousands of jobs; scanning all of them for every placed job
+        // was most of the weight search on 10,000 jobs).
         for &(r, _) in &self.offer_res[o] {
-            out.extend(self.res_jobs[r].iter().copied().filter(|&j| self.slot[j] == NONE && weight(inst, j) < wi));
+            out.extend(
+                self.res_jobs[r]
+                    .iter()
+                    .copied()
+                    .filter(|&j| self.slot[j] == NONE && weight(inst, j) < wi)
+                    .take(MAX_NEIGHBOURS),
+            );
         }
         out.sort_unstable_by_key(|&j| self.rank[j]);
         out.dedup();
