@@ -65,6 +65,7 @@ use model::{Instance, Sol, better, priority_order};
 pub fn solve(problem: &Problem, options: &SolveOptions) -> Plan {
     match options.method {
         Method::Greedy => solve_greedy(problem),
+        Method::Round => solve_with(problem, options, Search::Off),
         #[cfg(feature = "highs")]
         Method::Best => milp::solve(problem, options),
         #[cfg(not(feature = "highs"))]
@@ -75,12 +76,24 @@ pub fn solve(problem: &Problem, options: &SolveOptions) -> Plan {
 /// The default build's `Best`: LP relaxation, rounding, repair and greedy fill, with the LP bound for
 /// `gap`. Available in every build so that it can be compared with HiGHS.
 pub fn solve_lp_round(problem: &Problem, options: &SolveOptions) -> Plan {
+    solve_with(problem, options, Search::On)
+}
+
+/// Whether the default build's method runs the Lagrangian bound and the local search after the LP
+/// rounding (`Best`) or stops at the rounded LP plan (`Round`, the control loop's method).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Search {
+    On,
+    Off,
+}
+
+fn solve_with(problem: &Problem, options: &SolveOptions, search: Search) -> Plan {
     let start = Instant::now();
     let deadline = options.time_limit_ms.map(|ms| start + std::time::Duration::from_millis(ms));
     trace(|| "start".to_string());
     let inst = Instance::new(problem);
     trace(|| "instance".to_string());
-    let (sol, label, bounds) = lp_round(&inst, deadline);
+    let (sol, label, bounds) = lp_round(&inst, deadline, search);
     trace(|| "solved".to_string());
     let plan = finish(&inst, &sol, &label, &bounds, start);
     trace(|| "finished".to_string());
@@ -88,8 +101,9 @@ pub fn solve_lp_round(problem: &Problem, options: &SolveOptions) -> Plan {
 }
 
 /// The LP-rounding plan, the name of the method that made it (greedy when the LP could not be solved,
-/// and why), and the bounds proven on the way.
-pub(crate) fn lp_round(inst: &Instance, deadline: Option<Instant>) -> (Sol, String, Vec<Bound>) {
+/// and why), and the bounds proven on the way. With [`Search::Off`], the whole-LP rounding alone
+/// (the cost phase at the LP's maximum weight, rounded), whatever the problem's size.
+pub(crate) fn lp_round(inst: &Instance, deadline: Option<Instant>, search: Search) -> (Sol, String, Vec<Bound>) {
     let mut greedy = greedy(inst);
     trace(|| "greedy".to_string());
     greedy.improve(inst);
@@ -102,8 +116,9 @@ pub(crate) fn lp_round(inst: &Instance, deadline: Option<Instant>) -> (Sol, Stri
         return (greedy, "greedy (proven optimal)".to_string(), vec![trivial]);
     }
     // A plan placing everything that can be placed has the maximum weight: only cost is left to prove.
-    if greedy.weight(inst) >= trivial.weight - 0.5 {
-        return match lp::solve_lp(inst, deadline, Some((trivial.weight, &greedy))) {
+    if greedy.weight(inst) >= trivial.weight - 0.5 || search == Search::Off {
+        let known_weight = (greedy.weight(inst) >= trivial.weight - 0.5).then_some((trivial.weight, &greedy));
+        return match lp::solve_lp(inst, deadline, known_weight) {
             Ok(lp) => {
                 let mut rounded = lp::round(inst, &lp);
                 rounded.improve(inst);

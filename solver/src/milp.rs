@@ -16,7 +16,7 @@ use good_lp::{Expression, ProblemVariables, SolverModel, Variable, WithInitialSo
 use crate::model::{Instance, Sol};
 use crate::plan::{Plan, SolveOptions};
 use crate::problem::Problem;
-use crate::{Bound, finish, lp_round, pick};
+use crate::{Bound, Search, finish, lp_round, pick};
 
 /// Relative MIP gap asked of HiGHS in the cost phase (its default); the plan's `gap` reports it when
 /// HiGHS stops there rather than at a proven optimum.
@@ -260,7 +260,7 @@ pub(crate) fn solve(problem: &Problem, options: &SolveOptions) -> Plan {
     let start = Instant::now();
     let deadline = options.time_limit_ms.map(|ms| start + std::time::Duration::from_millis(ms));
     let inst = Instance::new(problem);
-    let (base, base_label, mut bounds) = lp_round(&inst, deadline);
+    let (base, base_label, mut bounds) = lp_round(&inst, deadline, Search::On);
     match run(&inst, deadline, &base) {
         Ok((sol, bound)) => {
             let label = if bound.is_some() { "highs" } else { "highs (time limit in the weight phase)" };

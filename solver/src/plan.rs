@@ -14,6 +14,14 @@ pub enum Method {
     Best,
     /// Priority order, cheapest feasible offer first: what a per-job broker does.
     Greedy,
+    /// The control loop's method, in every build: the LP relaxation's plan at the maximum weight and
+    /// least cost, rounded and repaired, without the Lagrangian heuristic and local search that `Best`
+    /// adds on queues where shared quota binds. A round's plan is made again a minute later with what
+    /// the cloud said, and on the bundled what-if weeks the search's extra weight did not pay: it
+    /// changed 2 of the 94 rounds where quota bound, each time placing one long 8-GPU job where the rounding placed
+    /// three short ones (weight 8 instead of 6), which cost the region-outage week $1,350 more and
+    /// 9.5 hours of p99 wait (BENCHMARKS.md, "Queues that do not repeat").
+    Round,
 }
 
 /// Solver settings.

@@ -157,7 +157,7 @@ pub(crate) fn solve(
         return (plan.clone(), None);
     }
     let started = std::time::Instant::now();
-    let options = solver::SolveOptions { method: solver::Method::Best, time_limit_ms };
+    let options = solver::SolveOptions { method: solver::Method::Round, time_limit_ms };
     let plan = solver::solve(&problem, &options);
     let secs = started.elapsed().as_secs_f64();
     st.last_solve = Some((problem, plan.clone()));

@@ -197,7 +197,7 @@ impl Controller {
         let snap = self.read_records(now)?;
         let input = placement::plan_input(&snap, &st, &self.config, &self.catalog);
         let options =
-            solver::SolveOptions { method: solver::Method::Best, time_limit_ms: self.config.solve_time_limit_ms };
+            solver::SolveOptions { method: solver::Method::Round, time_limit_ms: self.config.solve_time_limit_ms };
         let mut plan = solver::solve(&input.problem, &options);
         for (job, why) in input.reasons {
             plan.unplaced.push(solver::Unplaced { job, reasons: why });
