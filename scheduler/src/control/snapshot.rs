@@ -53,9 +53,9 @@ pub(crate) struct Snapshot {
     /// key: each is placed again and retired once the new placement runs, though the cloud still
     /// counts its VMs.
     pub agent_trouble: BTreeMap<String, &'static str>,
-    /// The dependencies of waiting pipeline jobs that `jobs` does not hold (they ended), by id.
+    /// The dependencies of open pipeline jobs that `jobs` does not hold (they ended), by id.
     pub upstream: BTreeMap<String, Job>,
-    /// The region each dependency of a waiting pipeline job last ran in, by job id.
+    /// The region each dependency of an open pipeline job last ran in, by job id.
     pub upstream_regions: BTreeMap<String, String>,
 }
 
@@ -236,11 +236,14 @@ impl Controller {
         for t in self.store.scan::<Tenant>()? {
             snap.tenants.insert(t.name.clone(), t);
         }
-        // What a waiting pipeline job depends on: its dependencies' states and where they ran.
+        // What an open pipeline job depends on: its dependencies' states and where they ran. Not
+        // only waiting ones: a running job that loses its VMs this round waits again before the
+        // placement step gates it (read only for waiting jobs, such a job found its ended
+        // dependencies "no longer on record" and failed).
         let deps: BTreeSet<String> = snap
             .jobs
             .values()
-            .filter(|j| j.state == JobState::Pending)
+            .filter(|j| !j.state.is_final())
             .filter_map(|j| j.pipeline.as_ref())
             .flat_map(|l| l.depends_on.iter().map(|d| d.job_id.clone()))
             .collect();

@@ -627,6 +627,7 @@ impl Driver for Broker {
                 lost_work_gpu_hours: j.lost,
                 failovers: j.failovers,
                 attempts: j.spans.clone(),
+                end_reason: j.failed.clone(),
             })
             .collect();
         out.sort_by(|a, b| a.id.cmp(&b.id));

@@ -124,6 +124,7 @@ impl LoopDriver {
             lost_work_gpu_hours: job.lost_work_gpu_hours,
             failovers: job.failovers,
             attempts: spans,
+            end_reason: if job.state == JobState::Succeeded { None } else { job.end_reason.clone() },
         }
     }
 

@@ -116,6 +116,8 @@ pub struct JobOutcome {
     pub failovers: u32,
     /// Its attempts, in order.
     pub attempts: Vec<AttemptSpan>,
+    /// Why it ended without its work done (a failed dependency, a budget), when it did.
+    pub end_reason: Option<String>,
 }
 
 /// One attempt of a job: where, and when it ran.
