@@ -1092,9 +1092,6 @@ impl AgentService {
             "attempt": a.number, "rank": rank, "restart": exit.restart, "script": exit.script,
             "code": exit.code, "signal": exit.signal, "tail": tail,
         });
-        let with_tail = |msg: String| {
-            if tail.is_empty() { msg } else { format!("{msg}; last lines:\n{}", tail.join("\n")) }
-        };
         let ended = match verdict {
             ExitVerdict::Nothing => false,
             ExitVerdict::RankDone => {
@@ -1112,16 +1109,13 @@ impl AgentService {
                 work.done = true;
                 tx.put(&work)?;
                 // It ran, whether or not the control loop saw it running before it ended.
-                job.first_running_at_ms.get_or_insert(work.started_at_ms.unwrap_or(now));
-                job.set_state(JobState::Succeeded, now);
-                job.end_reason = Some(format!(
+                let why = format!(
                     "every rank of attempt {} exited 0 ({} rank{})",
                     a.number,
                     work.num_nodes,
                     if work.num_nodes == 1 { "" } else { "s" }
-                ));
-                tx.put(&job)?;
-                record_event(tx, &job, now, EventKind::Succeeded, job.end_reason.clone().unwrap_or_default(), data)?;
+                );
+                end_succeeded(tx, &mut job, why, work.started_at_ms.unwrap_or(now), now, data)?;
                 true
             }
             ExitVerdict::Restart => {
@@ -1138,12 +1132,15 @@ impl AgentService {
                     &job,
                     now,
                     EventKind::Restarted,
-                    with_tail(format!(
-                        "{}; starting run again (restart {} of at most {}, SPILLWAY_RESTART={restart})",
-                        exit.describe(rank),
-                        jw.failures,
-                        job.spec.max_restarts()
-                    )),
+                    with_tail(
+                        tail,
+                        format!(
+                            "{}; starting run again (restart {} of at most {}, SPILLWAY_RESTART={restart})",
+                            exit.describe(rank),
+                            jw.failures,
+                            job.spec.max_restarts()
+                        ),
+                    ),
                     data,
                 )?;
                 false
@@ -1154,23 +1151,11 @@ impl AgentService {
                 work.stop = Some("the job failed".into());
                 tx.put(&jw)?;
                 tx.put(&work)?;
-                let why = exit.describe(rank);
-                let restarts = job.spec.max_restarts();
-                let summary = if restarts > 0 {
-                    format!("{why} (after {restarts} restart{})", if restarts == 1 { "" } else { "s" })
-                } else {
-                    why
-                };
-                job.first_running_at_ms.get_or_insert(work.started_at_ms.unwrap_or(now));
-                job.set_state(JobState::Failed, now);
-                job.end_reason = Some(summary.clone());
-                job.last_failure = Some(summary.clone());
-                tx.put(&job)?;
-                record_event(tx, &job, now, EventKind::Failed, with_tail(summary), data)?;
+                end_failed(tx, &mut job, exit.describe(rank), work.started_at_ms.unwrap_or(now), now, tail, data)?;
                 true
             }
             ExitVerdict::AlreadyCounted => {
-                record_event(tx, &job, now, EventKind::RankExited, with_tail(exit.describe(rank)), data)?;
+                record_event(tx, &job, now, EventKind::RankExited, with_tail(tail, exit.describe(rank)), data)?;
                 false
             }
         };
@@ -1516,8 +1501,6 @@ fn decide_world_exit(
         "attempt": a.number, "rank": rank, "world_rank": world_rank, "restart": exit.restart,
         "script": exit.script, "code": exit.code, "signal": exit.signal, "tail": tail,
     });
-    let with_tail =
-        |msg: String| if tail.is_empty() { msg } else { format!("{msg}; last lines:\n{}", tail.join("\n")) };
     let n = world.members.len();
     let ended = match verdict {
         ExitVerdict::Nothing | ExitVerdict::RankDone => false,
@@ -1528,15 +1511,12 @@ fn decide_world_exit(
                     tx.put(&w)?;
                 }
             }
-            job.first_running_at_ms.get_or_insert(world.started_at_ms);
-            job.set_state(JobState::Succeeded, now);
-            job.end_reason = Some(format!(
+            let why = format!(
                 "every rank of the job's world exited 0 ({n} rank{} over {})",
                 if n == 1 { "" } else { "s" },
                 attempts_phrase(&world)
-            ));
-            tx.put(&job)?;
-            record_event(tx, &job, now, EventKind::Succeeded, job.end_reason.clone().unwrap_or_default(), data)?;
+            );
+            end_succeeded(tx, &mut job, why, world.started_at_ms, now, data)?;
             true
         }
         ExitVerdict::Restart => {
@@ -1560,12 +1540,15 @@ fn decide_world_exit(
                 &job,
                 now,
                 EventKind::Restarted,
-                with_tail(format!(
-                    "{}; every rank of the world starts again (restart {} of at most {}, SPILLWAY_RESTART={restart})",
-                    exit.describe(shown),
-                    jw.failures,
-                    job.spec.max_restarts()
-                )),
+                with_tail(
+                    tail,
+                    format!(
+                        "{}; every rank of the world starts again (restart {} of at most {}, SPILLWAY_RESTART={restart})",
+                        exit.describe(shown),
+                        jw.failures,
+                        job.spec.max_restarts()
+                    ),
+                ),
                 data,
             )?;
             false
@@ -1575,27 +1558,62 @@ fn decide_world_exit(
             world.failed_restart = Some(exit.restart);
             jw.world = Some(world);
             tx.put(&jw)?;
-            let why = exit.describe(shown);
-            let restarts = job.spec.max_restarts();
-            let summary = if restarts > 0 {
-                format!("{why} (after {restarts} restart{})", if restarts == 1 { "" } else { "s" })
-            } else {
-                why
-            };
-            job.first_running_at_ms.get_or_insert(now);
-            job.set_state(JobState::Failed, now);
-            job.end_reason = Some(summary.clone());
-            job.last_failure = Some(summary.clone());
-            tx.put(&job)?;
-            record_event(tx, &job, now, EventKind::Failed, with_tail(summary), data)?;
+            end_failed(tx, &mut job, exit.describe(shown), now, now, tail, data)?;
             true
         }
         ExitVerdict::AlreadyCounted => {
-            record_event(tx, &job, now, EventKind::RankExited, with_tail(exit.describe(shown)), data)?;
+            record_event(tx, &job, now, EventKind::RankExited, with_tail(tail, exit.describe(shown)), data)?;
             false
         }
     };
     Ok(Ok(ended))
+}
+
+/// A rank's exit message with the last lines of its output, when there are any.
+fn with_tail(tail: &[String], msg: String) -> String {
+    if tail.is_empty() { msg } else { format!("{msg}; last lines:\n{}", tail.join("\n")) }
+}
+
+/// Ends `job` succeeded (it ran from `ran_since`, whether or not the control loop saw it running).
+fn end_succeeded(
+    tx: &mut Tx,
+    job: &mut Job,
+    why: String,
+    ran_since: i64,
+    now: i64,
+    data: serde_json::Value,
+) -> Result<(), TxAbort> {
+    job.first_running_at_ms.get_or_insert(ran_since);
+    job.set_state(JobState::Succeeded, now);
+    job.end_reason = Some(why.clone());
+    tx.put(job)?;
+    record_event(tx, job, now, EventKind::Succeeded, why, data)?;
+    Ok(())
+}
+
+/// Ends `job` failed by a rank's exit (`why`), saying how many restarts it was allowed.
+fn end_failed(
+    tx: &mut Tx,
+    job: &mut Job,
+    why: String,
+    ran_since: i64,
+    now: i64,
+    tail: &[String],
+    data: serde_json::Value,
+) -> Result<(), TxAbort> {
+    let restarts = job.spec.max_restarts();
+    let summary = if restarts > 0 {
+        format!("{why} (after {restarts} restart{})", if restarts == 1 { "" } else { "s" })
+    } else {
+        why
+    };
+    job.first_running_at_ms.get_or_insert(ran_since);
+    job.set_state(JobState::Failed, now);
+    job.end_reason = Some(summary.clone());
+    job.last_failure = Some(summary.clone());
+    tx.put(job)?;
+    record_event(tx, job, now, EventKind::Failed, with_tail(tail, summary), data)?;
+    Ok(())
 }
 
 fn read_nodes(tx: &mut Tx, job_id: &str, attempt: u32, n: u32) -> Result<Vec<Option<NodeRecord>>, TxAbort> {
