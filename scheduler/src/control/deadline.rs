@@ -192,6 +192,7 @@ pub(crate) fn leftovers(attempts: &[&Attempt], choice: &DeadlineChoice) -> Vec<A
 /// What the job's policy holds it to this round: builds the job's view (see `deadline::TickView`)
 /// and runs its policy (the same instance from round to round). `None` when the job has no region
 /// with an offer for it.
+#[allow(clippy::too_many_arguments)] // the round's view of one job, every part needed
 pub(crate) fn choose(
     st: &mut LoopState,
     catalog: &Catalog,
@@ -199,6 +200,7 @@ pub(crate) fn choose(
     job: &Job,
     attempts: &[&Attempt],
     ours: &OurUsage,
+    input: Option<&(String, Option<f64>)>,
     now: i64,
 ) -> Option<DeadlineChoice> {
     let (names, tiers) = tier_offers(st, catalog, job, ours, now);
@@ -220,8 +222,12 @@ pub(crate) fn choose(
             spot_observed: observed,
         })
         .collect();
-    let egress = vec![0.0; names.len() * names.len()];
-    let view = tick_view(job, attempts, &names, &regions, &egress, now, tick_ms)?;
+    // Moving between regions costs the solver's egress rate for the data that must follow the job.
+    let n = names.len();
+    let egress: Vec<f64> =
+        (0..n * n).map(|i| if i / n == i % n { 0.0 } else { solver::DEFAULT_EGRESS_USD_PER_GB }).collect();
+    let data = job_data(job, input);
+    let view = tick_view(job, attempts, &names, &regions, &egress, data, now, tick_ms)?;
     let entry = st.deadline.policies.entry(job.id.clone()).or_insert_with(|| JobPolicy {
         kind,
         regions: names.clone(),
@@ -313,12 +319,24 @@ fn histories<'h>(history: &'h SpotHistory, names: &[String], tiers: &[Tiers]) ->
 /// The job's state as the policies see it: work, deadline and progress in milliseconds from its
 /// submission, what it holds now and how much restart overhead that still owes, what a spot loss
 /// would cost, and where its checkpoint is.
+/// Where a deadline job's data lies before it first runs, and how many GB must follow it when it
+/// moves: its own `data_region` and `data_gb`, else its dependencies' output (`input`, a pipeline
+/// stage's). Without a size, moving costs nothing, as in the solver.
+fn job_data<'j>(job: &'j Job, input: Option<&'j (String, Option<f64>)>) -> (Option<&'j str>, f64) {
+    let spec = &job.spec;
+    let region = spec.data_region.as_deref().or(input.map(|(r, _)| r.as_str()));
+    let gb = spec.data_gb.or(input.and_then(|(_, gb)| *gb)).unwrap_or(0.0);
+    (region, gb)
+}
+
+#[allow(clippy::too_many_arguments)] // one view of the job, every field needed
 fn tick_view<'v>(
     job: &Job,
     attempts: &[&Attempt],
     names: &[String],
     regions: &'v [RegionTick<'v>],
     egress: &'v [f64],
+    (data_region, data_gb): (Option<&str>, f64),
     now: i64,
     tick_ms: i64,
 ) -> Option<TickView<'v>> {
@@ -342,7 +360,12 @@ fn tick_view<'v>(
         }
         None => (Choice::Idle, 0),
     };
-    let checkpoint_region = attempts.iter().max_by_key(|a| a.number).and_then(|a| index(&a.region));
+    // The data (and the checkpoint) lie where the job last ran; before its first start, in its
+    // data region.
+    let checkpoint_region = match attempts.iter().max_by_key(|a| a.number) {
+        Some(a) => index(&a.region),
+        None => data_region.and_then(index),
+    };
     let start = job.submitted_at_ms;
     let deadline_at = (deadline.unix_timestamp_nanos() / 1_000_000) as i64;
     let work_ms = (work_h * HOUR_MS).round() as i64;
@@ -359,7 +382,7 @@ fn tick_view<'v>(
     Some(TickView {
         regions,
         egress_usd_per_gb: egress,
-        checkpoint_gb: 0.0,
+        checkpoint_gb: data_gb,
         tick,
         tick_ms,
         work_ms,
@@ -410,5 +433,39 @@ mod tests {
         assert_eq!(d, vec![demand()]);
         assert!(!idle.allows("eastus", Priority::Regular));
         assert!(idle.waiting_reason().contains("waiting for spot"));
+    }
+
+    /// A pipeline stage whose input (500 GB) lies in westus3: moving it to eastus costs egress, so
+    /// the policy takes westus3's spot though eastus's is a little cheaper. Before, the loop told the
+    /// policy that moving was free, and stages left their data (the pipelines week paid 5× the
+    /// egress of greedy-failover).
+    #[test]
+    fn a_deadline_job_starts_where_its_input_lies_unless_moving_pays() {
+        let spec = "name = \"score\"\nkind = \"batch\"\ngpus = 8\nspot = \"allowed\"\n\
+                    duration_hours = 4.0\ndeadline = \"2030-01-01T00:00:00Z\"\n";
+        let j = Job::new("j".into(), crate::model::JobSpec::parse(spec, crate::model::SpecFormat::Toml).unwrap(), 0);
+        let names = vec!["eastus".to_string(), "westus3".to_string()];
+        let up = [true; 4];
+        let tick = |name: &'static str, spot_price: f64| RegionTick {
+            name,
+            regular_price: 30.0,
+            spot_price,
+            regular_available: true,
+            spot_history: &up,
+            spot_observed: 4,
+        };
+        let regions = [tick("eastus", 9.0), tick("westus3", 10.0)];
+        let egress = [0.0, 0.02, 0.02, 0.0];
+        let input = ("westus3".to_string(), Some(500.0));
+        let choose = |data| {
+            let view = tick_view(&j, &[], &names, &regions, &egress, data, 3 * 60_000, 60_000).unwrap();
+            (view.move_cost(0), DeadlinePolicyKind::Spillway.make().choose(&view))
+        };
+        let (cost, choice) = choose(job_data(&j, Some(&input)));
+        assert!((cost - 10.0).abs() < 1e-9, "500 GB at $0.02: {cost}");
+        assert_eq!(choice, Choice::Spot(1), "stays with its data");
+        // With moving free (no size known), the cheaper spot wins.
+        let (cost, choice) = choose(job_data(&j, Some(&("westus3".to_string(), None))));
+        assert_eq!((cost, choice), (0.0, Choice::Spot(0)));
     }
 }

@@ -29,23 +29,29 @@ impl Controller {
         let tick_ms = self.config.deadline_tick_ms.max(1);
         deadline::observe_spot(st, &self.catalog, now, tick_ms);
         // A pipeline job waiting for its dependencies holds nothing yet: no policy chooses for it.
-        let jobs: Vec<Job> = snap
+        let jobs: Vec<(Job, Option<(String, Option<f64>)>)> = snap
             .open_jobs()
             .into_iter()
             .filter(deadline_managed)
-            .filter(|j| matches!(dependencies::gate(snap, j), dependencies::Gate::Ready { .. }))
+            .filter_map(|j| match dependencies::gate(snap, &j) {
+                dependencies::Gate::Ready { data } => Some((j, data)),
+                _ => None,
+            })
             .collect();
-        let open: BTreeSet<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+        let open: BTreeSet<&str> = jobs.iter().map(|(j, _)| j.id.as_str()).collect();
         let previous = deadline::begin_choices(st, &open);
         if jobs.is_empty() {
             return Ok(());
         }
         let ours = our_usage(snap.active());
         let policy = (self.config.deadline_policy, tick_ms);
-        for job in &jobs {
+        for (job, data) in &jobs {
             let attempts: Vec<Attempt> = snap.attempts_of(&job.id).cloned().collect();
             let refs: Vec<&Attempt> = attempts.iter().collect();
-            let Some(choice) = deadline::choose(st, &self.catalog, policy, job, &refs, &ours, now) else { continue };
+            let Some(choice) = deadline::choose(st, &self.catalog, policy, job, &refs, &ours, data.as_ref(), now)
+            else {
+                continue;
+            };
             let mut actions = Vec::new();
             if previous.get(&job.id) != Some(&choice) {
                 let event = (EventKind::DeadlineChoice, format!("{} deadline policy: {choice}", choice.policy));
