@@ -29,7 +29,9 @@ impl Controller {
         let tick_ms = self.config.deadline_tick_ms.max(1);
         deadline::observe_spot(st, &self.catalog, now, tick_ms);
         // A pipeline job waiting for its dependencies holds nothing yet: no policy chooses for it.
-        let jobs: Vec<(Job, Option<(String, Option<f64>)>)> = snap
+        // Each with where its input data lies (and its size), for its policy's egress.
+        type WithInput = (Job, Option<(String, Option<f64>)>);
+        let jobs: Vec<WithInput> = snap
             .open_jobs()
             .into_iter()
             .filter(deadline_managed)
