@@ -412,48 +412,10 @@ impl Report {
                 ]
             })
             .collect();
-        let mut widths: Vec<usize> = head.iter().map(|h| h.len()).collect();
-        for r in &rows {
-            for (w, c) in widths.iter_mut().zip(r) {
-                *w = (*w).max(c.len());
-            }
-        }
-        let line = |cells: Vec<String>| {
-            cells
-                .iter()
-                .zip(&widths)
-                .map(|(c, w)| format!("{c:<w$}"))
-                .collect::<Vec<_>>()
-                .join("  ")
-                .trim_end()
-                .to_string()
-        };
-        let _ = writeln!(out, "{}", line(head.iter().map(|s| s.to_string()).collect()));
-        for r in rows {
-            let _ = writeln!(out, "{}", line(r));
-        }
+        write_aligned(&mut out, &head, &rows);
         if let Some((head, rows)) = self.pipeline_rows() {
             let _ = writeln!(out, "\npipelines (makespan: first stage's arrival to last stage's end):");
-            let mut widths: Vec<usize> = head.iter().map(|h| h.len()).collect();
-            for r in &rows {
-                for (w, c) in widths.iter_mut().zip(r) {
-                    *w = (*w).max(c.len());
-                }
-            }
-            let line = |cells: &[String]| {
-                cells
-                    .iter()
-                    .zip(&widths)
-                    .map(|(c, w)| format!("{c:<w$}"))
-                    .collect::<Vec<_>>()
-                    .join("  ")
-                    .trim_end()
-                    .to_string()
-            };
-            let _ = writeln!(out, "{}", line(&head.iter().map(|s| s.to_string()).collect::<Vec<_>>()));
-            for r in &rows {
-                let _ = writeln!(out, "{}", line(r));
-            }
+            write_aligned(&mut out, &head, &rows);
         }
         out
     }
@@ -946,6 +908,23 @@ fn timeline(failovers: &[Failover], outages: &[OutageWindow], regions: &[String]
         failovers.len()
     );
     s
+}
+
+/// Writes a table with each column as wide as its widest cell, two spaces apart, no trailing space.
+fn write_aligned(out: &mut String, head: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = head.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.len());
+        }
+    }
+    let line = |cells: &mut dyn Iterator<Item = &str>| {
+        cells.zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_string()
+    };
+    let _ = writeln!(out, "{}", line(&mut head.iter().copied()));
+    for r in rows {
+        let _ = writeln!(out, "{}", line(&mut r.iter().map(String::as_str)));
+    }
 }
 
 #[cfg(test)]
