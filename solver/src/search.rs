@@ -179,6 +179,18 @@ impl<'i, 'a> Packing<'i, 'a> {
         &self.inst.cands_of(j)[k]
     }
 
+    /// The resources candidate `c` lacks room in, and by how much.
+    fn lacks(&self, c: &Cand) -> Vec<(usize, i64)> {
+        let vms = i64::from(c.vms);
+        self.offer_res[c.offer]
+            .iter()
+            .filter_map(|&(r, a)| {
+                let d = a * vms - self.free[r];
+                (d > 0).then_some((r, d))
+            })
+            .collect()
+    }
+
     fn fits(&self, j: usize, k: usize) -> bool {
         let c = self.cand(j, k);
         let vms = i64::from(c.vms);
@@ -244,14 +256,7 @@ impl<'i, 'a> Packing<'i, 'a> {
     /// `None` when none weighs less than `limit`.
     fn ejection(&self, j: usize, k: usize, limit: f64) -> Option<(Vec<usize>, f64)> {
         let c = self.cand(j, k);
-        let vms = i64::from(c.vms);
-        let needs: Vec<(usize, i64)> = self.offer_res[c.offer]
-            .iter()
-            .filter_map(|&(r, a)| {
-                let d = a * vms - self.free[r];
-                (d > 0).then_some((r, d))
-            })
-            .collect();
+        let needs = self.lacks(c);
         if needs.is_empty() {
             return Some((Vec::new(), 0.0));
         }
@@ -367,14 +372,7 @@ impl<'i, 'a> Packing<'i, 'a> {
         // to another candidate of its own.
         for k in tried.iter().map(|&k| k as usize) {
             let c = *self.cand(j, k);
-            let vms = i64::from(c.vms);
-            let needs: Vec<(usize, i64)> = self.offer_res[c.offer]
-                .iter()
-                .filter_map(|&(r, a)| {
-                    let d = a * vms - self.free[r];
-                    (d > 0).then_some((r, d))
-                })
-                .collect();
+            let needs = self.lacks(&c);
             for i in self.holders(&needs) {
                 if !needs.iter().all(|&(r, d)| self.held(i, r) >= d) {
                     continue;
@@ -571,16 +569,9 @@ impl<'i, 'a> Packing<'i, 'a> {
     /// candidate, if the two moves together cost less.
     fn swap_in(&mut self, j: usize, k: usize, old_cost: f64) -> bool {
         let c = *self.cand(j, k);
-        let vms = i64::from(c.vms);
         let old_k = self.slot[j] as usize;
         self.remove(j);
-        let needs: Vec<(usize, i64)> = self.offer_res[c.offer]
-            .iter()
-            .filter_map(|&(r, a)| {
-                let d = a * vms - self.free[r];
-                (d > 0).then_some((r, d))
-            })
-            .collect();
+        let needs = self.lacks(&c);
         let holders = self.holders(&needs);
         for i in holders {
             if !needs.iter().all(|&(r, d)| self.held(i, r) >= d) {
