@@ -154,6 +154,7 @@ fn prepare_store(data: &Path, n: u32) -> AgentKeys {
         running_vms: n,
         below_min_since_ms: None,
         cost_usd: 0.0,
+        egress_usd: 0.0,
         accounted_until_ms: Some(now),
         failure: None,
         failure_class: None,

@@ -67,6 +67,18 @@ pub fn overlap_scale(fractions_sum: f64) -> f64 {
     if fractions_sum > 1.0 { 1.0 / fractions_sum } else { 1.0 }
 }
 
+/// The GB of its job's input a placement of `gpus` of the job's `wanted_gpus` moves when it runs
+/// away from the data: all of it for a gang (every rank reads the whole input), its GPUs' share
+/// for a split job (sharded work), as the solver's egress term counts it.
+pub fn moved_gb(data_gb: f64, gang: bool, gpus: u32, wanted_gpus: u32) -> f64 {
+    if gang { data_gb } else { data_gb * f64::from(gpus) / f64::from(wanted_gpus.max(1)) }
+}
+
+/// USD of moving `gb` at `usd_per_gb`: what the job (and its tenant's budget) pays for it.
+pub fn egress_usd(gb: f64, usd_per_gb: f64) -> f64 {
+    gb.max(0.0) * usd_per_gb.max(0.0)
+}
+
 /// Progress after `hours` at `fraction` of the job, never beyond the job's `duration_hours`.
 pub fn advance(progress_hours: f64, hours: f64, fraction: f64, duration_hours: Option<f64>) -> f64 {
     let p = progress_hours + hours * fraction;

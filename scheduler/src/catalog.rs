@@ -86,6 +86,8 @@ struct CatalogFile {
     sizes: Vec<VmSize>,
     #[serde(default)]
     prices: Vec<PriceRow>,
+    #[serde(default)]
+    egress: Vec<solver::Egress>,
 }
 
 /// One row of the catalog as `spillway catalog` lists it.
@@ -127,6 +129,10 @@ pub struct Catalog {
     by_name: HashMap<String, usize>,
     /// Price rows by size, then region (nested so that a lookup by `&str` needs no allocation).
     prices: BTreeMap<String, BTreeMap<String, PriceRow>>,
+    /// Inter-region transfer prices that differ from [`solver::DEFAULT_EGRESS_USD_PER_GB`], by
+    /// (from, to) region: the one source of what moving data costs, for the solver's egress term,
+    /// the deadline policies, and what a placement that moves data bills its job.
+    egress: BTreeMap<(String, String), f64>,
 }
 
 /// Errors loading a catalog file.
@@ -167,7 +173,8 @@ impl Catalog {
     /// Parses a catalog file on its own (its `mode` is ignored).
     pub fn parse(content: &str, origin: &str) -> Result<Catalog, CatalogError> {
         let file = parse_file(content, origin)?;
-        let cat = Catalog::from_parts(file.sizes, file.prices);
+        let mut cat = Catalog::from_parts(file.sizes, file.prices);
+        cat.extend_egress(file.egress);
         cat.check(origin)?;
         Ok(cat)
     }
@@ -178,7 +185,7 @@ impl Catalog {
         let content =
             std::fs::read_to_string(path).map_err(|source| CatalogError::Io { path: origin.clone(), source })?;
         let file = parse_file(&content, &origin)?;
-        let cat = match file.mode {
+        let mut cat = match file.mode {
             MergeMode::Replace => Catalog::from_parts(file.sizes, file.prices),
             MergeMode::Extend => {
                 let mut cat = Catalog::builtin();
@@ -186,6 +193,7 @@ impl Catalog {
                 cat
             }
         };
+        cat.extend_egress(file.egress);
         cat.check(&origin)?;
         Ok(cat)
     }
@@ -199,7 +207,8 @@ impl Catalog {
     }
 
     fn from_parts(sizes: Vec<VmSize>, prices: Vec<PriceRow>) -> Catalog {
-        let mut cat = Catalog { sizes: Vec::new(), by_name: HashMap::new(), prices: BTreeMap::new() };
+        let mut cat =
+            Catalog { sizes: Vec::new(), by_name: HashMap::new(), prices: BTreeMap::new(), egress: BTreeMap::new() };
         cat.extend(sizes, prices);
         cat
     }
@@ -233,9 +242,45 @@ impl Catalog {
         }
     }
 
+    /// Adds or replaces inter-region transfer prices (by from and to region).
+    pub fn extend_egress(&mut self, rows: Vec<solver::Egress>) {
+        for e in rows {
+            self.egress.insert((e.from, e.to), e.usd_per_gb);
+        }
+    }
+
+    /// USD per GB to move data from one region to another: nothing within a region, the catalog's
+    /// price for the pair when it lists one, else [`solver::DEFAULT_EGRESS_USD_PER_GB`] (Azure's
+    /// transfer price between North American regions), the rate the solver uses for a pair its
+    /// table does not list.
+    pub fn egress_usd_per_gb(&self, from: &str, to: &str) -> f64 {
+        if from == to {
+            return 0.0;
+        }
+        self.egress.get(&(from.to_string(), to.to_string())).copied().unwrap_or(solver::DEFAULT_EGRESS_USD_PER_GB)
+    }
+
+    /// The transfer prices the catalog lists, as the solver's egress table (the pairs it does not
+    /// list cost the solver's default, as in [`Catalog::egress_usd_per_gb`]).
+    pub fn egress_table(&self) -> Vec<solver::Egress> {
+        self.egress
+            .iter()
+            .map(|((from, to), usd)| solver::Egress { from: from.clone(), to: to.clone(), usd_per_gb: *usd })
+            .collect()
+    }
+
     fn check(&self, origin: &str) -> Result<(), CatalogError> {
         let mut errs = FieldErrors::default();
         check_sizes(&mut errs, &self.sizes);
+        for ((from, to), usd) in &self.egress {
+            let field = format!("egress[{from} {to}]");
+            if from == to {
+                errs.push(&field, "from and to must differ (moving data within a region is free)");
+            }
+            if !usd.is_finite() || *usd < 0.0 {
+                errs.push(format!("{field}.usd_per_gb"), "must be a price ≥ 0 (USD per GB)");
+            }
+        }
         for p in self.prices() {
             let field = format!("prices[{} {}]", p.size, p.region);
             if self.size(&p.size).is_none() {

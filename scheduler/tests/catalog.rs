@@ -149,10 +149,21 @@ regular = 3.1
 size = "Standard_NC24ads_A100_v4"
 region = "eastus"
 regular = 2.9
+[[egress]]
+from = "eastus"
+to = "swedencentral"
+usd_per_gb = 0.05
 "#,
     )
     .unwrap();
     let cat = Catalog::builtin_with(&extend).unwrap();
+    // Transfer prices: the file's pair, the default between others, nothing within a region; the
+    // solver is given the same table.
+    assert_eq!(cat.egress_usd_per_gb("eastus", "swedencentral"), 0.05);
+    assert_eq!(cat.egress_usd_per_gb("swedencentral", "eastus"), 0.02, "one direction per row");
+    assert_eq!(cat.egress_usd_per_gb("eastus", "eastus"), 0.0);
+    assert_eq!(cat.egress_table().len(), 1);
+    assert!(Catalog::builtin().egress_table().is_empty());
     assert!(cat.regions().contains(&"swedencentral".to_string()));
     let row = cat.price("Standard_NC24ads_A100_v4", "eastus").unwrap();
     assert_eq!(row.regular, Some(2.9), "negotiated price replaces the list price");
@@ -186,8 +197,14 @@ regular = 100.0
     assert_eq!(cat.regions(), ["eastus"]);
 
     let bad = dir.join("bad.toml");
-    std::fs::write(&bad, "[[prices]]\nsize = \"Standard_Nope\"\nregion = \"eastus\"\nregular = -1.0\n").unwrap();
+    std::fs::write(
+        &bad,
+        "[[prices]]\nsize = \"Standard_Nope\"\nregion = \"eastus\"\nregular = -1.0\n\
+         [[egress]]\nfrom = \"eastus\"\nto = \"westus\"\nusd_per_gb = -0.1\n",
+    )
+    .unwrap();
     let err = Catalog::builtin_with(&bad).unwrap_err().to_string();
+    assert!(err.contains("egress[eastus westus].usd_per_gb: must be a price ≥ 0"), "{err}");
     assert!(err.contains("unknown size Standard_Nope"), "{err}");
     assert!(err.contains("must be a positive price"), "{err}");
     std::fs::remove_dir_all(&dir).ok();

@@ -320,6 +320,7 @@ async fn a_restart_mid_provisioning_adopts_the_fleet_and_makes_no_duplicate_or_o
         running_vms: 0,
         below_min_since_ms: None,
         cost_usd: 0.0,
+        egress_usd: 0.0,
         accounted_until_ms: None,
         failure: None,
         failure_class: None,
@@ -1201,4 +1202,147 @@ duration_hours = 2.0
         "the shortage is remembered as a blocked offer: {:?}",
         cap.blocked_offers
     );
+}
+
+/// A pipeline over the harness's job service; returns its job ids by name.
+fn submit_pipeline(h: &Harness, value: serde_json::Value) -> std::collections::BTreeMap<String, String> {
+    let (detail, _) = h.jobs.submit_pipeline_value(value, None, None).expect("pipeline accepted");
+    detail.jobs.into_iter().map(|j| (j.name, j.id)).collect()
+}
+
+/// An 8-GPU A100 stage of a pipeline.
+fn a100_stage(name: &str, after: &[&str], hours: f64) -> serde_json::Value {
+    serde_json::json!({"name": name, "kind": "training", "gpus": 8, "sizes": ["Standard_NC96ads_A100_v4"],
+        "regions": ["eastus", "westus3"], "spot": "never", "duration_hours": hours,
+        "checkpoint_interval_minutes": 30, "depends_on": after})
+}
+
+#[tokio::test]
+async fn a_failed_stage_fails_every_stage_below_it_in_one_round() {
+    let h = harness("pipeline-fail-down", two_regions());
+    let ids = submit_pipeline(
+        &h,
+        serde_json::json!({"name": "chain", "tenant": "research", "jobs": [
+            a100_stage("a", &[], 1.0), a100_stage("b", &["a"], 1.0), a100_stage("c", &["b"], 1.0),
+            a100_stage("d", &["c"], 1.0)]}),
+    );
+    h.round().await;
+    assert_eq!(h.job(&ids["b"]).pending_reasons, ["waiting for a"]);
+    h.jobs.cancel(&ids["a"], "tester").unwrap();
+    h.step(1).await;
+    for (name, dep) in [("b", "dependency a was cancelled"), ("c", "dependency b failed"), ("d", "dependency c failed")]
+    {
+        let j = h.job(&ids[name]);
+        assert_eq!((j.state, j.end_reason.as_deref()), (JobState::Failed, Some(dep)), "{name}");
+    }
+}
+
+#[tokio::test]
+async fn a_stage_that_waits_again_weeks_after_its_dependency_ended_is_gated_by_what_the_pipeline_kept() {
+    let cfg = ControlConfig { auto_complete: true, ..config() };
+    let keep_ms = cfg.retain_finished_ms.expect("the default keeps finished jobs a while");
+    let h = harness_with("pipeline-retention", two_regions(), cfg);
+    let mut prep = a100_stage("prep", &[], 1.0);
+    prep["regions"] = serde_json::json!(["westus3"]);
+    prep["output_gb"] = serde_json::json!(20000);
+    let ids = submit_pipeline(
+        &h,
+        serde_json::json!({"name": "long", "tenant": "research", "jobs": [prep, a100_stage("train", &["prep"], 2000.0)]}),
+    );
+    h.round().await;
+    h.step(61).await;
+    for _ in 0..7 {
+        h.step(600).await;
+    }
+    assert_eq!(h.job(&ids["prep"]).state, JobState::Succeeded);
+    h.step(61).await;
+    h.step(61).await;
+    assert_eq!(h.job(&ids["train"]).state, JobState::Running);
+    let first = h.detail(&ids["train"]).attempts[0].clone();
+    assert_eq!(first.region, "westus3", "train runs where prep's 20 TB lie");
+    // Past the retention prep is forgotten; its pipeline keeps how it ended.
+    h.step(keep_ms / 1000 + 3_600).await;
+    h.step(120).await;
+    assert!(h.jobs.get(&ids["prep"]).unwrap().is_none(), "prep forgotten past the retention");
+    let kept = h.jobs.pipeline(&h.job(&ids["train"]).pipeline.unwrap().pipeline_id).unwrap().unwrap();
+    let ended = kept.pipeline.jobs[0].ended.clone().expect("the pipeline kept prep's end");
+    assert_eq!(
+        (ended.state, ended.last_region.as_deref(), ended.output_gb),
+        (JobState::Succeeded, Some("westus3"), Some(20000.0))
+    );
+    // train loses its VMs: it waits again, is gated by prep as kept, and moves prep's output.
+    h.cloud.set_outage("westus3", None, None, true).unwrap();
+    h.step(1).await;
+    let train = h.job(&ids["train"]);
+    assert!(!train.state.is_final(), "train must not fail: {:?} {:?}", train.state, train.end_reason);
+    let d = h.detail(&ids["train"]);
+    let placed: Vec<String> =
+        d.events.iter().filter(|e| e.kind.to_string() == "placed").map(|e| e.message.clone()).collect();
+    assert_eq!(d.attempts.last().unwrap().region, "eastus", "{placed:?}");
+    assert!(placed.last().unwrap().contains("20000 GB of data moved from westus3"), "{placed:?}");
+}
+
+#[tokio::test]
+async fn a_stage_whose_data_region_is_full_runs_elsewhere_and_pays_the_egress_with_room_it_stays() {
+    for full in [false, true] {
+        let cfg = ControlConfig { auto_complete: true, ..config() };
+        let h = harness_with(if full { "pipeline-egress-full" } else { "pipeline-egress-room" }, two_regions(), cfg);
+        let mut prep = a100_stage("prep", &[], 1.0);
+        prep["regions"] = serde_json::json!(["westus3"]);
+        prep["output_gb"] = serde_json::json!(500);
+        let ids = submit_pipeline(
+            &h,
+            serde_json::json!({"name": "two", "tenant": "research", "jobs": [prep, a100_stage("train", &["prep"], 1.0)]}),
+        );
+        h.round().await;
+        h.step(61).await;
+        assert_eq!(h.job(&ids["prep"]).state, JobState::Running);
+        if full {
+            // westus3 has no A100 quota beyond what prep holds: train may only run in eastus.
+            let family = QuotaPool::Family("standardNCADSA100v4Family".into());
+            h.cloud.set_quota_limit("westus3", &family, 0).unwrap();
+        }
+        let spent = || h.store.get::<scheduler::records::Tenant>("research").unwrap().map_or(0.0, |t| t.spent_usd);
+        let mut spent_before = 0.0;
+        for _ in 0..20 {
+            if h.job(&ids["train"]).state != JobState::Pending {
+                break;
+            }
+            spent_before = spent();
+            h.step(300).await;
+        }
+        assert_eq!(h.job(&ids["prep"]).state, JobState::Succeeded);
+        h.step(61).await;
+        let d = h.detail(&ids["train"]);
+        assert_eq!(d.job.state, JobState::Running, "{:?}", d.job.pending_reasons);
+        let a = d.attempts.last().unwrap().clone();
+        let placed: Vec<String> =
+            d.events.iter().filter(|e| e.kind.to_string() == "placed").map(|e| e.message.clone()).collect();
+        if !full {
+            assert_eq!(a.region, "westus3", "with room, train stays with prep's output: {placed:?}");
+            assert!(placed[0].contains("data in westus3"), "{placed:?}");
+            assert_eq!(a.egress_usd, 0.0);
+            continue;
+        }
+        // 500 GB at the catalog's $0.02/GB between US regions: $10, in the event, the attempt's
+        // and the job's cost, and the tenant's spend, billed once as the attempt ran.
+        assert_eq!(a.region, "eastus", "{placed:?}");
+        assert!(placed[0].contains("500 GB of data moved from westus3: egress $10.00"), "{placed:?}");
+        assert!((a.egress_usd - 10.0).abs() < 1e-9, "{a:?}");
+        assert!(a.cost_usd >= 10.0 && d.job.cost_usd >= a.cost_usd, "{} {}", a.cost_usd, d.job.cost_usd);
+        let spent_now = spent();
+        assert!(spent_now - spent_before >= 10.0, "the tenant's spend took the egress: {spent_before} → {spent_now}");
+        let running: Vec<String> =
+            d.events.iter().filter(|e| e.kind.to_string() == "running").map(|e| e.message.clone()).collect();
+        assert!(running[0].contains("egress $10.00 billed"), "{running:?}");
+        // Billed once: more rounds add the VMs' hours, not the egress again.
+        let before = h.job(&ids["train"]).cost_usd;
+        h.step(60).await;
+        let after = h.job(&ids["train"]).cost_usd;
+        let hour_of_vms = 2.0 * a.price_per_hour / 60.0;
+        assert!(after - before < hour_of_vms + 1.0, "{before} → {after}");
+        // The tenant paid what its jobs cost, egress included, to the cent.
+        let jobs_cost = h.job(&ids["prep"]).cost_usd + after;
+        assert!((spent() - jobs_cost).abs() < 0.01, "tenant {} against jobs {jobs_cost}", spent());
+    }
 }

@@ -27,7 +27,8 @@ pub struct PipelineJobView {
     pub name: String,
     /// Job id (the job is also under `/v1/jobs/{id}`).
     pub id: String,
-    /// Where the job is; null once retention has forgotten it (it had ended).
+    /// Where the job is (once retention has forgotten the job, how it ended, as its pipeline kept
+    /// it; null only for a job forgotten before pipelines kept that).
     pub state: Option<JobState>,
     /// Names of the jobs it waits for.
     pub depends_on: Vec<String>,
@@ -70,14 +71,25 @@ impl PipelineView {
         let jobs: Vec<PipelineJobView> = d
             .jobs
             .iter()
-            .map(|j| PipelineJobView {
-                name: j.name.clone(),
-                id: j.id.clone(),
-                state: j.job.as_ref().map(|x| x.state),
-                depends_on: j.depends_on.clone(),
-                pending_reasons: j.job.as_ref().map(|x| x.pending_reasons.clone()).unwrap_or_default(),
-                end_reason: j.job.as_ref().and_then(|x| x.end_reason.clone()),
-                cost_usd: super::views::money(j.job.as_ref().map_or(0.0, |x| x.cost_usd)),
+            .zip(&d.pipeline.jobs)
+            .map(|(j, m)| {
+                // A job retention forgot is shown as its pipeline kept it.
+                let ended = m.ended.as_ref();
+                PipelineJobView {
+                    name: j.name.clone(),
+                    id: j.id.clone(),
+                    state: j.job.as_ref().map(|x| x.state).or(ended.map(|e| e.state)),
+                    depends_on: j.depends_on.clone(),
+                    pending_reasons: j.job.as_ref().map(|x| x.pending_reasons.clone()).unwrap_or_default(),
+                    end_reason: match &j.job {
+                        Some(x) => x.end_reason.clone(),
+                        None => ended.and_then(|e| e.end_reason.clone()),
+                    },
+                    cost_usd: super::views::money(match &j.job {
+                        Some(x) => x.cost_usd,
+                        None => ended.map_or(0.0, |e| e.cost_usd),
+                    }),
+                }
             })
             .collect();
         PipelineView {

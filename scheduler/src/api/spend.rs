@@ -480,6 +480,7 @@ mod tests {
             running_vms: 2,
             below_min_since_ms: None,
             cost_usd: cost,
+            egress_usd: 0.0,
             accounted_until_ms: None,
             failure: None,
             failure_class: None,

@@ -194,8 +194,12 @@ pub struct AttemptView {
     /// When it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at_ms: Option<i64>,
-    /// USD accrued by this attempt.
+    /// USD accrued by this attempt, its egress included.
     pub cost_usd: f64,
+    /// USD of moving its job's input data to its region, billed (in `cost_usd`) once it ran; 0
+    /// when it runs where the data lies.
+    #[serde(default)]
+    pub egress_usd: f64,
     /// Why it failed, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
@@ -225,6 +229,7 @@ impl From<&Attempt> for AttemptView {
             below_min_since_ms: a.below_min_since_ms,
             ended_at_ms: a.ended_at_ms,
             cost_usd: money(a.cost_usd),
+            egress_usd: money(a.egress_usd),
             failure: a.failure.clone(),
             failure_class: a.failure_class.map(Into::into),
         }

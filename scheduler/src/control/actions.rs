@@ -23,8 +23,9 @@ pub(crate) enum JobEdit {
     /// by side, and a copy would drop the others' share). `fallback` is the job before this
     /// settlement, for when the store no longer holds it.
     Settled { fallback: Job, added_usd: f64, fleet: String },
-    /// An attempt reached running; the job runs when every placement it keeps does.
-    BecameRunning { all_running: bool, message: String },
+    /// An attempt reached running; the job runs when every placement it keeps does; the job's
+    /// cost takes the attempt's egress (`egress_usd`, billed once, as the attempt first runs).
+    BecameRunning { all_running: bool, message: String, egress_usd: f64 },
     /// An attempt failed to provision: the job is placed again (pending, unless another placement
     /// still runs).
     ProvisioningFailed {
@@ -95,10 +96,11 @@ impl JobEdit {
                 let message = format!("fleet {fleet} deleted; job cost ${:.2}", job.cost_usd);
                 Some(Applied { write: true, events: vec![(EventKind::FleetDeleted, message, null())] })
             }
-            JobEdit::BecameRunning { all_running, message } => {
+            JobEdit::BecameRunning { all_running, message, egress_usd } => {
                 if job.state.is_final() {
                     return None;
                 }
+                job.cost_usd += egress_usd;
                 if *all_running {
                     job.set_state(JobState::Running, now_ms);
                 }

@@ -222,10 +222,10 @@ pub(crate) fn choose(
             spot_observed: observed,
         })
         .collect();
-    // Moving between regions costs the solver's egress rate for the data that must follow the job.
-    let n = names.len();
+    // Moving between regions costs the catalog's transfer price (the solver's) for the data that
+    // must follow the job.
     let egress: Vec<f64> =
-        (0..n * n).map(|i| if i / n == i % n { 0.0 } else { solver::DEFAULT_EGRESS_USD_PER_GB }).collect();
+        names.iter().flat_map(|from| names.iter().map(|to| catalog.egress_usd_per_gb(from, to))).collect();
     let data = job_data(job, input);
     let view = tick_view(job, attempts, &names, &regions, &egress, data, now, tick_ms)?;
     let entry = st.deadline.policies.entry(job.id.clone()).or_insert_with(|| JobPolicy {

@@ -8,7 +8,7 @@
 //! them through [`gate`] (from its snapshot), the what-if baselines through [`gate_link`] (from
 //! their own records of the jobs).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use super::snapshot::Snapshot;
 use crate::model::{Job, JobState, OnDependencyFailure, PipelineLink};
@@ -46,16 +46,55 @@ enum Ended {
     Otherwise(String),
 }
 
-/// The gate of one open job, from the loop's snapshot.
+/// The gate of one open job, from the loop's snapshot alone (a dependency failing in this round
+/// is not seen: [`gates`] sees it).
+#[cfg(test)]
 pub(crate) fn gate(snap: &Snapshot, job: &Job) -> Gate {
+    gate_failing(snap, &BTreeSet::new(), job)
+}
+
+/// The gates of `jobs` (open jobs of the snapshot), with failures carried all the way down in
+/// one round: a job the gate fails counts as failed for its own dependants, and theirs, so a
+/// failed stage fails every stage below it at once (not one level per round).
+pub(crate) fn gates(snap: &Snapshot, jobs: &[Job]) -> BTreeMap<String, Gate> {
+    let mut dependants: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, j) in jobs.iter().enumerate() {
+        for d in j.pipeline.iter().flat_map(|l| &l.depends_on) {
+            dependants.entry(d.job_id.as_str()).or_default().push(i);
+        }
+    }
+    let mut failing: BTreeSet<String> = BTreeSet::new();
+    let mut out = BTreeMap::new();
+    let mut queue: VecDeque<usize> = (0..jobs.len()).collect();
+    while let Some(i) = queue.pop_front() {
+        let job = &jobs[i];
+        let g = gate_failing(snap, &failing, job);
+        // Only a waiting job is failed by its dependency (`JobEdit::DependencyFailed`).
+        if matches!(g, Gate::Fail(_)) && job.state == JobState::Pending && failing.insert(job.id.clone()) {
+            queue.extend(dependants.get(job.id.as_str()).into_iter().flatten());
+        }
+        out.insert(job.id.clone(), g);
+    }
+    out
+}
+
+/// The gate of one open job, reading the jobs in `failing` as failed.
+fn gate_failing(snap: &Snapshot, failing: &BTreeSet<String>, job: &Job) -> Gate {
     let Some(link) = &job.pipeline else { return Gate::Ready { data: None } };
     gate_link(link, |id| {
-        let stored = snap.jobs.get(id).or_else(|| snap.upstream.get(id))?;
-        Some(Upstream {
-            state: stored.state,
-            last_region: snap.upstream_regions.get(id).map(String::as_str),
-            output_gb: stored.pipeline.as_ref().and_then(|l| l.output_gb),
-        })
+        let last_region = snap.upstream_regions.get(id).map(String::as_str);
+        if failing.contains(id) {
+            return Some(Upstream { state: JobState::Failed, last_region, output_gb: None });
+        }
+        if let Some(stored) = snap.jobs.get(id).or_else(|| snap.upstream.get(id)) {
+            return Some(Upstream {
+                state: stored.state,
+                last_region,
+                output_gb: stored.pipeline.as_ref().and_then(|l| l.output_gb),
+            });
+        }
+        let kept = snap.forgotten.get(id)?;
+        Some(Upstream { state: kept.state, last_region, output_gb: kept.output_gb })
     })
 }
 
@@ -69,7 +108,8 @@ pub fn gate_link<'a>(link: &PipelineLink, upstream: impl Fn(&str) -> Option<Upst
             Some(JobState::Succeeded) => Ended::Succeeded,
             Some(s) if s.is_final() => Ended::Otherwise(format!("dependency {} {}", dep.name, ended_word(s))),
             Some(_) => Ended::Not,
-            // Only ended jobs are forgotten (after the retention); how it ended is no longer known.
+            // Only ended jobs are forgotten, and their pipeline keeps how they ended: this is a
+            // dependency whose pipeline record was lost too.
             None => Ended::Otherwise(format!("dependency {} ({}) is no longer on record", dep.name, dep.job_id)),
         };
         match ended {

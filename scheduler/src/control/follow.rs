@@ -115,11 +115,21 @@ pub(crate) fn became_running(
     } else {
         Vec::new()
     };
-    let message =
+    let mut message =
         format!("attempt {} is running: {} × {} ({}) in {}", a.number, a.running_vms, a.size, a.priority, a.region);
+    // The input moves now that VMs read it: its egress is billed once, as the job's cost and its
+    // tenant's spend.
+    let egress_usd = a.egress_usd;
+    let mut spend = None;
+    if egress_usd > 0.0 {
+        a.cost_usd += egress_usd;
+        message.push_str(&format!("; egress ${egress_usd:.2} billed for its input"));
+        spend = snap.jobs.get(&a.job_id).map(|j| (j.spec.tenant.clone(), egress_usd));
+    }
     let change = Change {
-        job: Some((a.job_id.clone(), JobEdit::BecameRunning { all_running, message })),
+        job: Some((a.job_id.clone(), JobEdit::BecameRunning { all_running, message, egress_usd })),
         attempts: vec![a],
+        spend,
         ..Change::default()
     };
     (change, retired)

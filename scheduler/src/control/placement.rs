@@ -13,6 +13,7 @@ use super::feasibility::Feasibility;
 use super::snapshot::Snapshot;
 use super::world::our_usage;
 use super::{ControlConfig, LoopState, is_degraded};
+use crate::accounting;
 use crate::catalog::Catalog;
 use crate::model::{Attempt, AttemptState, Job, JobState, OfferFilterCounts, Priority, fleet_name};
 
@@ -66,8 +67,9 @@ pub(crate) fn plan_input(snap: &Snapshot, st: &LoopState, config: &ControlConfig
     let mut reasons: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut dependency_failures = Vec::new();
     let mut data = BTreeMap::new();
+    let mut gates = dependencies::gates(snap, &jobs);
     for job in &jobs {
-        let input = match dependencies::gate(snap, job) {
+        let input = match gates.remove(&job.id).unwrap_or(Gate::Ready { data: None }) {
             Gate::Ready { data } => data,
             Gate::Wait(why) => {
                 reasons.entry(job.id.clone()).or_default().push(why);
@@ -110,7 +112,7 @@ pub(crate) fn plan_input(snap: &Snapshot, st: &LoopState, config: &ControlConfig
         .into_iter()
         .map(|p| solver::QuotaLimit { region: p.region, pool: p.pool, vcpus: p.free })
         .collect();
-    let problem = solver::Problem { offers, quotas, jobs: problem_jobs, egress: Vec::new() };
+    let problem = solver::Problem { offers, quotas, jobs: problem_jobs, egress: catalog.egress_table() };
     PlanInput { jobs, problem, reasons, offer_counts, dependency_failures, data }
 }
 
@@ -256,6 +258,7 @@ pub(crate) fn intent(
         running_vms: 0,
         below_min_since_ms: None,
         cost_usd: 0.0,
+        egress_usd: 0.0,
         accounted_until_ms: None,
         failure: None,
         failure_class: None,
@@ -264,7 +267,9 @@ pub(crate) fn intent(
         "attempt {number}: {} × {} {} in {} at ${:.3}/VM-hour, fleet {}",
         p.vms, size.name, priority, p.region, price, attempt.fleet_name
     );
-    message.push_str(&data_note(data, &p.region, p.gpus, job.wanted_gpus()));
+    let (note, egress_usd) = data_note(catalog, data, &p.region, job.spec.is_gang(), p.gpus, job.wanted_gpus());
+    message.push_str(&note);
+    let attempt = Attempt { egress_usd, ..attempt };
     let edit = JobEdit::Placed {
         number,
         expected: job.attempts,
@@ -277,18 +282,25 @@ pub(crate) fn intent(
     Some((attempt, change))
 }
 
-/// Where the placement's data comes from: `, data in eastus` when it runs there, `, 120 GB of
-/// data moved from eastus: egress $2.40` when it does not (at the solver's rate; its share of the
-/// data for a part of a split job).
-fn data_note(data: Option<&(String, Option<f64>)>, region: &str, gpus: u32, wanted: u32) -> String {
+/// Where the placement's data comes from, and the egress it bills: `, data in eastus` when it
+/// runs there, `, 120 GB of data moved from eastus: egress $2.40` when it does not (at the
+/// catalog's transfer price, the solver's; its share of the data for a part of a split job).
+fn data_note(
+    catalog: &Catalog,
+    data: Option<&(String, Option<f64>)>,
+    region: &str,
+    gang: bool,
+    gpus: u32,
+    wanted: u32,
+) -> (String, f64) {
     match data {
-        None => String::new(),
-        Some((from, _)) if from == region => format!(", data in {from}"),
-        Some((from, None)) => format!(", data in {from} (size not declared)"),
+        None => (String::new(), 0.0),
+        Some((from, _)) if from == region => (format!(", data in {from}"), 0.0),
+        Some((from, None)) => (format!(", data in {from} (size not declared)"), 0.0),
         Some((from, Some(gb))) => {
-            let gb = gb * f64::from(gpus) / f64::from(wanted.max(1));
-            let usd = gb * solver::DEFAULT_EGRESS_USD_PER_GB;
-            format!(", {gb:.0} GB of data moved from {from}: egress ${usd:.2}")
+            let gb = accounting::moved_gb(*gb, gang, gpus, wanted);
+            let usd = accounting::egress_usd(gb, catalog.egress_usd_per_gb(from, region));
+            (format!(", {gb:.0} GB of data moved from {from}: egress ${usd:.2}"), usd)
         }
     }
 }

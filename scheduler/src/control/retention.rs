@@ -3,7 +3,11 @@
 //! horizon. Without it every job ever submitted stays in the store, and the server's memory (sled's
 //! page table and cache) and the cost of reading its history grow for ever (RELIABILITY.md, Load).
 //! What a tenant has spent is kept: it is accrued in the tenant's record, not summed from jobs.
-//! An `Idempotency-Key` goes with the job it named (a retry after that creates a new job).
+//! An `Idempotency-Key` goes with the job it named (a retry after that creates a new job). A job of
+//! a pipeline leaves how it ended, where its output lies and what it cost in the pipeline's record
+//! ([`EndedMember`]): a stage still open may be gated by it weeks later (it lost its VMs and waits
+//! again), and the pipeline's view stays whole. Exempting pipeline jobs from retention instead would
+//! keep their attempts and events too, and, at the head of the state index, hold up the pass.
 //!
 //! A pass runs at most once a minute of loop time and does bounded work (the oldest few hundred
 //! finished jobs per state, read from the start of the state index: generated job ids begin with
@@ -12,7 +16,7 @@
 
 use state::Record;
 
-use crate::model::{Attempt, Job, JobEvent, JobState};
+use crate::model::{Attempt, EndedMember, Job, JobEvent, JobState, Pipeline};
 use crate::records::{AttemptsBy, EventsOfJob, IdempotencyKeysOfJob, IdempotencyRecord, JobsBy, Lookup};
 
 use super::round::ControlError;
@@ -49,7 +53,17 @@ impl Controller {
                 }
                 let events = self.store.find(EventsOfJob(&job.id))?;
                 let keys = self.store.find(IdempotencyKeysOfJob(&job.id))?;
+                let ended = ended_member(&job, &attempts);
                 self.store.transaction(|tx| {
+                    // Its dependants may be gated by it long after it ended: the pipeline keeps
+                    // what the gate needs of it.
+                    if let Some(link) = &job.pipeline
+                        && let Some(mut pipeline) = tx.get::<Pipeline>(&link.pipeline_id)?
+                        && let Some(m) = pipeline.jobs.iter_mut().find(|m| m.job_id == job.id)
+                    {
+                        m.ended = Some(ended.clone());
+                        tx.put(&pipeline)?;
+                    }
                     for k in &keys {
                         tx.delete::<IdempotencyRecord>(&k.key())?;
                     }
@@ -70,5 +84,20 @@ impl Controller {
             tracing::debug!(forgotten, "forgot finished jobs past their retention");
         }
         Ok(forgotten)
+    }
+}
+
+/// What a pipeline keeps of a job of it that retention forgets: how it ended and where its output
+/// lies (the region of its last attempt that ran).
+fn ended_member(job: &Job, attempts: &[Attempt]) -> EndedMember {
+    let last_region =
+        attempts.iter().filter(|a| a.running_since_ms.is_some()).max_by_key(|a| a.number).map(|a| a.region.clone());
+    EndedMember {
+        state: job.state,
+        last_region,
+        output_gb: job.pipeline.as_ref().and_then(|l| l.output_gb),
+        finished_at_ms: job.finished_at_ms.unwrap_or_default(),
+        cost_usd: job.cost_usd,
+        end_reason: job.end_reason.clone(),
     }
 }

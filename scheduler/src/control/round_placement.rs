@@ -31,12 +31,13 @@ impl Controller {
         // A pipeline job waiting for its dependencies holds nothing yet: no policy chooses for it.
         // Each with where its input data lies (and its size), for its policy's egress.
         type WithInput = (Job, Option<(String, Option<f64>)>);
-        let jobs: Vec<WithInput> = snap
-            .open_jobs()
+        let open_jobs = snap.open_jobs();
+        let mut gates = dependencies::gates(snap, &open_jobs);
+        let jobs: Vec<WithInput> = open_jobs
             .into_iter()
             .filter(deadline_managed)
-            .filter_map(|j| match dependencies::gate(snap, &j) {
-                dependencies::Gate::Ready { data } => Some((j, data)),
+            .filter_map(|j| match gates.remove(&j.id) {
+                Some(dependencies::Gate::Ready { data }) => Some((j, data)),
                 _ => None,
             })
             .collect();

@@ -19,7 +19,7 @@ use super::{Controller, LoopState};
 use crate::agents::decide::replacement_reason;
 use crate::agents::records::AttemptWork;
 use crate::cloud::{CloudError, Fleet, OperationStatus, ProvisioningState, ScaleSet};
-use crate::model::{Attempt, AttemptState, BlockedOffer, Job, JobState, Offer};
+use crate::model::{Attempt, AttemptState, BlockedOffer, EndedMember, Job, JobState, Offer, Pipeline};
 use crate::records::{AttemptsBy, JobsBy, Lookup, Tenant, attempt_key};
 
 /// What the cloud said this round about one attempt's fleet (`None`: not asked).
@@ -57,6 +57,9 @@ pub(crate) struct Snapshot {
     pub upstream: BTreeMap<String, Job>,
     /// The region each dependency of an open pipeline job last ran in, by job id.
     pub upstream_regions: BTreeMap<String, String>,
+    /// The dependencies of open pipeline jobs that retention forgot, as their pipelines kept
+    /// them, by id.
+    pub forgotten: BTreeMap<String, EndedMember>,
 }
 
 impl Snapshot {
@@ -240,19 +243,33 @@ impl Controller {
         // only waiting ones: a running job that loses its VMs this round waits again before the
         // placement step gates it (read only for waiting jobs, such a job found its ended
         // dependencies "no longer on record" and failed).
-        let deps: BTreeSet<String> = snap
+        let deps: BTreeMap<String, String> = snap
             .jobs
             .values()
             .filter(|j| !j.state.is_final())
             .filter_map(|j| j.pipeline.as_ref())
-            .flat_map(|l| l.depends_on.iter().map(|d| d.job_id.clone()))
+            .flat_map(|l| l.depends_on.iter().map(|d| (d.job_id.clone(), l.pipeline_id.clone())))
             .collect();
-        for id in deps {
+        for (id, pipeline_id) in deps {
             let job = match snap.jobs.get(&id) {
                 Some(j) => Some(j.clone()),
                 None => self.store.get::<Job>(&id)?,
             };
-            let Some(job) = job else { continue };
+            let Some(job) = job else {
+                // Forgotten by retention: its pipeline kept how it ended.
+                let ended = self
+                    .store
+                    .get::<Pipeline>(&pipeline_id)?
+                    .and_then(|p| p.jobs.into_iter().find(|m| m.job_id == id))
+                    .and_then(|m| m.ended);
+                if let Some(e) = ended {
+                    if let Some(region) = &e.last_region {
+                        snap.upstream_regions.insert(id.clone(), region.clone());
+                    }
+                    snap.forgotten.insert(id, e);
+                }
+                continue;
+            };
             // Where it last ran (an attempt that never ran holds no data).
             if job.attempts > 0
                 && let Some(a) = self

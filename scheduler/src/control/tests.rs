@@ -71,6 +71,7 @@ fn attempt(job_id: &str, number: u32, state: AttemptState, priority: Priority) -
         running_vms: if state == AttemptState::Running { 2 } else { 0 },
         below_min_since_ms: None,
         cost_usd: 0.0,
+        egress_usd: 0.0,
         accounted_until_ms: (state == AttemptState::Running).then_some(NOW - 3_600_000),
         failure: None,
         failure_class: None,
@@ -551,6 +552,37 @@ fn a_pipeline_job_waits_for_its_dependencies_and_fails_with_a_failed_one() {
     let mut cancelled = train.clone();
     cancelled.state = JobState::Cancelled;
     assert!(JobEdit::DependencyFailed { reason: "x".into() }.apply(&mut cancelled, NOW).is_none());
+
+    // A failure goes all the way down in one round: train fails with prep, eval with train, and
+    // score with eval, each naming its own dependency (one level per round before).
+    let eval = stage("eval", &[("train", "train")], false);
+    let score = stage("score", &[("eval", "eval")], false);
+    let mut chain = snapshot(&[score.clone(), eval.clone(), train.clone(), report.clone()], &[]);
+    chain.upstream.insert("prep".into(), failed.clone());
+    let input = placement::plan_input(&chain, &LoopState::default(), &ControlConfig::default(), &Catalog::builtin());
+    let mut failures = input.dependency_failures.clone();
+    failures.sort();
+    assert_eq!(
+        failures,
+        [
+            ("eval".to_string(), "dependency train failed".to_string()),
+            ("score".to_string(), "dependency eval failed".to_string()),
+            ("train".to_string(), "dependency prep failed".to_string()),
+        ]
+    );
+    // A forgotten dependency gates as its pipeline kept it: how it ended and where it ran.
+    let mut forgotten = snapshot(std::slice::from_ref(&train), &[]);
+    let kept = crate::model::EndedMember {
+        state: JobState::Succeeded,
+        last_region: Some("westus3".into()),
+        output_gb: Some(500.0),
+        finished_at_ms: NOW - 30 * 86_400_000,
+        cost_usd: 1.0,
+        end_reason: None,
+    };
+    forgotten.forgotten.insert("prep".into(), kept);
+    forgotten.upstream_regions.insert("prep".into(), "westus3".into());
+    assert_eq!(gate(&forgotten, &train), Gate::Ready { data: Some(("westus3".into(), Some(500.0))) });
 
     // prep succeeded: train may run, near prep's output, unless its spec names its own data.
     let mut done = prep;

@@ -101,6 +101,7 @@ impl JobService {
                     name: j.spec.name.clone(),
                     job_id: ids[&j.spec.name].clone(),
                     depends_on: j.depends_on.clone(),
+                    ended: None,
                 })
                 .collect(),
             cancelled_by: None,
@@ -166,7 +167,11 @@ impl JobService {
                 job: self.store.get::<Job>(&m.job_id)?,
             });
         }
-        let states: Vec<Option<JobState>> = jobs.iter().map(|j| j.job.as_ref().map(|j| j.state)).collect();
+        let states: Vec<Option<JobState>> = jobs
+            .iter()
+            .zip(&pipeline.jobs)
+            .map(|(j, m)| j.job.as_ref().map(|j| j.state).or(m.ended.as_ref().map(|e| e.state)))
+            .collect();
         let state = PipelineState::of(&states, pipeline.cancelled_by.is_some());
         Ok(PipelineDetail { pipeline, state, jobs })
     }

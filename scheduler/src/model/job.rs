@@ -294,9 +294,15 @@ pub struct Attempt {
     /// Since when the fleet has been below its minimum, if it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub below_min_since_ms: Option<i64>,
-    /// USD accrued by this attempt.
+    /// USD accrued by this attempt (its egress included, once it ran).
     #[serde(default)]
     pub cost_usd: f64,
+    /// USD of moving its job's input data to `region` (its share of it, for a part of a split
+    /// job), at the catalog's transfer price: billed to the attempt, its job and its tenant when
+    /// the attempt first runs (the data moves when the VMs read it; a placement that never ran
+    /// moved nothing).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub egress_usd: f64,
     /// Up to when cost and progress have been accounted, Unix milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accounted_until_ms: Option<i64>,
@@ -342,4 +348,8 @@ pub fn fleet_name(job_id: &str, attempt: u32) -> String {
     let clean: String =
         job_id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' }).take(60).collect();
     format!("spw-{}-a{attempt}", clean.trim_matches('-'))
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }

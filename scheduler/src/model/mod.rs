@@ -34,8 +34,8 @@ pub use job_spec::{
 pub use offer::Offer;
 pub use offer_filter::{OfferFilter, OfferFilterCounts};
 pub use pipeline::{
-    Dependency, MAX_DEPENDENCIES, MAX_PIPELINE_JOBS, OnDependencyFailure, Pipeline, PipelineJobSpec, PipelineLink,
-    PipelineMember, PipelineSpec, PipelineState,
+    Dependency, EndedMember, MAX_DEPENDENCIES, MAX_PIPELINE_JOBS, OnDependencyFailure, Pipeline, PipelineJobSpec,
+    PipelineLink, PipelineMember, PipelineSpec, PipelineState,
 };
 pub use quota::Quota;
 pub use size::{SizeCatalog, VmSize, Workload};

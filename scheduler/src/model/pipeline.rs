@@ -542,7 +542,7 @@ pub struct Pipeline {
 }
 
 /// One job of a stored pipeline.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PipelineMember {
     /// Name within the pipeline.
     pub name: String,
@@ -551,6 +551,31 @@ pub struct PipelineMember {
     /// Names of its dependencies.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub depends_on: Vec<String>,
+    /// How the job ended, kept here when retention forgets the job itself: its dependants may
+    /// still need it (a stage that runs for weeks and loses its VMs is gated again by it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<EndedMember>,
+}
+
+/// What the dependency gate needs of a finished job of a pipeline once the job is forgotten.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EndedMember {
+    /// Its final state.
+    pub state: JobState,
+    /// The region its last attempt that reached running ran in (none: it never ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_region: Option<String>,
+    /// The output it declared for its dependants, GB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_gb: Option<f64>,
+    /// When it ended, Unix milliseconds.
+    pub finished_at_ms: i64,
+    /// What it cost, USD.
+    #[serde(default)]
+    pub cost_usd: f64,
+    /// Why it ended, when it ended other than by completing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_reason: Option<String>,
 }
 
 /// Where a pipeline is, from its jobs' states.
@@ -570,8 +595,8 @@ pub enum PipelineState {
 }
 
 impl PipelineState {
-    /// The state of a pipeline whose jobs are in `states` (`None`: a job no longer on record,
-    /// forgotten after the retention, which had ended). `cancelled`: a user cancelled it.
+    /// The state of a pipeline whose jobs are in `states` (`None`: a job no longer on record and
+    /// of unknown end, read as succeeded). `cancelled`: a user cancelled it.
     pub fn of(states: &[Option<JobState>], cancelled: bool) -> PipelineState {
         let ended = |s: &Option<JobState>| s.is_none_or(JobState::is_final);
         if states.iter().all(ended) {
