@@ -69,8 +69,8 @@ enum Command {
         #[command(flatten)]
         server: cli::client::ServerArgs,
     },
-    /// Which quota to ask Azure for, where, and what it buys, ready to file: from a plan problem
-    /// or a what-if scenario.
+    /// Which quota to ask Azure for, where, and what it buys, ready to file: from a plan problem,
+    /// a what-if scenario, or the running server's pending work.
     Advise(cli::advise::AdviseArgs),
     /// Run a simulator experiment file (its `[experiment] kind`: spot-deadline, what-if); with no
     /// file, the bundled `default` what-if scenario.

@@ -256,3 +256,139 @@ fn apply_refuses_a_subscription_that_disagrees_with_the_settings() {
     assert_eq!(scenario.status.code(), Some(2), "a what-if week is not filed with Azure");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A `spillway serve` on the bundled simulated cloud, killed and cleaned up on drop.
+struct Server {
+    child: std::process::Child,
+    url: String,
+    dir: std::path::PathBuf,
+    admin: String,
+}
+
+impl Server {
+    fn start(name: &str) -> Server {
+        use std::io::BufRead;
+        let dir = std::env::temp_dir().join(format!("spillway-advise-serve-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let data = dir.join("data");
+        let log = std::fs::File::create(dir.join("server.log")).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_spillway"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--speedup", "60", "--data-dir"])
+            .arg(&data)
+            .env_remove("SPILLWAY_CONFIG")
+            .stdout(std::process::Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("spawn spillway serve");
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let url = loop {
+            let line = lines.next().unwrap_or_else(|| panic!("serve exited early; log in {}", dir.display())).unwrap();
+            if let Some(rest) = line.strip_prefix("spillway listening on ") {
+                break rest.trim().to_string();
+            }
+        };
+        std::thread::spawn(move || for _ in lines.by_ref() {});
+        let admin = std::fs::read_to_string(data.join("admin.token")).unwrap().trim().to_string();
+        Server { child, url, dir, admin }
+    }
+
+    fn advise(&self, extra: &[&str]) -> std::process::Output {
+        let mut args = vec!["advise", "--url", &self.url, "--token", &self.admin];
+        args.extend_from_slice(extra);
+        spillway(&args)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_live_server_advises_on_its_pending_work_and_refuses_a_bad_max() {
+    let s = Server::start("live");
+    let http = reqwest::Client::new();
+    let get = |path: String, token: String| {
+        let http = http.clone();
+        async move {
+            let r = http.get(path).bearer_auth(token).send().await.unwrap();
+            let status = r.status();
+            (status, r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    // The quota is read on the first round.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (_, cap) = get(format!("{}/v1/capacity", s.url), s.admin.clone()).await;
+        if cap["pools"].as_array().is_some_and(|p| !p.is_empty()) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no quota read: {cap}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+
+    // Nothing waits: no quota increase would place more work (exit 0, both outputs).
+    let out = s.advise(&["--output", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["summary"], "no quota increase would place more work");
+    assert_eq!(r["source"], "server");
+    assert!(r["recommendations"].as_array().unwrap().is_empty());
+    let out = s.advise(&[]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no quota increase would place more work"));
+
+    // An 8-GPU A100 gang that only eastus2 may run: two NC96 VMs need 192 vCPUs of a family
+    // whose limit there is 96 (the bundled scenario's default).
+    let spec = serde_json::json!({
+        "name": "big", "tenant": "ml", "kind": "training", "gpus": 8, "gpu_models": ["A100-80GB"],
+        "sizes": ["Standard_NC96ads_A100_v4"], "regions": ["eastus2"], "spot": "never", "duration_hours": 4.0
+    });
+    let r = http.post(format!("{}/v1/jobs", s.url)).bearer_auth(&s.admin).json(&spec).send().await.unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::CREATED);
+    let job: Value = r.json().await.unwrap();
+    let (st, r) = get(format!("{}/v1/advice?max=2", s.url), s.admin.clone()).await;
+    assert_eq!(st, reqwest::StatusCode::OK, "{r}");
+    let first = &r["recommendations"][0];
+    assert_eq!(first["region"], "eastus2", "{r:#}");
+    assert_eq!(first["increases"][0]["pool"], "standardNCADSA100v4Family", "{r:#}");
+    assert_eq!(first["increases"][0]["current_limit"], 96);
+    assert_eq!(first["increases"][0]["increase_vcpus"], 96);
+    assert_eq!(first["buys"]["jobs"][0], job["id"]);
+    assert_eq!(r["after"]["waiting_jobs"], 0);
+    assert_eq!(r["requests"][0]["body"]["properties"]["limit"]["value"], 192);
+    // The CLI shows the same advice as a table.
+    let out = s.advise(&[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("quota advice (server)"), "{text}");
+    assert!(text.contains("eastus2  standardNCADSA100v4Family  96     +96"), "{text}");
+    // Any token that may read jobs reads it; another tenant's viewer does not see the job's id.
+    let r = http
+        .post(format!("{}/v1/tokens", s.url))
+        .bearer_auth(&s.admin)
+        .json(&serde_json::json!({"role": "viewer", "tenant": "other"}))
+        .send()
+        .await
+        .unwrap();
+    let viewer = r.json::<Value>().await.unwrap()["token"].as_str().unwrap().to_string();
+    let (st, theirs) = get(format!("{}/v1/advice", s.url), viewer).await;
+    assert_eq!(st, reqwest::StatusCode::OK);
+    assert_eq!(theirs["recommendations"][0]["increases"][0]["pool"], "standardNCADSA100v4Family");
+    assert!(theirs["recommendations"][0]["buys"]["jobs"].as_array().unwrap().is_empty(), "{theirs:#}");
+
+    // A bad `max`: 400 naming it, from the API and the CLI.
+    for bad in ["0", "21", "five", "-1"] {
+        let (st, e) = get(format!("{}/v1/advice?max={bad}", s.url), s.admin.clone()).await;
+        assert_eq!(st, reqwest::StatusCode::BAD_REQUEST, "max={bad}: {e}");
+        assert_eq!(e["problems"][0]["field"], "max", "{e}");
+    }
+    let out = s.advise(&["--max", "0"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("max"), "{}", String::from_utf8_lossy(&out.stderr));
+}

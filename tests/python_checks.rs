@@ -161,6 +161,9 @@ async fn live_responses_match_the_openapi_schemas() {
     r.call(Method::GET, "/v1/capacity", "/v1/capacity", &alpha, None).await;
     r.call(Method::GET, "/v1/plan", "/v1/plan", &admin, None).await;
     r.call(Method::GET, "/v1/plan", "/v1/plan", &alpha, None).await;
+    r.call(Method::GET, "/v1/advice", "/v1/advice", &admin, None).await;
+    r.call(Method::GET, "/v1/advice", "/v1/advice?max=2", &alpha, None).await;
+    r.call(Method::GET, "/v1/advice", "/v1/advice?max=0", &admin, None).await; // 400
     r.call(Method::POST, "/v1/jobs/{id}/complete", &format!("/v1/jobs/{l}/complete"), &alpha, None).await;
     r.call(Method::POST, "/v1/jobs/{id}/complete", &format!("/v1/jobs/{l}/complete"), &alpha, None).await; // 409
     let mut third = quick_job("third", "alpha");

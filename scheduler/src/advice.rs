@@ -21,7 +21,7 @@ pub const SUBSCRIPTION_PLACEHOLDER: &str = "{subscriptionId}";
 pub const NOTHING_TO_ADVISE: &str = "no quota increase would place more work";
 
 /// One pool's request, ready to file with Azure.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Filing {
     /// Region.
     pub region: String,
@@ -39,6 +39,7 @@ pub struct Filing {
     /// The full URL, api-version included.
     pub url: String,
     /// The `CurrentQuotaLimitBase` body.
+    #[schema(value_type = Object)]
     pub body: serde_json::Value,
     /// The Azure CLI equivalent.
     pub az: String,
@@ -131,7 +132,7 @@ impl KnownPools {
 }
 
 /// Advice on a plan problem or on the control loop's pending work, ready to file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AdviceReport {
     /// Where the demand came from: `problem FILE`, `server`.
     pub source: String,

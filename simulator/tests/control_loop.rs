@@ -1346,3 +1346,80 @@ async fn a_stage_whose_data_region_is_full_runs_elsewhere_and_pays_the_egress_wi
         assert!((spent() - jobs_cost).abs() < 0.01, "tenant {} against jobs {jobs_cost}", spent());
     }
 }
+
+/// Issue #20: a pool that keeps waiting work out is watched (gauges, one `quota_exhausted` event
+/// past the threshold, `quota_recovered` when it clears), and the live advice names it.
+#[tokio::test]
+async fn a_pool_that_keeps_work_out_is_reported_once_per_episode_and_the_live_advice_names_it() {
+    use scheduler::control::PoolLabel;
+    let mut cfg = two_regions();
+    cfg.quota.push(toml::from_str("region = \"eastus\"\n[families]\nstandardNCADSA100v4Family = 0\n").unwrap());
+    cfg.quota.push(toml::from_str("region = \"westus3\"\n[families]\nstandardNCADSA100v4Family = 96\n").unwrap());
+    let h = harness("quota-watch", cfg);
+    let job = h.submit(
+        r#"
+name = "ft"
+tenant = "research"
+kind = "training"
+gpus = 8
+sizes = ["Standard_NC96ads_A100_v4"]
+regions = ["eastus", "westus3"]
+spot = "never"
+duration_hours = 2.0
+"#,
+    );
+    let quota_events = |h: &Harness| -> Vec<(String, Option<String>, String)> {
+        h.store
+            .events_from(0, 10_000)
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.kind.starts_with("quota_"))
+            .map(|e| (e.kind, e.job_id, e.message))
+            .collect()
+    };
+    h.round().await;
+    let west = PoolLabel { region: "westus3".into(), pool: "standardNCADSA100v4Family".into() };
+    let m = h.ctl.metrics();
+    assert_eq!(m.quota_limit.get_or_create(&west).get(), 96);
+    assert_eq!(m.quota_free.get_or_create(&west).get(), 96);
+    assert_eq!(m.quota_used.get_or_create(&west).get(), 0);
+    assert_eq!(m.quota_blocked_jobs.get_or_create(&west).get(), 1, "the 8-GPU gang needs 192 vCPUs");
+    assert_eq!(m.quota_exhausted.get_or_create(&west).get(), 0);
+
+    // The live advice: the pool, +96 (one NC96 VM), confirmed to place the job.
+    let advice = h.ctl.advise(3).await.expect("advice");
+    let first = &advice.recommendations[0];
+    let inc = &first.increases[0];
+    assert_eq!((inc.region.as_str(), inc.pool.as_str()), ("westus3", "standardNCADSA100v4Family"), "{advice:#?}");
+    assert_eq!((inc.current_limit, inc.increase_vcpus, inc.step_vcpus), (96, 96, 96), "{advice:#?}");
+    assert_eq!(first.buys.jobs, vec![job.id.clone()]);
+    assert_eq!(advice.after.waiting_jobs, 0);
+
+    // 14 virtual minutes blocked: nothing yet; at 15, one event; no repeat while it lasts.
+    for _ in 0..14 {
+        h.step(60).await;
+    }
+    assert!(quota_events(&h).is_empty(), "{:?}", quota_events(&h));
+    h.step(60).await;
+    for _ in 0..5 {
+        h.step(60).await;
+    }
+    // Both regions' pools keep the job out (eastus has none): one event each.
+    let ev = quota_events(&h);
+    assert_eq!(ev.len(), 2, "{ev:?}");
+    assert!(ev.iter().all(|e| e.0 == "quota_exhausted" && e.1.is_none() && e.2.contains(&job.id)), "{ev:?}");
+    assert!(ev[0].2.contains("standardNCADSA100v4Family quota in eastus (limit 0 vCPUs, 0 free)"), "{}", ev[0].2);
+    assert!(ev[1].2.contains("standardNCADSA100v4Family quota in westus3 (limit 96 vCPUs, 96 free)"), "{}", ev[1].2);
+    assert_eq!(h.ctl.metrics().quota_exhausted.get_or_create(&west).get(), 1);
+
+    // The advice applied: the job is placed at the next quota read, and the pool recovers.
+    h.cloud.set_quota_limit("westus3", &QuotaPool::Family("standardNCADSA100v4Family".into()), 192).unwrap();
+    h.step(181).await;
+    assert_ne!(h.job(&job.id).state, JobState::Pending);
+    let ev = quota_events(&h);
+    let kinds: Vec<&str> = ev.iter().map(|e| e.0.as_str()).collect();
+    assert_eq!(kinds, ["quota_exhausted", "quota_exhausted", "quota_recovered", "quota_recovered"], "{ev:?}");
+    assert_eq!(h.ctl.metrics().quota_exhausted.get_or_create(&west).get(), 0);
+    assert_eq!(h.ctl.metrics().quota_limit.get_or_create(&west).get(), 192);
+    assert_eq!(h.ctl.metrics().quota_used.get_or_create(&west).get(), 192);
+}

@@ -15,8 +15,8 @@
 //! 3. **Benefit** of an option: solve with its pools opened up to what the waiting work could use;
 //!    the placed weight (Σ priority × GPUs) beyond the current plan is what it can buy. Then
 //!    **minimal**: per pool, the fewest grant steps that keep that benefit (binary search, a solve
-//!    per probe). A grant step is one VM of the smallest size the waiting work could use from that
-//!    pool (or [`AdviseOptions::step_vcpus`]): Azure grants vCPUs, and less than a VM buys nothing.
+//!    per probe). The grant step of a pool is [`grant_steps`]: the greatest common divisor of the
+//!    vCPUs of the sizes the waiting work could use from it (or [`AdviseOptions::step_vcpus`]).
 //! 4. **Greedy ranking**: the option that buys the most weight (then the smaller increase, then the
 //!    lower cost) is recommended and applied, and the search repeats from the new plan. Options that
 //!    would have bought at least half as much at that step, on pools no recommendation touches, are
@@ -47,8 +47,7 @@ pub struct AdviseOptions {
     pub max_recommendations: usize,
     /// At most this many alternatives per recommendation.
     pub max_alternatives: usize,
-    /// The grant step in vCPUs for every pool; `None`: per pool, one VM of the smallest size the
-    /// waiting work could use from it.
+    /// The grant step in vCPUs for every pool; `None`: per pool, [`grant_steps`].
     pub step_vcpus: Option<u64>,
     /// How each (re-)solve is made.
     pub solve: SolveOptions,
@@ -62,6 +61,7 @@ impl Default for AdviseOptions {
 
 /// The advice: ranked recommendations, and the plan before and after all of them.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Advice {
     /// Best first; empty when no quota increase would place more work.
     pub recommendations: Vec<Recommendation>,
@@ -75,6 +75,7 @@ pub struct Advice {
 
 /// What a plan places and leaves waiting.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PlanSummary {
     /// Σ priority × placed GPUs.
     pub placed_weight: f64,
@@ -94,6 +95,7 @@ pub struct PlanSummary {
 
 /// One recommendation: pools of one region to raise together, and what that buys.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Recommendation {
     /// 1 = best.
     pub rank: u32,
@@ -109,6 +111,7 @@ pub struct Recommendation {
 
 /// One pool raised.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PoolIncrease {
     /// Region.
     pub region: String,
@@ -130,6 +133,7 @@ pub struct PoolIncrease {
 
 /// What an increase buys: work placed that would otherwise wait, and what it costs.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Benefit {
     /// Placed weight gained (Σ priority × GPUs).
     pub placed_weight: f64,
@@ -151,6 +155,7 @@ pub struct Benefit {
 
 /// A job the re-solved plan places in another region than before.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Move {
     /// The job.
     pub job: String,
@@ -164,6 +169,7 @@ pub struct Move {
 
 /// An increase that would have bought at least half as much as the recommendation, instead of it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Alternative {
     /// Region.
     pub region: String,
@@ -209,6 +215,77 @@ impl Advice {
 pub fn advise(problem: &Problem, in_use: &[QuotaLimit], options: &AdviseOptions) -> Advice {
     let mut a = Advisor::new(problem, in_use, options);
     a.run()
+}
+
+/// The grant step of each quota row of `problem`, in vCPUs: the greatest common divisor of the
+/// vCPUs per VM of the sizes that draw on the pool and that some job of the problem could use
+/// (every size drawing on it when no job could use any; 1 when no size draws on it).
+///
+/// Why the gcd: `Microsoft.Quota` grants compute limits in whole vCPUs (`unit: "Count"`), so
+/// any step is grantable; what matters is which increases can be *used*. A mix of VMs draws a sum
+/// of their vCPUs, always a multiple of the gcd, and every large enough multiple of it is such a
+/// sum: stepping by the gcd never asks for vCPUs no VM mix fills. The smallest size's vCPUs (the
+/// earlier rule) over-asks when sizes do not divide each other (a 6-vCPU and a 4-vCPU size: a
+/// step of 4 asks 8 for one 6-vCPU VM, the gcd asks 6), and the largest size or the lcm over-asks
+/// whenever a smaller VM would do (24 vCPUs of an NC A100 v4 family place one 1-GPU VM; a step of
+/// 96 asks four times that).
+pub fn grant_steps(problem: &Problem) -> Vec<u64> {
+    let rows: BTreeMap<(String, String), usize> =
+        problem.quotas.iter().enumerate().map(|(i, q)| ((q.region.clone(), normalize_pool(&q.pool)), i)).collect();
+    let offer_pools: Vec<Vec<usize>> = problem
+        .offers
+        .iter()
+        .map(|o| {
+            QuotaPool::keys_drawn_by(o.priority, &o.family)
+                .into_iter()
+                .filter_map(|n| rows.get(&(o.region.clone(), n)).copied())
+                .collect()
+        })
+        .collect();
+    grant_steps_of(problem, &offer_pools)
+}
+
+fn grant_steps_of(problem: &Problem, offer_pools: &[Vec<usize>]) -> Vec<u64> {
+    let gcd = |mut a: u64, mut b: u64| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    // 0 = no size seen yet (gcd(0, x) = x).
+    let (mut usable, mut any) = (vec![0u64; problem.quotas.len()], vec![0u64; problem.quotas.len()]);
+    for (o, offer) in problem.offers.iter().enumerate() {
+        let vcpus = u64::from(offer.vcpus_per_vm);
+        let used = problem.jobs.iter().any(|j| mismatch(j, offer).is_none());
+        for &q in &offer_pools[o] {
+            any[q] = gcd(any[q], vcpus);
+            if used {
+                usable[q] = gcd(usable[q], vcpus);
+            }
+        }
+    }
+    usable.iter().zip(&any).map(|(&u, &a)| if u > 0 { u } else { a.max(1) }).collect()
+}
+
+/// The quota rows (indices into `problem.quotas`) that keep waiting work from being placed in
+/// `plan`: a job not placed in full has an offer it matches, that its capacity, price cap and
+/// budget allow, but that one of these pools cannot fit one more of its VMs (a whole gang for a
+/// gang job) after what the plan uses. The same test the advice starts from; the control loop
+/// watches it to say when quota, not capacity, holds work back. Each row comes with the ids of the
+/// jobs it keeps out, in problem order.
+pub fn blocking_pools(problem: &Problem, plan: &Plan) -> Vec<(usize, Vec<String>)> {
+    let options = AdviseOptions { step_vcpus: Some(1), ..AdviseOptions::default() };
+    let a = Advisor::new(problem, &[], &options);
+    let used = a.usage(plan);
+    let mut out: BTreeMap<usize, BTreeSet<usize>> = BTreeMap::new();
+    for (j, remaining) in a.waiting(plan) {
+        for o in 0..problem.offers.len() {
+            for q in a.binding(j, remaining, o, &a.base_free, &used).into_iter().flatten() {
+                out.entry(q).or_default().insert(j);
+            }
+        }
+    }
+    out.into_iter().map(|(q, jobs)| (q, jobs.into_iter().map(|j| problem.jobs[j].id.clone()).collect())).collect()
 }
 
 /// The pools a recommendation raises and by how many vCPUs.
@@ -267,21 +344,10 @@ impl<'a> Advisor<'a> {
                     .collect()
             })
             .collect();
-        // One VM of the smallest size any job could use from the pool: a step below that buys nothing.
-        let mut step = vec![u64::MAX; problem.quotas.len()];
-        for (o, offer) in problem.offers.iter().enumerate() {
-            if problem.jobs.iter().any(|j| mismatch(j, offer).is_none()) {
-                for &q in &offer_pools[o] {
-                    step[q] = step[q].min(u64::from(offer.vcpus_per_vm));
-                }
-            }
-        }
-        for s in &mut step {
-            *s = options.step_vcpus.unwrap_or(*s).max(1);
-            if *s == u64::MAX {
-                *s = 1;
-            }
-        }
+        let step = match options.step_vcpus {
+            Some(s) => vec![s.max(1); problem.quotas.len()],
+            None => grant_steps_of(problem, &offer_pools),
+        };
         Advisor {
             problem,
             options,
@@ -414,21 +480,25 @@ impl<'a> Advisor<'a> {
         Some((vms, u64::from(all) * u64::from(offer.vcpus_per_vm)))
     }
 
+    /// The pools of offer `o` too full (`free` minus `used`) for one more VM of job `j` (its whole
+    /// gang, for a gang job), when only quota keeps the job off the offer; `None` when something
+    /// else does, or no pool binds.
+    fn binding(&self, j: usize, remaining: u32, o: usize, free: &[u64], used: &[u64]) -> Option<Vec<usize>> {
+        let (vms, _) = self.need(j, remaining, o)?;
+        let need = u64::from(vms) * u64::from(self.problem.offers[o].vcpus_per_vm);
+        let binding: Vec<usize> =
+            self.offer_pools[o].iter().copied().filter(|&q| free[q].saturating_sub(used[q]) < need).collect();
+        (!binding.is_empty()).then_some(binding)
+    }
+
     /// The sets of pools that, raised together, could let some waiting job onto some offer.
     fn options_for(&self, plan: &Plan, free: &[u64]) -> Vec<Vec<usize>> {
         let used = self.usage(plan);
         let mut out: BTreeSet<Vec<usize>> = BTreeSet::new();
         for (j, remaining) in self.waiting(plan) {
             for o in 0..self.problem.offers.len() {
-                let Some((vms, _)) = self.need(j, remaining, o) else { continue };
-                let need = u64::from(vms) * u64::from(self.problem.offers[o].vcpus_per_vm);
-                let pools = &self.offer_pools[o];
-                let binding: Vec<usize> =
-                    pools.iter().copied().filter(|&q| free[q].saturating_sub(used[q]) < need).collect();
-                if binding.is_empty() {
-                    continue;
-                }
-                let mut all = pools.clone();
+                let Some(binding) = self.binding(j, remaining, o, free, &used) else { continue };
+                let mut all = self.offer_pools[o].clone();
                 all.sort_unstable();
                 out.insert(binding);
                 out.insert(all);
@@ -813,5 +883,57 @@ mod tests {
         let pools: Vec<(&str, u64)> = r.increases.iter().map(|i| (i.pool.as_str(), i.increase_vcpus)).collect();
         assert_eq!(pools, vec![("standardNCADSA100v4Family", 48), ("cores", 24)], "{advice:#?}");
         assert_eq!(advice.requests().len(), 2);
+    }
+
+    #[test]
+    fn the_grant_step_is_the_gcd_of_the_vcpus_of_the_sizes_the_waiting_work_could_use() {
+        let offer = |size: &str, vcpus: u32, gpus: u32, model: &str| {
+            format!(
+                r#"{{"region": "eastus", "size": "{size}", "priority": "regular", "gpu_model": "{model}",
+                   "gpus_per_vm": {gpus}, "vcpus_per_vm": {vcpus}, "family": "fam", "price_per_hour": 1.0}}"#
+            )
+        };
+        let text = format!(
+            r#"{{"offers": [{}, {}, {}],
+                "quotas": [{{"region": "eastus", "pool": "fam", "vcpus": 0}}, {{"region": "eastus", "pool": "cores", "vcpus": 0}},
+                           {{"region": "eastus", "pool": "otherFamily", "vcpus": 0}}],
+                "jobs": [{{"id": "a", "gpus": 1, "duration_hours": 1, "gpu_models": ["T4"]}}]}}"#,
+            offer("six", 6, 1, "T4"),
+            offer("four", 4, 1, "T4"),
+            offer("big", 96, 4, "A100-80GB")
+        );
+        let p = Problem::from_json_str(&text).unwrap();
+        // The job can use the 6- and 4-vCPU sizes (not the A100): one of either is a multiple of 2;
+        // the smallest size's 4 would ask 8 for one 6-vCPU VM. No size draws on otherFamily: 1.
+        assert_eq!(grant_steps(&p), vec![2, 2, 1]);
+        // No waiting job could use any size: every size drawing on the pool counts.
+        let mut idle = p.clone();
+        idle.jobs[0].gpu_models = vec!["H100".into()];
+        assert_eq!(grant_steps(&idle), vec![2, 2, 1]);
+        let mut a100 = p.clone();
+        a100.jobs[0].gpu_models = vec!["A100-80GB".into()];
+        assert_eq!(grant_steps(&a100), vec![96, 96, 1]);
+        // The advice asks in those steps: one 6-vCPU VM is 6 vCPUs, not 8.
+        let advice = advise(&p, &[], &AdviseOptions::default());
+        let steps: Vec<(u64, u64)> =
+            advice.recommendations[0].increases.iter().map(|i| (i.step_vcpus, i.increase_vcpus)).collect();
+        assert!(steps.iter().all(|&(s, inc)| s == 2 && inc % 2 == 0 && inc <= 6), "{advice:#?}");
+    }
+
+    #[test]
+    fn blocking_pools_are_those_that_keep_waiting_work_off_an_offer() {
+        let p = problem(
+            r#"{"region": "eastus", "pool": "standardNCADSA100v4Family", "vcpus": 48},
+               {"region": "westus3", "pool": "standardNCADSA100v4Family", "vcpus": 0}"#,
+            r#"{"id": "a", "gpus": 2, "duration_hours": 2}, {"id": "b", "gpus": 3, "duration_hours": 4, "regions": ["eastus"]}"#,
+        );
+        let plan = solve(&p, &SolveOptions::default());
+        // b may only run in eastus, whose pool a fills: eastus binds; westus3 keeps nobody out.
+        assert_eq!(blocking_pools(&p, &plan), vec![(0, vec!["b".to_string()])]);
+        let loose = problem(
+            r#"{"region": "eastus", "pool": "standardNCADSA100v4Family", "vcpus": 480}"#,
+            r#"{"id": "a", "gpus": 2, "duration_hours": 2}"#,
+        );
+        assert!(blocking_pools(&loose, &solve(&loose, &SolveOptions::default())).is_empty());
     }
 }

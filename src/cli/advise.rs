@@ -1,8 +1,9 @@
 //! `spillway advise`: which quota to ask Azure for, where, and what it buys, ready to file.
 //!
-//! Sources: a plan problem (`--problem FILE`: its waiting jobs) or a what-if scenario (`--scenario
-//! FILE`: the advice that would have helped that week, confirmed by simulating the week again). The
-//! running server as a third source (`GET /v1/advice`) is not built yet: the command says so.
+//! Sources: a plan problem (`--problem FILE`: its waiting jobs), a what-if scenario (`--scenario
+//! FILE`: the advice that would have helped that week, confirmed by simulating the week again),
+//! or, with neither, the running server (`--url`, `--token`: `GET /v1/advice`, the advice on its
+//! own pending work, the quota it last read and the blocks it learnt), shown like a problem's.
 //!
 //! `--apply` (with a problem) files the increases with `Microsoft.Quota` under the `[azure]`
 //! settings `serve --cloud azure` uses, and follows each request to its end. Each pool is raised by
@@ -53,14 +54,18 @@ pub struct AdviseArgs {
     /// With --apply: a TOML file with an `[azure]` table (the file `serve --cloud azure` takes).
     #[arg(long, requires = "apply")]
     pub config: Option<PathBuf>,
+    /// Without --problem and --scenario: the server to ask (`GET /v1/advice`).
+    #[command(flatten)]
+    pub server: super::client::ServerArgs,
     /// Output format.
     #[arg(long, value_enum, default_value_t)]
     pub output: Output,
 }
 
 /// Runs `spillway advise`: exit 0 with the advice (also when there is none), 1 when the input is
-/// refused (unknown region or pool, invalid scenario) or Azure cannot be reached, 2 when a problem
-/// file is malformed, 3 when `--apply` filed requests and Azure did not grant them all.
+/// refused (unknown region or pool, invalid scenario), Azure or the server cannot be reached or
+/// the server refuses, 2 when a problem file is malformed, 3 when `--apply` filed requests and
+/// Azure did not grant them all.
 pub fn run(catalog: &scheduler::Catalog, args: AdviseArgs) -> ExitCode {
     if args.apply && args.problem.is_none() {
         // Advice on a what-if week describes a simulated cloud: nothing to file with Azure.
@@ -73,8 +78,26 @@ pub fn run(catalog: &scheduler::Catalog, args: AdviseArgs) -> ExitCode {
     if let Some(path) = &args.scenario {
         return run_scenario(path, &args);
     }
-    eprintln!("error: give --problem FILE or --scenario FILE (the running server as a source is not built yet)");
-    ExitCode::from(2)
+    if args.write_scenario.is_some() {
+        eprintln!("error: --write-scenario needs --scenario");
+        return ExitCode::from(2);
+    }
+    super::client::run(run_server(args))
+}
+
+/// Asks a running server for the advice on its pending work.
+async fn run_server(args: AdviseArgs) -> Result<ExitCode, super::client::ClientError> {
+    let client = super::client::Client::from_args(&args.server)?;
+    let v = client.get(&format!("/v1/advice?max={}", args.max)).await?;
+    if args.output == Output::Json {
+        super::client::print_json(&v);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let report: AdviceReport = serde_json::from_value(v).map_err(|e| {
+        super::client::ClientError(format!("spillway at {} sent advice this client cannot read: {e}", client.base()))
+    })?;
+    print!("{}", render(&report));
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The week's advice, ready to file.

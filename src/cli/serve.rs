@@ -110,6 +110,10 @@ pub struct ServeArgs {
     /// (0 = for ever) [default: 168]. What tenants spent is kept regardless.
     #[arg(long)]
     pub retain_finished_hours: Option<f64>,
+    /// Minutes a quota pool may keep waiting work out before a `quota_exhausted` event (0 = never
+    /// record one) [default: 15]. Simulated minutes with the simulated cloud.
+    #[arg(long)]
+    pub quota_exhausted_minutes: Option<f64>,
     /// The URL the VMs' agents reach this server at [default: the listening URL; on Azure it must
     /// be one the VMs can reach].
     #[arg(long)]
@@ -196,6 +200,8 @@ struct Settings {
     tls: Option<(PathBuf, PathBuf)>,
     /// How long finished jobs are kept (`None`: for ever).
     retain_finished_ms: Option<i64>,
+    /// How long a pool may keep work out before `quota_exhausted` (`None`: never).
+    quota_exhausted_after_ms: Option<i64>,
     /// `[agent]`, with `--agent-url` over its `scheduler_url`.
     agent: AgentFile,
 }
@@ -247,6 +253,14 @@ fn settings(args: ServeArgs) -> Result<Settings, String> {
         Some(h) if h.is_finite() && h > 0.0 => Some((h * 3_600_000.0).round() as i64),
         Some(h) => return Err(format!("--retain-finished-hours: expected hours ≥ 0 (0 keeps everything), got {h}")),
     };
+    let quota_exhausted_after_ms = match args.quota_exhausted_minutes {
+        None => ControlConfig::default().quota_exhausted_after_ms,
+        Some(m) if m.is_finite() && m == 0.0 => None,
+        Some(m) if m.is_finite() && m > 0.0 => Some((m * 60_000.0).round() as i64),
+        Some(m) => {
+            return Err(format!("--quota-exhausted-minutes: expected minutes ≥ 0 (0 records no event), got {m}"));
+        }
+    };
     let mut agent = file.agent;
     if let Some(url) = args.agent_url {
         agent.scheduler_url = Some(url);
@@ -276,6 +290,7 @@ fn settings(args: ServeArgs) -> Result<Settings, String> {
     Ok(Settings {
         agent,
         retain_finished_ms,
+        quota_exhausted_after_ms,
         data_dir,
         store,
         listen,
@@ -336,6 +351,8 @@ struct CloudSetup {
     clock: Arc<dyn Clock>,
     simulated: bool,
     sim: Option<Arc<SimCloud>>,
+    /// Azure's management endpoint and subscription, where the advice's requests are filed.
+    filing: Option<(String, String)>,
 }
 
 /// Builds the cloud and the clock for the settings.
@@ -366,15 +383,16 @@ fn cloud_and_clock(
                 SimCloud::new(config, catalog.clone(), clock.clone())
                     .map_err(|e| format!("scenario {origin} does not fit the catalog:\n{e}"))?,
             );
-            Ok(CloudSetup { cloud: cloud.clone(), clock, simulated: true, sim: Some(cloud) })
+            Ok(CloudSetup { cloud: cloud.clone(), clock, simulated: true, sim: Some(cloud), filing: None })
         }
         CloudKind::Azure => {
             let config = AzureConfig::load(settings.config_path.as_deref())
                 .map_err(|e| format!("Azure settings ([azure] in --config, SPILLWAY_AZURE_*):\n{e}"))?;
+            let filing = Some((config.endpoint().to_string(), config.subscription_id.clone()));
             let cloud = AzureCloud::new(config, catalog.clone())
                 .map_err(|e| format!("cannot set up Azure: {e}"))?
                 .with_agent_bootstrap(bootstrap.clone());
-            Ok(CloudSetup { cloud: Arc::new(cloud), clock: Arc::new(SystemClock), simulated: false, sim: None })
+            Ok(CloudSetup { cloud: Arc::new(cloud), clock: Arc::new(SystemClock), simulated: false, sim: None, filing })
         }
     }
 }
@@ -441,7 +459,7 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
     let scheme = if tls.is_some() { "https" } else { "http" };
     let keys = AgentKeys::load_or_create(&store).map_err(|e| e.to_string())?;
     let bootstrap = agent_bootstrap(&settings.agent, &format!("{scheme}://{addr}"), keys.clone())?;
-    let CloudSetup { cloud, clock, simulated, sim } = cloud_and_clock(&settings, &catalog, &store, &bootstrap)?;
+    let CloudSetup { cloud, clock, simulated, sim, filing } = cloud_and_clock(&settings, &catalog, &store, &bootstrap)?;
     let catalog = Arc::new(catalog);
     let mut registry = Registry::default();
     let metrics = ControlMetrics::register(&mut registry);
@@ -450,6 +468,7 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
     let control = ControlConfig {
         auto_complete: simulated,
         retain_finished_ms: settings.retain_finished_ms,
+        quota_exhausted_after_ms: settings.quota_exhausted_after_ms,
         ..ControlConfig::default()
     };
     // The control loop writes through a fenced handle: only while this server holds the leader lease.
@@ -531,7 +550,11 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
         stop_rx.clone(),
     ));
     let limits = scheduler::api::server::Limits::of(&settings.api);
-    let state = ApiState::new(jobs, controller, tokens, registry, settings.api, stop_rx.clone()).with_agents(agents);
+    let mut state =
+        ApiState::new(jobs, controller, tokens, registry, settings.api, stop_rx.clone()).with_agents(agents);
+    if let Some((endpoint, subscription)) = &filing {
+        state = state.with_quota_filing(endpoint, subscription);
+    }
     state.set_replica(replica.clone());
     let app = router(state);
 
@@ -1012,6 +1035,7 @@ mod tests {
             tls_cert: None,
             tls_key: None,
             retain_finished_hours: None,
+            quota_exhausted_minutes: None,
             agent_url: None,
         };
         assert!(settings(args("0.0.0.0:7878", false)).unwrap_err().contains("loopback"));

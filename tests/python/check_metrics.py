@@ -19,6 +19,11 @@ EXPECTED_TYPES = {
     "spillway_cost_rate_usd_per_hour": "gauge",
     "spillway_tenant_cost_rate_usd_per_hour": "gauge",
     "spillway_round_seconds": "histogram",
+    "spillway_quota_limit_vcpus": "gauge",
+    "spillway_quota_used_vcpus": "gauge",
+    "spillway_quota_free_vcpus": "gauge",
+    "spillway_quota_blocked_jobs": "gauge",
+    "spillway_quota_exhausted": "gauge",
 }
 CLASSES = {"quota", "capacity", "size_unavailable", "price_above_cap", "throttled", "transient", "permanent", "not_found"}
 
@@ -46,6 +51,11 @@ def check(families, fmt):
     spent = [s for s in by_name["spillway_tenant_spent_usd"].samples if s.name.endswith("_total")]
     if not any(s.value > 0 for s in spent):
         sys.exit(f"{fmt}: no tenant has spent anything: {spent}")
+    limits = by_name["spillway_quota_limit_vcpus"].samples
+    if not limits or any(set(s.labels) != {"region", "pool"} for s in limits):
+        sys.exit(f"{fmt}: quota limits need one sample per region and pool: {limits}")
+    if not any(s.labels["pool"] == "cores" and s.value > 0 for s in limits):
+        sys.exit(f"{fmt}: no region's cores limit was read: {limits}")
     return len(by_name)
 
 

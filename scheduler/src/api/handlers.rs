@@ -69,7 +69,7 @@ pub(super) fn parse_json(bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
     })
 }
 
-fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
+pub(super) fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
     q.map(|Query(v)| v).map_err(|e| ApiError::bad_field("query", e.body_text()))
 }
 

@@ -13,6 +13,7 @@
 //! GET    /v1/jobs/{id}/logs[?attempt=&rank=&from=&limit=&follow=]   output; SSE with follow=true
 //! GET    /v1/capacity             quota pools, blocked offers, unhealthy regions
 //! GET    /v1/plan                 what the solver would do now
+//! GET    /v1/advice[?max=]        which quota increases would place waiting work, ready to file
 //! GET    /v1/events[?from=&job=&kinds=]   server-sent events, resumable (Last-Event-ID)
 //! GET    /v1/spend[?hours=&tenant=]       spend per tenant and region, budgets, spend over time
 //! PUT    /v1/tenants/{name}/budget   set or clear a tenant's budget, USD (admin)
@@ -45,6 +46,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod advice;
 pub mod agent_routes;
 pub mod auth;
 pub mod budget;
@@ -145,6 +147,9 @@ struct Inner {
     agents: Option<crate::agents::AgentService>,
     /// This server's place among the servers sharing the store (role, epoch), once set.
     replica: std::sync::OnceLock<crate::leader::Replica>,
+    /// The management endpoint and subscription the advice's requests are filed under (a server
+    /// driving Azure); `None`: Azure's public endpoint and a placeholder subscription.
+    quota_filing: Option<(String, String)>,
 }
 
 /// Everything the handlers share. Cheap to clone.
@@ -191,6 +196,7 @@ impl ApiState {
                 shutdown,
                 agents: None,
                 replica: std::sync::OnceLock::new(),
+                quota_filing: None,
             }),
         }
     }
@@ -200,6 +206,20 @@ impl ApiState {
     pub fn with_agents(mut self, agents: crate::agents::AgentService) -> ApiState {
         Arc::get_mut(&mut self.inner).expect("with_agents is called before the state is shared").agents = Some(agents);
         self
+    }
+
+    /// Files the advice's quota requests (`GET /v1/advice`) under this management endpoint and
+    /// subscription: the server's own Azure settings. Call before the state is cloned (it panics
+    /// otherwise).
+    pub fn with_quota_filing(mut self, endpoint: &str, subscription: &str) -> ApiState {
+        Arc::get_mut(&mut self.inner).expect("with_quota_filing is called before the state is shared").quota_filing =
+            Some((endpoint.to_string(), subscription.to_string()));
+        self
+    }
+
+    /// Where the advice's requests are filed, when set ([`ApiState::with_quota_filing`]).
+    pub fn quota_filing(&self) -> Option<&(String, String)> {
+        self.inner.quota_filing.as_ref()
     }
 
     /// The agent side, when this server runs agents.
@@ -313,6 +333,7 @@ fn protected_routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(logs::job_logs))
         .routes(routes!(capacity))
         .routes(routes!(plan))
+        .routes(routes!(advice::advice))
         .routes(routes!(events))
         .routes(routes!(spend::spend))
         .routes(routes!(budget::set_budget))

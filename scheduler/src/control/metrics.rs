@@ -40,6 +40,15 @@ pub struct FilterLabel {
     pub filter: String,
 }
 
+/// Labels: a quota pool.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabel {
+    /// Region.
+    pub region: String,
+    /// `cores`, `lowPriorityCores` or a VM family, as the cloud spells it.
+    pub pool: String,
+}
+
 /// Everything the control loop counts. Handles are cheap clones of shared atomics.
 #[derive(Clone, Debug)]
 pub struct ControlMetrics {
@@ -71,6 +80,17 @@ pub struct ControlMetrics {
     /// The cloud's listings the feasibility chain kept from the last plan, by the filter that
     /// rejected each.
     pub offers_rejected: Family<FilterLabel, Gauge>,
+    /// Quota limit per pool, vCPUs, as last read.
+    pub quota_limit: Family<PoolLabel, Gauge>,
+    /// vCPUs used per pool (everyone's, with spillway's fleets in flight).
+    pub quota_used: Family<PoolLabel, Gauge>,
+    /// vCPUs free per pool (the headroom).
+    pub quota_free: Family<PoolLabel, Gauge>,
+    /// Waiting jobs (demands) the pool keeps out of the last plan.
+    pub quota_blocked_jobs: Family<PoolLabel, Gauge>,
+    /// 1 while the pool has kept waiting work out for longer than the threshold (between its
+    /// `quota_exhausted` and `quota_recovered` events).
+    pub quota_exhausted: Family<PoolLabel, Gauge>,
 }
 
 impl ControlMetrics {
@@ -100,6 +120,15 @@ impl ControlMetrics {
             "Listed offers kept from the last plan, by feasibility filter",
             m.offers_rejected.clone(),
         );
+        r.register("quota_limit_vcpus", "Quota limit per region and pool, vCPUs", m.quota_limit.clone());
+        r.register("quota_used_vcpus", "Quota used per region and pool (by everyone), vCPUs", m.quota_used.clone());
+        r.register("quota_free_vcpus", "Quota free per region and pool, vCPUs", m.quota_free.clone());
+        r.register("quota_blocked_jobs", "Waiting jobs the pool keeps out of the plan", m.quota_blocked_jobs.clone());
+        r.register(
+            "quota_exhausted",
+            "1 while the pool has kept waiting work out past the threshold",
+            m.quota_exhausted.clone(),
+        );
         m
     }
 
@@ -119,6 +148,11 @@ impl ControlMetrics {
             gpus_in_use: Family::default(),
             cost_rate: Gauge::default(),
             offers_rejected: Family::default(),
+            quota_limit: Family::default(),
+            quota_used: Family::default(),
+            quota_free: Family::default(),
+            quota_blocked_jobs: Family::default(),
+            quota_exhausted: Family::default(),
         }
     }
 }

@@ -35,6 +35,7 @@
 mod accounts;
 mod act;
 mod actions;
+mod advice;
 mod breaker;
 mod cleanup;
 mod deadline;
@@ -48,6 +49,7 @@ mod follow;
 mod growth;
 mod metrics;
 mod placement;
+mod quota_watch;
 mod retention;
 mod round;
 mod round_attempts;
@@ -64,7 +66,7 @@ pub use deadline::{DeadlineChoice, apply_deadline_choice, deadline_managed};
 pub use demand::{DemandPart, Held, MIN_REPLICA_BOOST, RESTART_MARGIN_HOURS, demands};
 pub use dependencies::{Gate, Upstream, gate_link};
 pub use driver::{DriverConfig, RoundHealth, RoundStatus, run_forever};
-pub use metrics::{ClassLabel, ControlMetrics, FilterLabel, OfferLabel, StateLabel};
+pub use metrics::{ClassLabel, ControlMetrics, FilterLabel, OfferLabel, PoolLabel, StateLabel};
 pub use round::{ControlError, RoundReport};
 pub use world::{PoolView, SPOT_HISTORY_TICKS, SpotHistory, WorldView, our_usage};
 
@@ -122,6 +124,10 @@ pub struct ControlConfig {
     /// a running job's cost at most this stale; nothing is lost by a crash, because accrual is linear
     /// between changes and resumes from the stored `accounted_until_ms`.
     pub settle_interval_ms: Option<i64>,
+    /// How long a quota pool must keep waiting work out before a `quota_exhausted` event is
+    /// recorded (once per episode; `quota_recovered` when it clears; see `quota_watch.rs`).
+    /// `None`: pools are not watched (the what-if weeks, which have no one to alert).
+    pub quota_exhausted_after_ms: Option<i64>,
 }
 
 impl Default for ControlConfig {
@@ -140,6 +146,7 @@ impl Default for ControlConfig {
             deadline_policy: crate::deadline::DeadlinePolicyKind::Spillway,
             deadline_tick_ms: 60_000,
             settle_interval_ms: Some(60_000),
+            quota_exhausted_after_ms: Some(15 * 60_000),
         }
     }
 }
@@ -192,6 +199,10 @@ pub(crate) struct LoopState {
     /// Attempts whose fleet the cloud refused to grow for a reason no block covers, by attempt
     /// key: the job's next placement in their region gets a fleet of its own.
     pub(crate) unresizable: BTreeSet<String>,
+    /// The pools that keep waiting work out of the last plan (when pools are watched).
+    pub(crate) quota_blocking: quota_watch::Blocking,
+    /// Episodes of pools keeping work out, for the `quota_exhausted` events.
+    pub(crate) quota_watch: quota_watch::QuotaWatch,
 }
 
 /// True when an attempt has been below its minimum for longer than the grace period, or has

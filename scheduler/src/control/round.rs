@@ -34,6 +34,9 @@ pub enum ControlError {
     /// The store failed.
     #[error("store: {0}")]
     Store(#[from] StoreError),
+    /// The quota advice could not be computed (its thread failed).
+    #[error("quota advice: {0}")]
+    Advice(String),
 }
 
 /// What one round did.
@@ -117,6 +120,7 @@ impl Controller {
                 break;
             }
         }
+        self.watch_quota(st, &snap)?;
         self.update_gauges(st, &snap, &mut report)?;
         let next = st.look_again.values().copied().filter(|&t| t > now).chain(st.deletions.next_try_ms()).min();
         report.look_again_in_ms = next.map(|t| (t - now).max(0));

@@ -12,7 +12,7 @@ use super::metrics::FilterLabel;
 use super::round::{ControlError, RoundReport};
 use super::snapshot::Snapshot;
 use super::world::our_usage;
-use super::{Controller, LoopState, cleanup, dependencies, growth, placement};
+use super::{Controller, LoopState, cleanup, dependencies, growth, placement, quota_watch};
 use crate::model::{Attempt, EventKind, Job};
 
 impl Controller {
@@ -99,12 +99,19 @@ impl Controller {
         let data = input.data;
         let mut reasons = input.reasons;
         let plan = if input.problem.jobs.is_empty() {
+            st.quota_blocking.clear();
             None
         } else {
             let (plan, solved_in) = placement::solve(st, input.problem, self.config.solve_time_limit_ms);
             if let Some(secs) = solved_in {
                 report.solve_ms += secs * 1000.0;
                 self.metrics.solve_seconds.observe(secs);
+                // A plan reused for the same problem keeps the same pools blocking.
+                if self.config.quota_exhausted_after_ms.is_some()
+                    && let Some((problem, plan)) = &st.last_solve
+                {
+                    st.quota_blocking = quota_watch::blocking(problem, plan);
+                }
             }
             for u in &plan.unplaced {
                 let (job_id, _) = DemandPart::parse(&u.job);

@@ -65,11 +65,16 @@ pub enum EventKind {
     /// The world of a splittable job's work changed (VMs joined or left): every rank starts again
     /// with the new world, not counted against `max_restarts`.
     WorldChanged,
+    /// A quota pool has kept waiting work out for longer than the threshold (a cluster event, no
+    /// job): once per episode.
+    QuotaExhausted,
+    /// A pool that was exhausted keeps no waiting work out any more (a cluster event).
+    QuotaRecovered,
 }
 
 impl EventKind {
     /// Every kind, in the order above.
-    pub const ALL: [EventKind; 24] = [
+    pub const ALL: [EventKind; 26] = [
         EventKind::Submitted,
         EventKind::Placed,
         EventKind::Failover,
@@ -94,6 +99,8 @@ impl EventKind {
         EventKind::AgentsMissing,
         EventKind::Resized,
         EventKind::WorldChanged,
+        EventKind::QuotaExhausted,
+        EventKind::QuotaRecovered,
     ];
 
     /// The name stored in the log and shown in APIs.
@@ -123,6 +130,8 @@ impl EventKind {
             EventKind::AgentsMissing => "agents_missing",
             EventKind::Resized => "resized",
             EventKind::WorldChanged => "world_changed",
+            EventKind::QuotaExhausted => "quota_exhausted",
+            EventKind::QuotaRecovered => "quota_recovered",
         }
     }
 

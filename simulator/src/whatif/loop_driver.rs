@@ -62,6 +62,8 @@ impl LoopDriver {
             durable: false,
             settle_interval_ms: None,
             solve_time_limit_ms: None,
+            // Nobody is alerted in a what-if week: pools are not watched (no scan per plan).
+            quota_exhausted_after_ms: None,
             ..ControlConfig::default()
         };
         let ctl = Controller::new(
