@@ -267,3 +267,119 @@ async fn a_placement_left_behind_when_the_choice_changes_back_is_deleted() {
     assert_eq!(done.state, JobState::Succeeded);
     assert!(done.finished_at_ms.unwrap() <= deadline_ms(3.0));
 }
+
+/// A chain of 1-GPU stages of `hours` each (spot as given per stage) under one pipeline deadline
+/// `deadline_hours` from the start; their ids by name, in order.
+fn submit_chain(h: &Harness, stages: &[(&str, &str, f64)], deadline_hours: f64) -> Vec<String> {
+    let deadline = time::OffsetDateTime::from_unix_timestamp(START_MS / 1000 + (deadline_hours * 3600.0) as i64)
+        .unwrap()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
+    let jobs: Vec<serde_json::Value> = stages
+        .iter()
+        .enumerate()
+        .map(|(i, (name, spot, hours))| {
+            let after: Vec<&str> = if i == 0 { Vec::new() } else { vec![stages[i - 1].0] };
+            serde_json::json!({"name": name, "kind": "training", "gpus": 1, "sizes": [SIZE],
+                "regions": ["eastus", "westus3"], "spot": spot, "duration_hours": hours,
+                "checkpoint_interval_minutes": 10, "depends_on": after})
+        })
+        .collect();
+    let value = serde_json::json!({"name": "chain", "deadline": deadline, "jobs": jobs});
+    let (p, _) = h.jobs.submit_pipeline_value(value, None, None).expect("pipeline accepted");
+    stages.iter().map(|(name, ..)| p.jobs.iter().find(|j| j.name == *name).unwrap().id.clone()).collect()
+}
+
+fn deadline_of(j: &Job) -> i64 {
+    (j.spec.deadline.unwrap().unix_timestamp_nanos() / 1_000_000) as i64
+}
+
+async fn run_chain_until_done(h: &Harness, ids: &[String], limit_hours: f64) -> Vec<Job> {
+    h.ctl.reconcile().await.expect("round runs");
+    while h.clock.now_ms() - START_MS < (limit_hours * 3_600_000.0) as i64 {
+        h.step().await;
+        if ids.iter().all(|id| h.detail(id).job.state.is_final()) {
+            break;
+        }
+    }
+    h.step().await;
+    ids.iter().map(|id| h.detail(id).job).collect()
+}
+
+#[tokio::test]
+async fn a_pipeline_deadline_is_met_with_its_stages_on_spot_and_a_stage_ending_early_leaves_its_slack_to_the_rest() {
+    // Three 2-hour stages, 12 h to the deadline: 6 h of slack, shared 2 h a stage at submission
+    // (prep's deadline 4 h in; train's and eval's are their latest finishes, 10 and 12 h, until
+    // they may start).
+    let h = harness("pipeline-spot", cloud(8), DeadlinePolicyKind::Spillway);
+    let ids = submit_chain(&h, &[("prep", "allowed", 2.0), ("train", "allowed", 2.0), ("eval", "allowed", 2.0)], 12.0);
+    let jobs: Vec<Job> = ids.iter().map(|id| h.detail(id).job).collect();
+    assert_eq!(deadline_of(&jobs[0]), deadline_ms(4.0), "prep: its share, 2 h of 6 h for a third of 12 h");
+    assert_eq!(deadline_of(&jobs[1]), deadline_ms(10.0), "train: its latest finish until it may start");
+    let done = run_chain_until_done(&h, &ids, 13.0).await;
+    let events = |id: &str| h.detail(id).events.iter().map(|e| e.message.clone()).collect::<Vec<_>>();
+    for (j, id) in done.iter().zip(&ids) {
+        assert_eq!(j.state, JobState::Succeeded, "{:?}", events(id));
+        let attempts = h.detail(id).attempts;
+        assert!(attempts.iter().all(|a| a.priority == Priority::Spot), "{}: {attempts:?}", j.spec.name);
+    }
+    assert!(done[2].finished_at_ms.unwrap() <= deadline_ms(12.0), "the pipeline met its deadline");
+    // prep ended early (about 2 h in, not 4): train's deadline, re-computed then, is its share of
+    // the 10 h left (half, with eval after it): more slack than the 2 h it had at submission.
+    let prep_end = done[0].finished_at_ms.unwrap();
+    assert!(prep_end < deadline_ms(3.0), "prep ended early");
+    let train_start = prep_end;
+    let expected = train_start + (deadline_ms(12.0) - train_start) / 2;
+    assert!((deadline_of(&done[1]) - expected).abs() <= 1, "{} vs {expected}", deadline_of(&done[1]));
+    let train_slack_h = (deadline_of(&done[1]) - train_start) as f64 / 3_600_000.0 - 2.0;
+    assert!(train_slack_h > 2.5, "prep's unused slack went to the rest: {train_slack_h:.2} h");
+    let changed: Vec<String> = h
+        .detail(&ids[1])
+        .events
+        .iter()
+        .filter(|e| e.kind == scheduler::model::EventKind::DeadlineChanged)
+        .map(|e| e.message.clone())
+        .collect();
+    assert_eq!(changed.len(), 1, "re-computed once, as prep ended: {changed:?}");
+    assert!(changed[0].contains("left to the pipeline's deadline"), "{changed:?}");
+}
+
+#[tokio::test]
+async fn a_stage_that_ends_late_leaves_the_next_no_slack_for_spot_and_it_runs_regular_in_time() {
+    // prep may only run regular, and no regular A100 is to be had for its first 5.5 hours (the
+    // refused offers are tried again on the hour: it starts about 6.1 h in): it ends about 8.1 h
+    // in, past its 4.2 h share; train, re-computed, has little slack left and runs regular, and
+    // the pipeline still meets its 12.5 h deadline.
+    let h = harness("pipeline-late", cloud(8), DeadlinePolicyKind::Spillway);
+    for region in ["eastus", "westus3"] {
+        h.cloud.set_capacity(region, SIZE, Priority::Regular, 0).unwrap();
+    }
+    let ids = submit_chain(&h, &[("prep", "never", 2.0), ("train", "allowed", 2.0), ("eval", "allowed", 2.0)], 12.5);
+    h.ctl.reconcile().await.expect("round runs");
+    while h.clock.now_ms() - START_MS < (5.5 * 3_600_000.0) as i64 {
+        h.step().await;
+    }
+    for region in ["eastus", "westus3"] {
+        h.cloud.set_capacity(region, SIZE, Priority::Regular, 8).unwrap();
+    }
+    let done = run_chain_until_done(&h, &ids, 13.0).await;
+    for j in &done {
+        assert_eq!(j.state, JobState::Succeeded, "{}", j.spec.name);
+    }
+    let prep_end = done[0].finished_at_ms.unwrap();
+    assert!(prep_end > deadline_ms(12.5 / 3.0), "prep ended past its share");
+    let train_slack_h = (deadline_of(&done[1]) - prep_end) as f64 / 3_600_000.0 - 2.0;
+    assert!(train_slack_h < 0.3, "train was left little slack: {train_slack_h:.2} h");
+    let train = h.detail(&ids[1]).attempts;
+    assert!(train.iter().all(|a| a.priority == Priority::Regular), "{train:?}");
+    let h_of = |ms: i64| (ms - START_MS) as f64 / 3_600_000.0;
+    let timeline: Vec<String> = ids
+        .iter()
+        .flat_map(|id| h.detail(id).attempts)
+        .map(|a| format!("{} {} {:.2}-{:?}", a.job_id, a.priority, h_of(a.started_at_ms), a.ended_at_ms.map(h_of)))
+        .chain(done.iter().map(|j| {
+            format!("{} deadline {:.2} ended {:.2}", j.spec.name, h_of(deadline_of(j)), h_of(j.finished_at_ms.unwrap()))
+        }))
+        .collect();
+    assert!(done[2].finished_at_ms.unwrap() <= deadline_ms(12.5), "the pipeline met its deadline: {timeline:#?}");
+}

@@ -47,6 +47,9 @@ pub(crate) enum JobEdit {
     Note { event: (EventKind, String) },
     /// A dependency failed or was cancelled: the job, still waiting, fails with `reason`.
     DependencyFailed { reason: String },
+    /// A pipeline job that has not started yet takes a new deadline (Unix milliseconds), its
+    /// share of its pipeline's (`control::stage_deadlines`).
+    Deadline { deadline_ms: i64, message: String },
 }
 
 /// What applying an edit to the stored job gave: whether the job is written, and its events.
@@ -156,6 +159,14 @@ impl JobEdit {
                 job.set_state(JobState::Failed, now_ms);
                 job.end_reason = Some(reason.clone());
                 Some(Applied { write: true, events: vec![(EventKind::Failed, reason.clone(), null())] })
+            }
+            JobEdit::Deadline { deadline_ms, message } => {
+                if job.state != JobState::Pending || job.attempts > 0 {
+                    return None;
+                }
+                let at = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(*deadline_ms) * 1_000_000).ok()?;
+                std::sync::Arc::make_mut(&mut job.spec).deadline = Some(at);
+                Some(Applied { write: true, events: vec![(EventKind::DeadlineChanged, message.clone(), null())] })
             }
             JobEdit::Note { event } => {
                 if job.state.is_final() {

@@ -56,6 +56,7 @@ mod round_attempts;
 mod round_cloud;
 mod round_placement;
 mod snapshot;
+mod stage_deadlines;
 #[cfg(test)]
 mod tests;
 mod watch;

@@ -341,6 +341,11 @@ pub(crate) fn is_waiting(job: &Job) -> bool {
     matches!(job.state, JobState::Pending | JobState::Migrating)
 }
 
+/// A time as RFC 3339, for messages.
+pub(crate) fn fmt_time_of(t: time::OffsetDateTime) -> String {
+    t.format(&time::format_description::well_known::Rfc3339).unwrap_or_else(|_| t.to_string())
+}
+
 fn fmt_time(ms: i64) -> String {
     time::OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000)
         .ok()

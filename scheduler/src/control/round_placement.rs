@@ -12,7 +12,7 @@ use super::metrics::FilterLabel;
 use super::round::{ControlError, RoundReport};
 use super::snapshot::Snapshot;
 use super::world::our_usage;
-use super::{Controller, LoopState, cleanup, dependencies, growth, placement, quota_watch};
+use super::{Controller, LoopState, cleanup, dependencies, growth, placement, quota_watch, stage_deadlines};
 use crate::model::{Attempt, EventKind, Job};
 
 impl Controller {
@@ -28,6 +28,20 @@ impl Controller {
         let now = snap.now;
         let tick_ms = self.config.deadline_tick_ms.max(1);
         deadline::observe_spot(st, &self.catalog, now, tick_ms);
+        // A pipeline job whose dependencies ended takes its share of what is left of the
+        // pipeline's deadline before its policy first plans with it.
+        for job in snap.open_jobs() {
+            let Some((deadline_ms, left_hours)) = stage_deadlines::recomputed(snap, &job) else { continue };
+            let was = job.spec.deadline.map_or_else(|| "none".to_string(), |d| super::placement::fmt_time_of(d));
+            let now_ms_time = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(deadline_ms) * 1_000_000);
+            let new = now_ms_time.map(super::placement::fmt_time_of).unwrap_or_else(|_| deadline_ms.to_string());
+            let message = format!(
+                "deadline {new} (was {was}): its share of the {left_hours:.1} h left to the pipeline's deadline when its dependencies ended"
+            );
+            let edit = JobEdit::Deadline { deadline_ms, message };
+            let change = Change { job: Some((job.id.clone(), edit)), ..Change::default() };
+            self.act(st, snap, report, vec![Action::Record(change)]).await?;
+        }
         // A pipeline job waiting for its dependencies holds nothing yet: no policy chooses for it.
         // Each with where its input data lies (and its size), for its policy's egress.
         type WithInput = (Job, Option<(String, Option<f64>)>);

@@ -511,6 +511,7 @@ fn stage(id: &str, deps: &[(&str, &str)], run_anyway: bool) -> Job {
         depends_on: deps.iter().map(|(n, id)| Dependency { name: n.to_string(), job_id: id.to_string() }).collect(),
         on_dependency_failure: if run_anyway { OnDependencyFailure::Run } else { OnDependencyFailure::Fail },
         output_gb: Some(500.0),
+        deadline: None,
     });
     j
 }

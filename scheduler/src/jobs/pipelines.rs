@@ -77,13 +77,13 @@ impl JobService {
                 (self.new_id('p', now), spec.jobs.iter().map(|j| (j.spec.name.clone(), self.next_id(now))).collect())
             }
         };
-        let deadlines = spec.job_deadlines();
+        let deadlines = spec.job_deadlines(self.now_datetime());
         let links = spec.links(&pipeline_id, &ids);
         let mut jobs = Vec::new();
         for i in spec.topological_order() {
             let j = &spec.jobs[i];
             let mut job_spec = j.spec.clone();
-            // The pipeline's deadline, split along the critical path (the earlier, if the job has its own).
+            // Its share of the pipeline's deadline (the earlier, if the job has its own).
             job_spec.deadline = deadlines[i];
             let mut job = Job::new(ids[&j.spec.name].clone(), job_spec, now);
             job.pipeline = Some(links[i].clone());

@@ -43,6 +43,9 @@ pub enum EventKind {
     Waiting,
     /// A deadline job's policy chose where the job runs (spot, regular, or nowhere yet).
     DeadlineChoice,
+    /// A pipeline job's deadline was re-computed as its dependencies ended: its share of the time
+    /// then left to the pipeline's deadline.
+    DeadlineChanged,
     /// A fleet tagged for the job was found in the cloud with no live attempt.
     OrphanFleet,
     /// Every VM of an attempt registered its agent; the work's `run` starts.
@@ -74,7 +77,7 @@ pub enum EventKind {
 
 impl EventKind {
     /// Every kind, in the order above.
-    pub const ALL: [EventKind; 26] = [
+    pub const ALL: [EventKind; 27] = [
         EventKind::Submitted,
         EventKind::Placed,
         EventKind::Failover,
@@ -89,6 +92,7 @@ impl EventKind {
         EventKind::FleetDeleted,
         EventKind::Waiting,
         EventKind::DeadlineChoice,
+        EventKind::DeadlineChanged,
         EventKind::OrphanFleet,
         EventKind::WorkStarted,
         EventKind::Idle,
@@ -120,6 +124,7 @@ impl EventKind {
             EventKind::FleetDeleted => "fleet_deleted",
             EventKind::Waiting => "waiting",
             EventKind::DeadlineChoice => "deadline_choice",
+            EventKind::DeadlineChanged => "deadline_changed",
             EventKind::OrphanFleet => "orphan_fleet",
             EventKind::WorkStarted => "work_started",
             EventKind::Idle => "idle",

@@ -270,14 +270,11 @@ impl PipelineSpec {
         (finish[last], path)
     }
 
-    /// Each job's deadline under the pipeline's: its latest finish (the pipeline deadline less the
-    /// longest chain of `duration_hours` after it), or its own deadline when that is earlier. `None`
-    /// for every job without a pipeline deadline (each keeps its own).
-    pub fn job_deadlines(&self) -> Vec<Option<OffsetDateTime>> {
-        let Some(deadline) = self.deadline else { return self.jobs.iter().map(|j| j.spec.deadline).collect() };
+    /// Hours of `duration_hours` that must still run after each job finishes: the longest chain of
+    /// its dependants (in the order of `jobs`).
+    fn hours_after(&self) -> Vec<f64> {
         let index: BTreeMap<&str, usize> =
             self.jobs.iter().enumerate().map(|(i, j)| (j.spec.name.as_str(), i)).collect();
-        // Hours that must still run after each job finishes, computed from the last jobs back.
         let mut after = vec![0.0_f64; self.jobs.len()];
         for &i in self.topological_order().iter().rev() {
             let own = self.jobs[i].spec.duration_hours.unwrap_or(0.0);
@@ -287,12 +284,39 @@ impl PipelineSpec {
                 }
             }
         }
+        after
+    }
+
+    /// What each job's share of the pipeline deadline is computed from (in the order of `jobs`);
+    /// `None` for every job without a pipeline deadline (each keeps its own).
+    pub fn stage_deadlines(&self) -> Vec<Option<StageDeadline>> {
+        let Some(deadline) = self.deadline else { return vec![None; self.jobs.len()] };
+        let ms = |t: OffsetDateTime| (t.unix_timestamp_nanos() / 1_000_000) as i64;
         self.jobs
             .iter()
-            .zip(after)
-            .map(|(j, hours)| {
-                let latest = deadline - time::Duration::seconds_f64(hours * 3600.0);
-                Some(j.spec.deadline.map_or(latest, |own| own.min(latest)))
+            .zip(self.hours_after())
+            .map(|(j, after_hours)| {
+                Some(StageDeadline { pipeline_ms: ms(deadline), after_hours, own_ms: j.spec.deadline.map(ms) })
+            })
+            .collect()
+    }
+
+    /// Each job's deadline under the pipeline's, at submission (`now`): a job that may start at
+    /// once gets its share of the time to the pipeline deadline ([`StageDeadline::share`]); a job
+    /// that waits for others its latest finish (the pipeline deadline less the longest chain of
+    /// `duration_hours` after it) until it may start, when the control loop gives it its share of
+    /// what is left then. Its own deadline when that is earlier. `None` for every job without a
+    /// pipeline deadline (each keeps its own).
+    pub fn job_deadlines(&self, now: OffsetDateTime) -> Vec<Option<OffsetDateTime>> {
+        let now_ms = (now.unix_timestamp_nanos() / 1_000_000) as i64;
+        let at = |ms: i64| OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000).ok();
+        self.jobs
+            .iter()
+            .zip(self.stage_deadlines())
+            .map(|(j, sd)| match sd {
+                None => j.spec.deadline,
+                Some(sd) if j.depends_on.is_empty() => at(sd.share(now_ms, j.spec.duration_hours.unwrap_or(0.0))),
+                Some(sd) => at(sd.latest_ms()),
             })
             .collect()
     }
@@ -309,7 +333,10 @@ impl PipelineSpec {
                 depends_on: j.depends_on.iter().map(|d| Dependency { name: d.clone(), job_id: id(d) }).collect(),
                 on_dependency_failure: j.on_dependency_failure.unwrap_or_default(),
                 output_gb: j.output_gb,
+                deadline: None,
             })
+            .zip(self.stage_deadlines())
+            .map(|(link, deadline)| PipelineLink { deadline, ..link })
             .collect()
     }
 
@@ -512,6 +539,47 @@ pub struct PipelineLink {
     /// GB of output the job leaves for its dependants.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_gb: Option<f64>,
+    /// With a pipeline deadline: what the job's share of it is computed from, when it may start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<StageDeadline>,
+}
+
+/// A job's share of its pipeline's deadline. The time from when the job may start to the
+/// pipeline's deadline is shared along the longest chain from it (the job, then its dependants)
+/// in proportion to their `duration_hours`: each stage gets the same share of the slack, so the
+/// deadline-aware spot policy may ride spot on every stage, not only the first (which, given its
+/// latest finish, would hold the whole pipeline's slack and could spend it all). Computed anew for
+/// each job when its dependencies end: a stage that ends early leaves its slack to the rest, one
+/// that ends late takes it from them. Never later than the job's latest finish, nor its own
+/// deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct StageDeadline {
+    /// The pipeline's deadline, Unix milliseconds.
+    pub pipeline_ms: i64,
+    /// Hours of `duration_hours` on the longest chain of the job's dependants.
+    pub after_hours: f64,
+    /// The job's own deadline, when its spec gave one, Unix milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub own_ms: Option<i64>,
+}
+
+impl StageDeadline {
+    /// The latest the job may finish for the rest to finish in time at their `duration_hours`
+    /// (its own deadline, when earlier), Unix milliseconds.
+    pub fn latest_ms(&self) -> i64 {
+        let latest = self.pipeline_ms - (self.after_hours * 3_600_000.0).round() as i64;
+        self.own_ms.map_or(latest, |own| own.min(latest))
+    }
+
+    /// The job's deadline when it may start at `start_ms` and runs `hours`: its share
+    /// `hours / (hours + after_hours)` of the time left to the pipeline's deadline, at most its
+    /// latest finish. Unix milliseconds.
+    pub fn share(&self, start_ms: i64, hours: f64) -> i64 {
+        let left = (self.pipeline_ms - start_ms) as f64;
+        let chain = hours + self.after_hours;
+        let share = if chain > 0.0 { left * hours / chain } else { left };
+        (start_ms + share.round() as i64).min(self.latest_ms())
+    }
 }
 
 /// One dependency of a pipeline's job: its name in the pipeline and its job id.

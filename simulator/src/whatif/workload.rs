@@ -186,7 +186,8 @@ pub fn load_workload(s: &Scenario) -> Result<Vec<TraceJob>, WhatIfError> {
 /// about `fraction` of the jobs in pipelines, its next stages being the next unchained jobs of its
 /// tenant in arrival order (each depending on the one before). The whole pipeline arrives with its
 /// first job, its stages' own deadlines give way to the pipeline's (split along the critical path
-/// by `PipelineSpec::job_deadlines`, as for a submitted pipeline), and it is validated by the
+/// by `PipelineSpec::job_deadlines`, as for a submitted pipeline; the control loop shares what is
+/// left among the later stages as each may start), and it is validated by the
 /// pipeline rules of `scheduler::model` before anything runs.
 fn chain_pipelines(
     jobs: &mut [TraceJob],
@@ -271,7 +272,7 @@ fn chain_pipelines(
         };
         let ids: BTreeMap<String, String> = members.iter().map(|&m| (jobs[m].id.clone(), jobs[m].id.clone())).collect();
         let links = spec.links(&pipeline_id, &ids);
-        let deadlines = spec.job_deadlines();
+        let deadlines = spec.job_deadlines(now);
         let spec = Arc::new(spec);
         for (k, &m) in members.iter().enumerate() {
             let job = &mut jobs[m];
