@@ -89,6 +89,10 @@ struct BJob {
     first_running_ms: Option<i64>,
     finished_ms: Option<i64>,
     cost_usd: f64,
+    /// Egress billed (in `cost_usd` too).
+    egress_usd: f64,
+    /// Where a ready pipeline stage's input lies, and its GB.
+    input: Option<(String, Option<f64>)>,
     progress_hours: f64,
     lost: f64,
     failovers: u32,
@@ -224,7 +228,7 @@ impl Broker {
         let hours = spec.duration_hours.unwrap_or(1.0);
         let egress = |c: &Candidate| match data {
             Some((from, Some(gb))) if self.policy == Policy::SkypilotLike && *from != c.region => {
-                gb * solver::DEFAULT_EGRESS_USD_PER_GB
+                accounting::egress_usd(*gb, self.catalog.egress_usd_per_gb(from, &c.region))
             }
             _ => 0.0,
         };
@@ -439,6 +443,7 @@ impl Broker {
                 Gate::Ready { data } => {
                     let candidates = self.candidates(&self.jobs[idx].spec, data.as_ref());
                     let j = &mut self.jobs[idx];
+                    j.input = data;
                     j.tried = vec![false; candidates.len()];
                     j.candidates = candidates;
                     j.cursor = 0;
@@ -474,6 +479,8 @@ impl Driver for Broker {
             first_running_ms: None,
             finished_ms: None,
             cost_usd: 0.0,
+            egress_usd: 0.0,
+            input: None,
             progress_hours: 0.0,
             lost: 0.0,
             failovers: 0,
@@ -503,7 +510,19 @@ impl Driver for Broker {
                             Ok(f) => f.running_vms.unwrap_or(0),
                             Err(_) => 0,
                         };
+                        // A stage that runs away from its input pays to move it, as the loop's
+                        // placements do (the same accounting rules, the same catalog rate).
+                        let egress = match &self.jobs[idx].input {
+                            Some((from, Some(gb))) if *from != self.jobs[idx].candidates[cand].region => {
+                                let rate =
+                                    self.catalog.egress_usd_per_gb(from, &self.jobs[idx].candidates[cand].region);
+                                accounting::egress_usd(*gb, rate)
+                            }
+                            _ => 0.0,
+                        };
                         let j = &mut self.jobs[idx];
+                        j.cost_usd += egress;
+                        j.egress_usd += egress;
                         j.phase = Phase::Running { cand, since_ms: now };
                         j.running_vms = running;
                         j.tried.iter_mut().for_each(|t| *t = false);
@@ -623,6 +642,7 @@ impl Driver for Broker {
                 finished_ms: j.finished_ms,
                 deadline_ms: j.spec.deadline.map(|d| (d.unix_timestamp_nanos() / 1_000_000) as i64),
                 cost_usd: j.cost_usd,
+                egress_usd: j.egress_usd,
                 work_gpu_hours: j.progress_hours * j.spec.gpus as f64,
                 lost_work_gpu_hours: j.lost,
                 failovers: j.failovers,

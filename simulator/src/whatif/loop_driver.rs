@@ -122,6 +122,7 @@ impl LoopDriver {
             finished_ms: job.finished_at_ms,
             deadline_ms: job.spec.deadline.map(|d| (d.unix_timestamp_nanos() / 1_000_000) as i64),
             cost_usd: job.cost_usd,
+            egress_usd: attempts.iter().filter(|a| a.running_since_ms.is_some()).map(|a| a.egress_usd).sum(),
             work_gpu_hours: job.progress_hours * job.wanted_gpus() as f64,
             lost_work_gpu_hours: job.lost_work_gpu_hours,
             failovers: job.failovers,

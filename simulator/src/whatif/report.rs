@@ -106,8 +106,11 @@ pub struct JobOutcome {
     pub finished_ms: Option<i64>,
     /// Deadline, Unix ms.
     pub deadline_ms: Option<i64>,
-    /// USD billed.
+    /// USD billed (its egress included).
     pub cost_usd: f64,
+    /// USD of egress billed: a pipeline stage's input moved to where an attempt of it ran.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub egress_usd: f64,
     /// GPU-hours of work kept (progress × GPUs).
     pub work_gpu_hours: f64,
     /// GPU-hours lost to evictions.
@@ -943,4 +946,8 @@ mod chart_tests {
         assert_eq!(tick_label(0.4, 0.2), "0.4");
         assert_eq!(tick_label(0.05, 0.025), "0.050");
     }
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
