@@ -32,9 +32,9 @@ impl Controller {
         // pipeline's deadline before its policy first plans with it.
         for job in snap.open_jobs() {
             let Some((deadline_ms, left_hours)) = stage_deadlines::recomputed(snap, &job) else { continue };
-            let was = job.spec.deadline.map_or_else(|| "none".to_string(), |d| super::placement::fmt_time_of(d));
-            let now_ms_time = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(deadline_ms) * 1_000_000);
-            let new = now_ms_time.map(super::placement::fmt_time_of).unwrap_or_else(|_| deadline_ms.to_string());
+            let was = job.spec.deadline.map_or_else(|| "none".to_string(), placement::fmt_time_of);
+            let at = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(deadline_ms) * 1_000_000);
+            let new = at.map(placement::fmt_time_of).unwrap_or_else(|_| deadline_ms.to_string());
             let message = format!(
                 "deadline {new} (was {was}): its share of the {left_hours:.1} h left to the pipeline's deadline when its dependencies ended"
             );

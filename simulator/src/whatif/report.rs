@@ -123,6 +123,10 @@ pub struct JobOutcome {
     pub end_reason: Option<String>,
 }
 
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
+}
+
 /// One attempt of a job: where, and when it ran.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AttemptSpan {
@@ -946,8 +950,4 @@ mod chart_tests {
         assert_eq!(tick_label(0.4, 0.2), "0.4");
         assert_eq!(tick_label(0.05, 0.025), "0.050");
     }
-}
-
-fn is_zero(x: &f64) -> bool {
-    *x == 0.0
 }
