@@ -1,7 +1,8 @@
 //! Pipelines end to end, against the built binary and the simulated cloud `spillway serve` runs by
 //! default (virtual time at 3600×; each job's `run` is run by real `spillway agent` processes):
 //! stages run in dependency order, a dependant waits ("waiting for …") and runs where its
-//! dependency's output lies, a failed stage fails its dependants, `on_dependency_failure = "run"`
+//! dependency's output lies, told where its dependencies ran and what they left
+//! (`SPILLWAY_DEP_<NAME>_…`), a failed stage fails its dependants, `on_dependency_failure = "run"`
 //! runs anyway (paying egress, shown, when it may not run where the data is), cancel ends running
 //! fleets, bad pipelines are 4xx naming the field, tenants see only their own.
 
@@ -63,7 +64,13 @@ async fn stages_run_in_order_near_their_data_and_a_failed_stage_fails_its_depend
     prep["output_gb"] = json!(20000);
     let mut train = stage("train", &["prep"], "echo trained");
     train["output_gb"] = json!(20000);
-    let mut eval = stage("eval", &["train"], "echo evaluating; exit 3");
+    train["outputs"] = json!({"model": "az://models/run-1"});
+    // eval is told where train ran and what it left (and fails, to show it in its last lines).
+    let mut eval = stage(
+        "eval",
+        &["train"],
+        "echo \"input $SPILLWAY_DEP_TRAIN_REGION $SPILLWAY_DEP_TRAIN_OUTPUT_MODEL from $SPILLWAY_DEPS\"; exit 3",
+    );
     eval["output_gb"] = json!(100);
     let score = stage("score", &["eval"], "echo scored");
     let mut report = stage("report", &["eval"], "echo reported");
@@ -107,6 +114,8 @@ async fn stages_run_in_order_near_their_data_and_a_failed_stage_fails_its_depend
     assert_eq!(region_of(&details["prep"]), "westus3");
     assert_eq!(region_of(&details["train"]), "westus3", "train follows prep's 20 TB");
     assert_eq!(region_of(&details["eval"]), "westus3", "eval follows train's 20 TB");
+    let failed = events_of(&details["eval"], "failed");
+    assert!(failed.iter().any(|m| m.contains("input westus3 az://models/run-1 from train")), "{failed:?}");
     let placed = events_of(&details["train"], "placed");
     assert!(placed[0].contains("data in westus3"), "{placed:?}");
     // report may not run in westus3: the egress of eval's 100 GB is paid and shown.

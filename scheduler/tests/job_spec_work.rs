@@ -103,3 +103,20 @@ fn on_idle_needs_idle_minutes_and_scripts_are_bounded() {
     let errs = check("run = \"true\"\n[envs]\nA = 3\n").unwrap_err();
     assert_eq!(fields(&errs), ["envs.A"], "a non-string value names its key: {errs:#?}");
 }
+
+#[test]
+fn outputs_are_named_strings_for_the_dependants() {
+    let spec = check("[outputs]\nmodel = \"az://models/run-7\"\nmetrics_v2 = \"s3://m.json\"\n").unwrap();
+    assert_eq!(spec.outputs["model"], "az://models/run-7");
+    let json = JobSpec::parse(&spec.to_json_pretty(), SpecFormat::Json).unwrap();
+    assert_eq!(json.outputs, spec.outputs, "round-trips through JSON");
+    let errs = check("[outputs]\n1bad = \"x\"\nhas-dash = \"y\"\n").unwrap_err();
+    assert_eq!(fields(&errs), ["outputs.1bad", "outputs.has-dash"], "{errs:#?}");
+    let errs = check("[outputs]\nn = 3\n").unwrap_err();
+    assert_eq!(fields(&errs), ["outputs.n"], "a non-string value names its key: {errs:#?}");
+    let errs = check("outputs = \"model\"\n").unwrap_err();
+    assert_eq!(fields(&errs), ["outputs"], "{errs:#?}");
+    let long = "x".repeat(5000);
+    let errs = check(&format!("[outputs]\nbig = \"{long}\"\n")).unwrap_err();
+    assert_eq!(fields(&errs), ["outputs.big"], "{errs:#?}");
+}

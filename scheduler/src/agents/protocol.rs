@@ -347,9 +347,62 @@ impl RankVars<'_> {
     }
 }
 
+/// What a dependant's ranks are told of one of its pipeline dependencies.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DependencyVars<'a> {
+    /// Its name within the pipeline.
+    pub name: &'a str,
+    /// The region its last attempt that ran ran in (where its output lies).
+    pub region: Option<&'a str>,
+    /// The `outputs` it declared.
+    pub outputs: &'a BTreeMap<String, String>,
+}
+
+/// The part of a variable's name made from a pipeline job's or an output's name: upper case,
+/// anything but letters and digits as `_` (a job `pre-process` is `PRE_PROCESS`).
+pub fn env_name_part(name: &str) -> String {
+    name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect()
+}
+
+/// The variables a dependant's ranks get of its dependencies: `SPILLWAY_DEPS` (their names, one
+/// a line), and for each `SPILLWAY_DEP_<NAME>_REGION` (where it last ran) and
+/// `SPILLWAY_DEP_<NAME>_OUTPUT_<KEY>` for each of its `outputs`.
+pub fn dependency_env(deps: &[DependencyVars<'_>]) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    if deps.is_empty() {
+        return env;
+    }
+    env.insert("SPILLWAY_DEPS".to_string(), deps.iter().map(|d| d.name).collect::<Vec<_>>().join("\n"));
+    for d in deps {
+        let name = env_name_part(d.name);
+        if let Some(region) = d.region {
+            env.insert(format!("SPILLWAY_DEP_{name}_REGION"), region.to_string());
+        }
+        for (key, value) in d.outputs {
+            env.insert(format!("SPILLWAY_DEP_{name}_OUTPUT_{}", env_name_part(key)), value.clone());
+        }
+    }
+    env
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dependants_variables_name_each_dependency_its_region_and_outputs() {
+        let outputs: BTreeMap<String, String> = [("model".to_string(), "az://m/7".to_string())].into();
+        let none = BTreeMap::new();
+        let env = dependency_env(&[
+            DependencyVars { name: "pre-process", region: Some("westus3"), outputs: &outputs },
+            DependencyVars { name: "never_ran", region: None, outputs: &none },
+        ]);
+        assert_eq!(env["SPILLWAY_DEPS"], "pre-process\nnever_ran");
+        assert_eq!(env["SPILLWAY_DEP_PRE_PROCESS_REGION"], "westus3");
+        assert_eq!(env["SPILLWAY_DEP_PRE_PROCESS_OUTPUT_MODEL"], "az://m/7");
+        assert!(!env.contains_key("SPILLWAY_DEP_NEVER_RAN_REGION"));
+        assert!(dependency_env(&[]).is_empty());
+    }
 
     #[test]
     fn rank_variables_win_over_user_envs_and_master_port_defaults() {

@@ -30,8 +30,8 @@ use std::sync::atomic::AtomicU64;
 use super::credential::{AgentKeys, AttemptRef};
 use super::decide::{self, ExitVerdict};
 use super::protocol::{
-    Action, ExitReason, GpuInfo, GpuSample, Heartbeat, LogAck, LogBatch, LogLine, LogStream, Phase, RankVars,
-    Registered, Registration, Report, WorkOrder, WorkStatus,
+    Action, DependencyVars, ExitReason, GpuInfo, GpuSample, Heartbeat, LogAck, LogBatch, LogLine, LogStream, Phase,
+    RankVars, Registered, Registration, Report, WorkOrder, WorkStatus, dependency_env,
 };
 use super::records::{
     AttemptWork, ExitRecord, JobWork, LogChunk, NodeRecord, NodesOfJob, NoticeRecord, World, chunk_key, node_key,
@@ -40,7 +40,7 @@ use crate::catalog::Catalog;
 use crate::clock::Clock;
 use crate::jobs::record_event;
 use crate::model::EventKind;
-use crate::model::{Attempt, AttemptState, FieldErrors, Job, JobState, OnIdle};
+use crate::model::{Attempt, AttemptState, FieldErrors, Job, JobState, OnIdle, Pipeline};
 use crate::records::{AttemptsBy, Lookup, attempt_key};
 
 /// Settings of the agent side of the server.
@@ -644,17 +644,53 @@ impl AgentService {
                     priority: &priority,
                     restart,
                 };
+                let mut env = vars.env(&job.spec.envs);
+                env.extend(self.dependency_env(&job)?);
                 Some(WorkOrder {
                     action,
                     run: job.spec.run.clone().unwrap_or_default(),
                     setup: job.spec.setup.clone(),
                     workdir: job.spec.workdir.clone(),
                     image: job.spec.image.clone(),
-                    env: vars.env(&job.spec.envs),
+                    env,
                 })
             }
         };
         Ok(WorkStatus { registered, num_nodes: work.num_nodes, order })
+    }
+
+    /// What a pipeline job's ranks are told of its dependencies ([`dependency_env`]): each one's
+    /// region and outputs from its records, or, once retention forgot it, from its pipeline's.
+    fn dependency_env(&self, job: &Job) -> Result<std::collections::BTreeMap<String, String>, StoreError> {
+        let Some(link) = &job.pipeline else { return Ok(Default::default()) };
+        let store = &self.inner.store;
+        let mut known: Vec<(String, Option<String>, std::collections::BTreeMap<String, String>)> = Vec::new();
+        let mut pipeline = None;
+        for d in &link.depends_on {
+            if let Some(dep) = store.get::<Job>(&d.job_id)? {
+                let region = store
+                    .find(AttemptsBy::Job(&d.job_id))?
+                    .into_iter()
+                    .filter(|a| a.running_since_ms.is_some())
+                    .max_by_key(|a| a.number)
+                    .map(|a| a.region);
+                known.push((d.name.clone(), region, dep.spec.outputs.clone()));
+                continue;
+            }
+            if pipeline.is_none() {
+                pipeline = store.get::<Pipeline>(&link.pipeline_id)?;
+            }
+            let kept = pipeline.as_ref().and_then(|p| p.jobs.iter().find(|m| m.job_id == d.job_id)?.ended.clone());
+            match kept {
+                Some(e) => known.push((d.name.clone(), e.last_region, e.outputs)),
+                None => known.push((d.name.clone(), None, Default::default())),
+            }
+        }
+        let vars: Vec<DependencyVars<'_>> = known
+            .iter()
+            .map(|(name, region, outputs)| DependencyVars { name, region: region.as_deref(), outputs })
+            .collect();
+        Ok(dependency_env(&vars))
     }
 
     /// The job's world, for an elastic job ([`decide::is_elastic`]); `None` otherwise.

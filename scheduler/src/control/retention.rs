@@ -99,5 +99,6 @@ fn ended_member(job: &Job, attempts: &[Attempt]) -> EndedMember {
         finished_at_ms: job.finished_at_ms.unwrap_or_default(),
         cost_usd: job.cost_usd,
         end_reason: job.end_reason.clone(),
+        outputs: job.spec.outputs.clone(),
     }
 }

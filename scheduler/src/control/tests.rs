@@ -580,6 +580,7 @@ fn a_pipeline_job_waits_for_its_dependencies_and_fails_with_a_failed_one() {
         finished_at_ms: NOW - 30 * 86_400_000,
         cost_usd: 1.0,
         end_reason: None,
+        outputs: Default::default(),
     };
     forgotten.forgotten.insert("prep".into(), kept);
     forgotten.upstream_regions.insert("prep".into(), "westus3".into());

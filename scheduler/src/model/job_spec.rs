@@ -168,6 +168,11 @@ pub struct JobSpec {
     /// Environment variables added to `setup` and `run` (never replacing a `SPILLWAY_` one).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub envs: BTreeMap<String, String>,
+    /// What the job leaves for the jobs that depend on it in a pipeline, by name (e.g. `model =
+    /// "az://models/run-7"`): each dependant's `setup` and `run` get it as
+    /// `SPILLWAY_DEP_<NAME>_OUTPUT_<KEY>`. Names are letters, digits and `_` (at most 64).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub outputs: BTreeMap<String, String>,
     /// Directory `setup` and `run` start in (relative: under the agent's work directory).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(min_length = 1, max_length = 1024)]
@@ -207,6 +212,8 @@ pub const MAX_SCRIPT_BYTES: usize = 32 * 1024;
 
 /// Most `envs` entries a spec may carry.
 pub const MAX_ENVS: usize = 128;
+/// Most `outputs` one job may declare.
+pub const MAX_OUTPUTS: usize = 32;
 
 /// Prefix of the variables spillway sets for the work; `envs` may not use it.
 pub const RESERVED_ENV_PREFIX: &str = "SPILLWAY_";
@@ -502,6 +509,26 @@ impl JobSpec {
                 errs.push(field, "must not contain a NUL character");
             } else if value.len() > 8192 {
                 errs.push(field, "must be at most 8192 bytes");
+            }
+        }
+        if self.outputs.len() > MAX_OUTPUTS {
+            errs.push("outputs", format!("at most {MAX_OUTPUTS} outputs"));
+        }
+        for (key, value) in &self.outputs {
+            let field = format!("outputs.{key}");
+            let valid_name = key.len() <= 64
+                && key.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid_name {
+                errs.push(
+                    field,
+                    "not a valid output name: letters, digits and '_', not starting with a digit, at most 64 \
+                     (dependants get it as SPILLWAY_DEP_<NAME>_OUTPUT_<KEY>)",
+                );
+            } else if value.contains('\0') {
+                errs.push(field, "must not contain a NUL character");
+            } else if value.len() > 4096 {
+                errs.push(field, "must be at most 4096 bytes");
             }
         }
         if let Some(w) = &self.workdir {

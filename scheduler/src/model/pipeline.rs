@@ -644,6 +644,9 @@ pub struct EndedMember {
     /// Why it ended, when it ended other than by completing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_reason: Option<String>,
+    /// The `outputs` it declared, for its dependants' environment.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub outputs: BTreeMap<String, String>,
 }
 
 /// Where a pipeline is, from its jobs' states.

@@ -91,6 +91,7 @@ pub(super) const SPEC_FIELDS: &[&str] = &[
     "run",
     "setup",
     "envs",
+    "outputs",
     "workdir",
     "image",
     "max_restarts",
@@ -152,7 +153,8 @@ pub(super) fn read(value: Value) -> Result<ReadSpec, FieldErrors> {
     let text = |v: &Value| v.as_str().map(String::from);
     let run = r.optional("run", text, "must be a shell script (a string)");
     let setup = r.optional("setup", text, "must be a shell script (a string)");
-    let envs = r.envs();
+    let envs = r.strings("envs");
+    let outputs = r.strings("outputs");
     let workdir = r.optional("workdir", text, "must be a path (a string)");
     let image = r.optional("image", text, "must be an image reference (a string)");
     let max_restarts = r.optional_int("max_restarts");
@@ -182,6 +184,7 @@ pub(super) fn read(value: Value) -> Result<ReadSpec, FieldErrors> {
         run,
         setup,
         envs: envs.unwrap_or_default(),
+        outputs: outputs.unwrap_or_default(),
         workdir,
         image,
         max_restarts,
@@ -297,11 +300,11 @@ impl Reader {
         ok.then_some(out)
     }
 
-    /// A table of variable names to string values.
-    fn envs(&mut self) -> Option<BTreeMap<String, String>> {
-        let v = self.obj.get("envs").filter(|v| !v.is_null())?.clone();
+    /// A table of names to string values (`envs`, `outputs`).
+    fn strings(&mut self, field: &str) -> Option<BTreeMap<String, String>> {
+        let v = self.obj.get(field).filter(|v| !v.is_null())?.clone();
         let Value::Object(vars) = &v else {
-            self.bad("envs", format!("must be a table of strings (got {})", got(&v)));
+            self.bad(field, format!("must be a table of strings (got {})", got(&v)));
             return None;
         };
         let mut out = BTreeMap::new();
@@ -312,7 +315,7 @@ impl Reader {
                     out.insert(k.clone(), s.to_string());
                 }
                 None => {
-                    self.bad(&format!("envs.{k}"), format!("must be a string (got {})", got(val)));
+                    self.bad(&format!("{field}.{k}"), format!("must be a string (got {})", got(val)));
                     ok = false;
                 }
             }

@@ -127,6 +127,7 @@ pub fn map_job(
         run: None,
         setup: None,
         envs: Default::default(),
+        outputs: Default::default(),
         workdir: None,
         image: None,
         max_restarts: None,
