@@ -6,7 +6,9 @@
 //!
 //! Environment: `SPILLWAY_BENCH_CLIENTS` (default 64), `SPILLWAY_BENCH_SECONDS` (default 10),
 //! `SPILLWAY_BENCH_STORE` (a `--store` URL such as `postgres://…`; default the sled store in a fresh
-//! data directory). The PostgreSQL database must be empty: the bench writes into it.
+//! data directory), `SPILLWAY_BENCH_BIN` (the `spillway` binary to serve with, to compare two builds
+//! back to back; default the one built with the bench). The PostgreSQL database must be empty: the
+//! bench writes into it.
 //!
 //!     .ci/with-postgres sh -c 'SPILLWAY_BENCH_STORE=$SPILLWAY_TEST_POSTGRES cargo bench -p spillway --bench http_submit'
 
@@ -34,7 +36,8 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("spillway-bench-http-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let store = std::env::var("SPILLWAY_BENCH_STORE").ok();
-    let mut serve = Command::new(env!("CARGO_BIN_EXE_spillway"));
+    let bin = std::env::var("SPILLWAY_BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_spillway").to_string());
+    let mut serve = Command::new(bin);
     serve.args(["serve", "--listen", "127.0.0.1:0", "--rate-limit", "0", "--data-dir"]).arg(&dir);
     if let Some(url) = &store {
         serve.args(["--store", url]);

@@ -88,7 +88,8 @@ pub fn record_event(
         message: message.clone(),
         data,
     })?;
-    tx.put(&JobEvent { job_id: job.id.clone(), seq, at_ms, kind, message })?;
+    // Its key holds the fresh event number: nothing to read first.
+    tx.put_new(&JobEvent { job_id: job.id.clone(), seq, at_ms, kind, message })?;
     Ok(seq)
 }
 

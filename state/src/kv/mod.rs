@@ -19,6 +19,7 @@
 //! (`postgres.rs`) is for several servers sharing one store.
 
 mod memory;
+mod pg_group;
 pub(crate) mod pg_tls;
 pub(crate) mod postgres;
 

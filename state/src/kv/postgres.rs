@@ -43,6 +43,7 @@ use sled::IVec;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Statement};
 
+use super::pg_group::{BatchFailure, Group, Member, Outcome};
 use super::{FenceToken, TreeSet, TxError, TxFailed, TxStop, TxView};
 use crate::StoreError;
 
@@ -138,6 +139,38 @@ END
 $f$;
 "#;
 
+/// The batch commit function (see `pg_group.rs`): the same locks, reads and writes as
+/// `spillway_commit` for several transactions (each row tagged with its member's index), without a
+/// fence; returns the members whose reads were stale, whose writes it leaves out.
+const COMMIT_MANY_FN: &str = r#"
+CREATE OR REPLACE FUNCTION spillway_commit_many(
+    lock_ids bigint[], lock_excl boolean[],
+    r_member integer[], r_tree text[], r_key bytea[], r_ver bigint[],
+    p_member integer[], p_tree text[], p_key bytea[], p_val bytea[],
+    d_member integer[], d_tree text[], d_key bytea[]
+) RETURNS integer[] LANGUAGE plpgsql AS $f$
+DECLARE
+    stale integer[];
+    me bigint;
+BEGIN
+    PERFORM CASE WHEN x THEN pg_advisory_xact_lock(h) ELSE pg_advisory_xact_lock_shared(h) END
+       FROM (SELECT h, x FROM unnest(lock_ids, lock_excl) AS l(h, x) ORDER BY h) AS s;
+    SELECT coalesce(array_agg(DISTINCT r.m), '{}') INTO stale
+      FROM unnest(r_member, r_tree, r_key, r_ver) AS r(m, t, k, v)
+      LEFT JOIN spillway_kv kv ON kv.tree = r.t AND kv.key = r.k
+     WHERE kv.ver IS DISTINCT FROM r.v;
+    me := pg_current_xact_id()::text::bigint;
+    DELETE FROM spillway_kv kv USING unnest(d_member, d_tree, d_key) AS d(m, t, k)
+     WHERE kv.tree = d.t AND kv.key = d.k AND NOT d.m = ANY(stale);
+    INSERT INTO spillway_kv (tree, key, value, ver)
+         SELECT t, k, v, me FROM unnest(p_member, p_tree, p_key, p_val) AS p(m, t, k, v)
+          WHERE NOT m = ANY(stale)
+    ON CONFLICT (tree, key) DO UPDATE SET value = EXCLUDED.value, ver = EXCLUDED.ver;
+    RETURN stale;
+END
+$f$;
+"#;
+
 /// Where and how to connect.
 #[derive(Clone)]
 pub(crate) struct PgConfig {
@@ -169,7 +202,11 @@ struct Statements {
     ix_fwd_to: Statement,
     ix_rev: Statement,
     ix_rev_to: Statement,
+    get_many: Statement,
     commit: Statement,
+    /// `None` where the database lacks `spillway_commit_many` (installed by an older build, and
+    /// this role may not add it): every transaction then commits alone.
+    commit_many: Option<Statement>,
     validate: Statement,
     xid: Statement,
     nextval: Statement,
@@ -179,7 +216,7 @@ struct Statements {
 }
 
 const SELECT_PAGE: &str = "SELECT key, value FROM spillway_kv WHERE tree = $1 AND key >= $2";
-const SELECT_INDEX_PAGE: &str = "SELECT i.key, t.value FROM spillway_kv i LEFT JOIN spillway_kv t \
+const SELECT_INDEX_PAGE: &str = "SELECT i.key, t.ver FROM spillway_kv i LEFT JOIN spillway_kv t \
      ON t.tree = $3 AND t.key = substring(i.key FROM $4::integer) WHERE i.tree = $1 AND i.key >= $2";
 
 impl Statements {
@@ -207,7 +244,14 @@ impl Statements {
             ix_fwd_to: c.prepare(&format!("{SELECT_INDEX_PAGE} AND i.key < $6 ORDER BY i.key LIMIT $5")).await?,
             ix_rev: c.prepare(&format!("{SELECT_INDEX_PAGE} ORDER BY i.key DESC LIMIT $5")).await?,
             ix_rev_to: c.prepare(&format!("{SELECT_INDEX_PAGE} AND i.key < $6 ORDER BY i.key DESC LIMIT $5")).await?,
+            get_many: c
+                .prepare("SELECT key, value, ver FROM spillway_kv WHERE tree = $1 AND key = ANY($2::bytea[])")
+                .await?,
             commit: c.prepare("SELECT spillway_commit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)").await?,
+            commit_many: c
+                .prepare("SELECT spillway_commit_many($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)")
+                .await
+                .ok(),
             validate: c
                 .prepare(
                     "SELECT count(*) FROM unnest($1::text[], $2::bytea[], $3::bigint[]) AS r(t, k, v) \
@@ -253,6 +297,26 @@ pub(crate) struct Shared {
     pool: Mutex<PoolState>,
     freed: Condvar,
     horizon: Mutex<Horizon>,
+    /// Records read through indexes, by version (see [`Versioned`]).
+    versioned: Mutex<Versioned>,
+    /// Transactions waiting to commit together (see `pg_group.rs`).
+    group: Group,
+}
+
+/// Stored bytes of versioned records held at most; past it the map starts again empty.
+const VERSIONED_MAX_BYTES: usize = 32 * 1024 * 1024;
+
+/// Records read through an index, with the version they were read at. The control loop reads every
+/// open job each round through the state index, and most have not changed since the last round:
+/// an index page now reads only each record's version (the id of the transaction that wrote it),
+/// and the values of those whose version this map does not hold. A version names one write, so an
+/// entry is right for as long as it matches, whoever changed the row since, with no invalidation;
+/// PostgreSQL no longer decompresses and sends every open job's record every round.
+#[derive(Default)]
+struct Versioned {
+    bytes: usize,
+    /// (tree, key) → (version, value).
+    rows: HashMap<(Arc<str>, Vec<u8>), (i64, IVec)>,
 }
 
 /// The readers' event horizon (see the module doc).
@@ -480,6 +544,8 @@ impl PgDb {
             pool: Mutex::new(PoolState { idle: Vec::new(), open: 0 }),
             freed: Condvar::new(),
             horizon: Mutex::new(Horizon::default()),
+            versioned: Mutex::new(Versioned::default()),
+            group: Group::default(),
         });
         let db = PgDb { shared, pinned: None };
         db.install()?;
@@ -512,7 +578,8 @@ impl PgDb {
                 if !exists {
                     client
                         .batch_execute(&format!(
-                            "BEGIN; {DDL} {COMMIT_FN} INSERT INTO spillway_layout VALUES ({LAYOUT_VERSION}); COMMIT;"
+                            "BEGIN; {DDL} {COMMIT_FN} {COMMIT_MANY_FN} INSERT INTO spillway_layout VALUES \
+                             ({LAYOUT_VERSION}); COMMIT;"
                         ))
                         .await?;
                     client.execute("SELECT pg_advisory_unlock($1)", &[&INSTALL_LOCK]).await?;
@@ -521,15 +588,18 @@ impl PgDb {
                 let v: Option<i32> =
                     client.query_opt("SELECT version FROM spillway_layout", &[]).await?.map(|r| r.get(0));
                 if v == Some(LAYOUT_VERSION) {
-                    let body = COMMIT_FN.split("$f$").nth(1).unwrap_or_default();
-                    let installed: Option<String> = client
-                        .query_opt("SELECT prosrc FROM pg_proc WHERE proname = 'spillway_commit'", &[])
-                        .await?
-                        .map(|r| r.get(0));
-                    // Only the function's owner may replace it; a role that cannot keeps the older
-                    // body, which commits correctly and lacks only what changed since.
-                    if installed.as_deref() != Some(body) {
-                        let _ = client.batch_execute(COMMIT_FN).await;
+                    for (name, function) in [("spillway_commit", COMMIT_FN), ("spillway_commit_many", COMMIT_MANY_FN)] {
+                        let body = function.split("$f$").nth(1).unwrap_or_default();
+                        let installed: Option<String> = client
+                            .query_opt("SELECT prosrc FROM pg_proc WHERE proname = $1", &[&name])
+                            .await?
+                            .map(|r| r.get(0));
+                        // Only the function's owner may replace it; a role that cannot keeps the
+                        // older body (or none, for the batch function: transactions then commit
+                        // alone), which commits correctly and lacks only what changed since.
+                        if installed.as_deref() != Some(body) {
+                            let _ = client.batch_execute(function).await;
+                        }
                     }
                 }
                 client.execute("SELECT pg_advisory_unlock($1)", &[&INSTALL_LOCK]).await?;
@@ -740,6 +810,7 @@ impl PgDb {
                 names: &names,
                 conn: RefCell::new(None),
                 in_txn: Cell::new(false),
+                spare_seq: Cell::new(None),
                 reads: RefCell::new(HashMap::new()),
                 writes: RefCell::new(vec![BTreeMap::new(); names.len()]),
             }));
@@ -786,10 +857,16 @@ fn backoff(attempt: u32) {
     std::thread::sleep(Duration::from_micros(pseudo % cap_us.max(1)));
 }
 
-/// Polls three futures together so their requests leave in order on one connection (pipelined).
-async fn futures_join3<A: Future, B: Future, C: Future>(a: A, b: B, c: C) -> (A::Output, B::Output, C::Output) {
-    let (mut a, mut b, mut c) = (Box::pin(a), Box::pin(b), Box::pin(c));
-    let (mut ra, mut rb, mut rc) = (None, None, None);
+/// Polls four futures together so their requests leave in order on one connection (pipelined):
+/// a `tokio-postgres` request is sent at its future's first poll, and answered in the order sent.
+async fn futures_join4<A: Future, B: Future, C: Future, D: Future>(
+    a: A,
+    b: B,
+    c: C,
+    d: D,
+) -> (A::Output, B::Output, C::Output, D::Output) {
+    let (mut a, mut b, mut c, mut d) = (Box::pin(a), Box::pin(b), Box::pin(c), Box::pin(d));
+    let (mut ra, mut rb, mut rc, mut rd) = (None, None, None, None);
     std::future::poll_fn(|cx| {
         if ra.is_none()
             && let Poll::Ready(v) = a.as_mut().poll(cx)
@@ -806,13 +883,24 @@ async fn futures_join3<A: Future, B: Future, C: Future>(a: A, b: B, c: C) -> (A:
         {
             rc = Some(v);
         }
-        if ra.is_some() && rb.is_some() && rc.is_some() { Poll::Ready(()) } else { Poll::Pending }
+        if rd.is_none()
+            && let Poll::Ready(v) = d.as_mut().poll(cx)
+        {
+            rd = Some(v);
+        }
+        if ra.is_some() && rb.is_some() && rc.is_some() && rd.is_some() { Poll::Ready(()) } else { Poll::Pending }
     })
     .await;
-    (ra.unwrap(), rb.unwrap(), rc.unwrap())
+    (ra.unwrap(), rb.unwrap(), rc.unwrap(), rd.unwrap())
 }
 
-/// Two futures polled together (pipelined), see [`futures_join3`].
+/// Three futures polled together (pipelined), see [`futures_join4`].
+async fn futures_join3<A: Future, B: Future, C: Future>(a: A, b: B, c: C) -> (A::Output, B::Output, C::Output) {
+    let (x, y, z, ()) = futures_join4(a, b, c, async {}).await;
+    (x, y, z)
+}
+
+/// Two futures polled together (pipelined), see [`futures_join4`].
 async fn futures_join2<A: Future, B: Future>(a: A, b: B) -> (A::Output, B::Output) {
     let (x, y, ()) = futures_join3(a, b, async {}).await;
     (x, y)
@@ -838,6 +926,8 @@ pub(crate) struct PgTxView<'a> {
     conn: RefCell<Option<ConnGuard>>,
     /// Whether `BEGIN` was sent (a transaction that numbers events runs in one).
     in_txn: Cell<bool>,
+    /// An event number taken with the transaction's first read, for its first [`Self::next_seq`].
+    spare_seq: Cell<Option<i64>>,
     /// (tree, key) → (value, version); `None` version: absent.
     reads: RefCell<HashMap<(usize, Vec<u8>), ReadRow>>,
     writes: RefCell<Vec<BTreeMap<Vec<u8>, Option<IVec>>>>,
@@ -886,11 +976,38 @@ impl PgTxView<'_> {
             return Ok(v.clone());
         }
         let name = self.names[tree];
+        let begin = !self.in_txn.get();
         let row = {
             let mut u = self.conn()?;
             let c = u.conn();
-            let r = self.db.shared.wait(c.client.query_opt(&c.st.get, &[&name, &key]));
-            self.settle(&mut u, r)?
+            let r = self.db.shared.wait(async {
+                if begin {
+                    // Most transactions that read go on to number an event (a submission, a state
+                    // change): the first read also opens the transaction and takes its number (the
+                    // id first, see the module doc), in the same round trip. A transaction that
+                    // numbers nothing leaves a gap in the numbers, as a retried one does.
+                    let (b, x, n, row) = futures_join4(
+                        c.client.batch_execute("BEGIN"),
+                        c.client.query_one(&c.st.xid, &[]),
+                        c.client.query_one(&c.st.nextval, &[]),
+                        c.client.query_opt(&c.st.get, &[&name, &key]),
+                    )
+                    .await;
+                    b?;
+                    x?;
+                    let n = n?.get::<_, i64>(0);
+                    Ok((row?, Some(n)))
+                } else {
+                    Ok((c.client.query_opt(&c.st.get, &[&name, &key]).await?, None))
+                }
+            });
+            if begin {
+                // Whatever happened, a `BEGIN` may have been sent: end it before reuse.
+                self.in_txn.set(true);
+            }
+            let (row, spare) = self.settle(&mut u, r)?;
+            self.spare_seq.set(spare);
+            row
         };
         let (value, ver) = match row {
             Some(r) => (Some(IVec::from(r.get::<_, Vec<u8>>(0))), Some(r.get::<_, i64>(1))),
@@ -909,6 +1026,9 @@ impl PgTxView<'_> {
     }
 
     pub(super) fn next_seq(&self) -> Result<u64, TxError> {
+        if let Some(n) = self.spare_seq.take() {
+            return Ok(n as u64);
+        }
         let begin = !self.in_txn.get();
         let mut u = self.conn()?;
         let c = u.conn();
@@ -970,8 +1090,15 @@ impl PgTxView<'_> {
         self.in_txn.set(false);
         let Ok(mut u) = self.conn() else { return };
         let c = u.conn();
-        let r = self.db.shared.wait(c.client.batch_execute("ROLLBACK"));
-        if !matches!(r, Ok(Ok(()))) {
+        // Sent now and not waited for: the connection answers in order, so whoever uses it next
+        // runs after the `ROLLBACK`, and a transaction that read and wrote nothing (or aborted)
+        // costs no round trip for ending. Only a request that cannot even be sent (the connection
+        // is gone) fails at once.
+        let sent = {
+            let mut rollback = pin!(c.client.batch_execute("ROLLBACK"));
+            !matches!(rollback.as_mut().poll(&mut Context::from_waker(Waker::noop())), Poll::Ready(Err(_)))
+        };
+        if !sent {
             u.broken = true;
         }
     }
@@ -997,11 +1124,11 @@ impl PgTxView<'_> {
                 locks.entry(lock_id(self.names[*tree], key)).or_insert(false);
             }
         }
-        let (lock_ids, lock_excl): (Vec<i64>, Vec<bool>) = if locks.len() > MAX_KEY_LOCKS {
-            (vec![GLOBAL_LOCK], vec![true])
-        } else {
-            locks.into_iter().chain([(GLOBAL_LOCK, false)]).unzip()
-        };
+        if fence.is_none() && self.conn()?.conn().st.commit_many.is_some() {
+            drop(writes);
+            return self.commit_in_group(locks);
+        }
+        let (lock_ids, lock_excl) = lock_arrays(locks);
         let (r_tree, r_key, r_ver) = self.read_arrays();
         let (mut p_tree, mut p_key, mut p_val) = (Vec::new(), Vec::new(), Vec::new());
         let (mut d_tree, mut d_key) = (Vec::new(), Vec::new());
@@ -1054,6 +1181,118 @@ impl PgTxView<'_> {
         // The pipelined `COMMIT` ended the transaction either way (or the connection is broken).
         self.in_txn.set(false);
         self.settle(&mut u, r)
+    }
+
+    /// Commits with whichever transactions are committing at the same time (see `pg_group.rs`).
+    fn commit_in_group(&self, locks: HashMap<i64, bool>) -> Result<(), TxError> {
+        let writes = self.writes.borrow();
+        let reads = self.reads.borrow();
+        let mut member = Member {
+            reads: Vec::with_capacity(reads.len()),
+            puts: Vec::new(),
+            deletes: Vec::new(),
+            locks,
+            touched: Vec::new(),
+            written: Vec::new(),
+        };
+        for ((tree, key), (_, ver)) in reads.iter() {
+            member.touched.push(lock_id(self.names[*tree], key));
+            member.reads.push((self.names[*tree].to_string(), key.clone(), *ver));
+        }
+        for (tree, w) in writes.iter().enumerate() {
+            for (key, value) in w {
+                let id = lock_id(self.names[tree], key);
+                member.touched.push(id);
+                member.written.push(id);
+                match value {
+                    Some(v) => member.puts.push((self.names[tree].to_string(), key.clone(), v.clone())),
+                    None => member.deletes.push((self.names[tree].to_string(), key.clone())),
+                }
+            }
+        }
+        drop((writes, reads));
+        let outcome = self.db.shared.group.commit(member, |batch| self.commit_batch(batch));
+        // A member's own transaction (which holds its event numbers back from readers) ends only
+        // now that the batch is committed; a leader's ended with the batch.
+        self.rollback();
+        match outcome {
+            Outcome::Committed => Ok(()),
+            Outcome::Conflict => Err(TxError::Conflict),
+            Outcome::Failed(e) => Err(TxError::Storage(e)),
+        }
+    }
+
+    /// Commits a batch on this transaction's connection, in its PostgreSQL transaction; returns the
+    /// members whose reads were stale.
+    fn commit_batch(&self, batch: &[Arc<Member>]) -> Result<Vec<i32>, BatchFailure> {
+        let mut locks: HashMap<i64, bool> = HashMap::new();
+        for m in batch {
+            for (id, excl) in &m.locks {
+                *locks.entry(*id).or_insert(false) |= *excl;
+            }
+        }
+        let (lock_ids, lock_excl) = lock_arrays(locks);
+        let (mut r_member, mut r_tree, mut r_key, mut r_ver) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut p_member, mut p_tree, mut p_key, mut p_val) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut d_member, mut d_tree, mut d_key) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, m) in batch.iter().enumerate() {
+            let i = i as i32;
+            for (tree, key, ver) in &m.reads {
+                r_member.push(i);
+                r_tree.push(tree.as_str());
+                r_key.push(key.as_slice());
+                r_ver.push(*ver);
+            }
+            for (tree, key, value) in &m.puts {
+                p_member.push(i);
+                p_tree.push(tree.as_str());
+                p_key.push(key.as_slice());
+                p_val.push(&value[..]);
+            }
+            for (tree, key) in &m.deletes {
+                d_member.push(i);
+                d_tree.push(tree.as_str());
+                d_key.push(key.as_slice());
+            }
+        }
+        let in_txn = self.in_txn.get();
+        let fail = |e: TxError| match e {
+            TxError::Conflict => BatchFailure::Conflict,
+            TxError::Storage(e) => BatchFailure::Failed(e),
+        };
+        let mut u = self.conn().map_err(fail)?;
+        let c = u.conn();
+        let Some(statement) = &c.st.commit_many else {
+            return Err(BatchFailure::Failed(StoreError::Storage("spillway_commit_many is not installed".into())));
+        };
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 13] = [
+            &lock_ids, &lock_excl, &r_member, &r_tree, &r_key, &r_ver, &p_member, &p_tree, &p_key, &p_val, &d_member,
+            &d_tree, &d_key,
+        ];
+        let r = self.db.shared.wait(async {
+            let call = c.client.query_one(statement, &params);
+            if in_txn {
+                let (called, committed) = futures_join2(call, c.client.batch_execute("COMMIT")).await;
+                let row = called?;
+                committed?;
+                Ok(row)
+            } else {
+                call.await
+            }
+        });
+        self.in_txn.set(false);
+        let row = self.settle(&mut u, r).map_err(fail)?;
+        Ok(row.get::<_, Vec<i32>>(0))
+    }
+}
+
+/// The lock arrays a commit function takes: every key lock and the global lock shared, or, past
+/// [`MAX_KEY_LOCKS`], the global lock alone, exclusive.
+fn lock_arrays(locks: HashMap<i64, bool>) -> (Vec<i64>, Vec<bool>) {
+    if locks.len() > MAX_KEY_LOCKS {
+        (vec![GLOBAL_LOCK], vec![true])
+    } else {
+        locks.into_iter().chain([(GLOBAL_LOCK, false)]).unzip()
     }
 }
 
@@ -1165,7 +1404,62 @@ impl PgTree {
         }
     }
 
-    /// See [`super::Tree::visit_index`]: one query per page joins index entries with their records.
+    /// The records of `table` that index entries (key, version of the record they name) point at,
+    /// the record's key following `prefix_len` bytes of each entry: from [`Versioned`] where it
+    /// holds that version, the rest read in one query. A record changed since its version was read
+    /// is returned as it is now; one removed since, as `None`.
+    fn versioned_values(
+        &self,
+        table: &PgTree,
+        prefix_len: usize,
+        entries: &[(Vec<u8>, Option<i64>)],
+    ) -> Result<Vec<Option<IVec>>, StoreError> {
+        let mut out: Vec<Option<IVec>> = vec![None; entries.len()];
+        let mut missing: Vec<(usize, &[u8])> = Vec::new();
+        {
+            let cache = self.db.shared.versioned.lock().unwrap_or_else(|p| p.into_inner());
+            for (i, (k, ver)) in entries.iter().enumerate() {
+                let Some(ver) = ver else { continue };
+                let key = &k[prefix_len..];
+                match cache.rows.get(&(table.name.clone(), key.to_vec())) {
+                    Some((v, value)) if v == ver => out[i] = Some(value.clone()),
+                    _ => missing.push((i, key)),
+                }
+            }
+        }
+        if missing.is_empty() {
+            return Ok(out);
+        }
+        let name = &*table.name;
+        let keys: Vec<&[u8]> = missing.iter().map(|(_, k)| *k).collect();
+        let rows = {
+            let mut u = self.db.use_conn()?;
+            let c = u.conn();
+            let r = self.db.shared.wait(c.client.query(&c.st.get_many, &[&name, &keys]));
+            self.db.settle(&mut u, r)?
+        };
+        let mut found: HashMap<Vec<u8>, (IVec, i64)> = rows
+            .into_iter()
+            .map(|r| (r.get::<_, Vec<u8>>(0), (IVec::from(r.get::<_, Vec<u8>>(1)), r.get::<_, i64>(2))))
+            .collect();
+        let mut cache = self.db.shared.versioned.lock().unwrap_or_else(|p| p.into_inner());
+        for (i, key) in missing {
+            let Some((value, ver)) = found.remove(key) else { continue };
+            if cache.bytes + value.len() > VERSIONED_MAX_BYTES {
+                cache.rows.clear();
+                cache.bytes = 0;
+            }
+            cache.bytes += value.len();
+            if let Some((_, old)) = cache.rows.insert((table.name.clone(), key.to_vec()), (ver, value.clone())) {
+                cache.bytes -= old.len();
+            }
+            out[i] = Some(value);
+        }
+        Ok(out)
+    }
+
+    /// See [`super::Tree::visit_index`]: one query per page reads the index entries with the
+    /// versions of their records, and the records not held at that version are read in a second.
     pub fn visit_index(
         &self,
         prefix: &[u8],
@@ -1203,11 +1497,11 @@ impl PgTree {
                 self.db.settle(&mut u, r)?
             };
             let full = rows.len() as i64 == page;
+            let entries: Vec<(Vec<u8>, Option<i64>)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+            let values = self.versioned_values(table, prefix.len(), &entries)?;
             let mut last = None;
-            for r in rows {
-                let k: Vec<u8> = r.get(0);
-                let v: Option<Vec<u8>> = r.get(1);
-                if f(&k[prefix.len()..], v.map(IVec::from))?.is_break() {
+            for ((k, _), v) in entries.into_iter().zip(values) {
+                if f(&k[prefix.len()..], v)?.is_break() {
                     return Ok(());
                 }
                 last = Some(k);
