@@ -16,7 +16,13 @@
 //! the result is the same as running the transactions one at a time (what sled and the memory
 //! backend do), and a conflicting transaction is retried, never half-applied. Keys of index trees
 //! and of the event log are not locked: index entries change only with their record's key, which
-//! is, and event numbers are never written twice.
+//! is, and event numbers are never written twice. Transactions without a fence that commit at the
+//! same time are committed together, by one call of `spillway_commit_many` in one PostgreSQL
+//! transaction (`pg_group.rs` says how that keeps the same result).
+//!
+//! **Round trips.** A transaction's first read also sends `BEGIN`, takes the transaction id and an
+//! event number, pipelined on one connection: most transactions that read go on to log an event,
+//! and a submission then costs two round trips (that read, and the commit with its `COMMIT`).
 //!
 //! **Event numbers** come from a sequence, so transactions that log events commit side by side
 //! (taking the numbers from a counter row, as sled does, would make every such commit wait for the
