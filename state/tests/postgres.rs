@@ -121,12 +121,8 @@ fn concurrent_commits_are_grouped_and_lose_nothing() {
     assert!(events.windows(2).all(|w| w[0].seq < w[1].seq));
     // Each PostgreSQL transaction stamps the rows it writes with its id: fewer ids than jobs means
     // jobs were committed together.
-    let ids: usize = common::admin_query(
-        &url,
-        "SELECT count(DISTINCT ver) FROM spillway_kv WHERE tree = 't/jobs'",
-    )
-    .parse()
-    .unwrap();
+    let ids: usize =
+        common::admin_query(&url, "SELECT count(DISTINCT ver) FROM spillway_kv WHERE tree = 't/jobs'").parse().unwrap();
     assert!(ids < jobs, "{jobs} jobs committed in {ids} PostgreSQL transactions: no group commit");
 }
 

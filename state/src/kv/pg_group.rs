@@ -125,8 +125,7 @@ impl Group {
             match result {
                 Ok(stale) => {
                     for (i, id) in ids.into_iter().enumerate() {
-                        let outcome =
-                            if stale.contains(&(i as i32)) { Outcome::Conflict } else { Outcome::Committed };
+                        let outcome = if stale.contains(&(i as i32)) { Outcome::Conflict } else { Outcome::Committed };
                         s.done.insert(id, outcome);
                     }
                 }
