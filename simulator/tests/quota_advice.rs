@@ -28,6 +28,11 @@ fn the_advice_places_more_work_every_increase_is_used_and_the_written_scenario_r
     let s = tight(TIGHT);
     let advice = advise_week(&s, &options()).expect("advice");
     assert!(!advice.is_empty(), "quota binds in this week: {advice:#?}");
+    // The search weighs increases on the busiest snapshots; the week is simulated only to observe
+    // it, confirm the advice, and measure what each increase (and one alternative) buys.
+    assert!(advice.probe_solves > 0);
+    let n = advice.recommendations.len() as u32;
+    assert!(advice.simulations <= 2 + 2 * n, "{} simulations for {n} recommendations", advice.simulations);
     let (b, a) = (&advice.before, &advice.after);
     assert!(a.waiting_weight_gpu_hours < b.waiting_weight_gpu_hours, "less waiting: {b:?} -> {a:?}");
     assert!(a.wait_p95_hours < b.wait_p95_hours, "a shorter tail: {b:?} -> {a:?}");

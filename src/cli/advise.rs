@@ -257,8 +257,8 @@ fn render_week(r: &ScenarioReport) -> String {
     };
     out.push_str(&format!(
         "\nthe week (spillway policy) as it was and simulated again with every increase ({} simulations, {} \
-         snapshots of waiting work):\n",
-        a.simulations, a.samples
+         snapshots of waiting work, {} probe solves):\n",
+        a.simulations, a.samples, a.probe_solves
     ));
     out.push_str(&table::render(
         &[
