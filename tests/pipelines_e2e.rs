@@ -232,4 +232,41 @@ async fn cancel_ends_running_fleets_bad_pipelines_name_the_field_and_tenants_see
     assert_eq!(job_detail(&s, &second).await["attempts"].as_array().unwrap().len(), 0);
     let r = client().delete(format!("{}/v1/pipelines/{id}", s.url)).bearer_auth(&vision).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::CONFLICT, "cancelling twice");
+
+    // The list pages as GET /v1/jobs does: newest page first, `next` as the cursor, filters.
+    let ids_of = |v: &Value| -> Vec<String> {
+        v["pipelines"].as_array().unwrap().iter().map(|p| p["id"].as_str().unwrap().to_string()).collect()
+    };
+    let first = admin_get(&s, "/v1/pipelines?limit=1").await;
+    assert_eq!(
+        (ids_of(&first), first["total"].as_u64(), first["truncated"].as_bool()),
+        (vec![other.to_string()], Some(2), Some(true)),
+        "{first:#}"
+    );
+    let cursor = first["next"].as_str().unwrap();
+    let second = admin_get(&s, &format!("/v1/pipelines?limit=1&cursor={cursor}")).await;
+    assert_eq!(ids_of(&second), [id.clone()], "{second:#}");
+    assert!(second.get("next").is_none() && second["truncated"] == false, "{second:#}");
+    let cancelled = admin_get(&s, "/v1/pipelines?state=cancelled").await;
+    assert_eq!((ids_of(&cancelled), cancelled["total"].as_u64()), (vec![id.clone()], Some(1)), "{cancelled:#}");
+    let nlp = admin_get(&s, "/v1/pipelines?tenant=nlp").await;
+    assert_eq!(ids_of(&nlp), [other.to_string()], "{nlp:#}");
+    for (query, field) in
+        [("state=provisioning", "state"), ("cursor=zz", "cursor"), ("limit=0", "limit"), ("page=2", "")]
+    {
+        let r = client().get(format!("{}/v1/pipelines?{query}", s.url)).bearer_auth(&s.admin).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{query}");
+        let body: Value = r.json().await.unwrap();
+        assert!(body.to_string().contains(field), "{query}: {body}");
+    }
+    let seen: Value = client()
+        .get(format!("{}/v1/pipelines?tenant=nlp", s.url))
+        .bearer_auth(&vision)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(seen["pipelines"].as_array().unwrap().len(), 0, "another tenant's are not listed: {seen:#}");
 }

@@ -17,7 +17,7 @@ use crate::model::{Attempt, EventKind, FieldErrors, Job, JobSpec, JobState};
 use crate::records::{AttemptsBy, EventsOfJob, IdempotencyRecord, JobsBy, Lookup, Tenant};
 
 mod pipelines;
-pub use pipelines::{PipelineDetail, PipelineJob};
+pub use pipelines::{PipelineDetail, PipelineJob, PipelinePage};
 
 /// Why a job operation was refused.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +57,18 @@ pub struct JobPage {
     pub total: usize,
     /// Where the next (older) page begins: the `before` to ask with; `None` on the last page.
     pub next: Option<String>,
+}
+
+/// The paging rule of every list (jobs, pipelines): `page` holds up to `limit + 1` records in key
+/// order, the newest last; one more than asked means an older page exists. Drops that one and
+/// returns where the next (older) page begins: the `before` to ask with, the oldest key shown.
+pub(crate) fn split_page<T>(page: &mut Vec<T>, limit: usize, key: impl Fn(&T) -> String) -> Option<String> {
+    if page.len() > limit {
+        page.remove(0);
+        page.first().map(key)
+    } else {
+        None
+    }
 }
 
 /// Everything about one job, for `GET /v1/jobs/{id}` and `spillway status`.
@@ -309,13 +321,7 @@ impl JobService {
             ),
             (None, None) => (self.store.last_before::<Job>(before, n)?, self.store.count::<Job>()?),
         };
-        // In key order here: the first is the oldest id.
-        let next = if page.len() > limit {
-            page.remove(0);
-            page.first().map(|j| j.id.clone())
-        } else {
-            None
-        };
+        let next = split_page(&mut page, limit, |j| j.id.clone());
         page.sort_by(|a, b| (a.submitted_at_ms, &a.id).cmp(&(b.submitted_at_ms, &b.id)));
         let total = total.max(page.len());
         Ok(JobPage { jobs: page, total, next })

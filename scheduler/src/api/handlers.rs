@@ -172,28 +172,58 @@ pub(crate) async fn submit_job(
     Ok(resp)
 }
 
-/// Query of `GET /v1/jobs`.
+/// Query of `GET /v1/jobs` and `GET /v1/pipelines`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ListQuery {
-    /// Only jobs in this state (pending, provisioning, running, migrating, succeeded, failed, cancelled).
+    /// Only those in this state (jobs: pending, provisioning, running, migrating, succeeded,
+    /// failed, cancelled; pipelines: pending, running, succeeded, failed, cancelled).
     #[param(pattern = "^(|pending|provisioning|running|migrating|succeeded|failed|cancelled)$")]
-    state: Option<String>,
-    /// Only this tenant's jobs.
+    pub(crate) state: Option<String>,
+    /// Only this tenant's.
     tenant: Option<String>,
-    /// At most this many jobs: the newest, or the newest older than `cursor` (default 1000, at
-    /// most 100000).
+    /// At most this many: the newest, or the newest older than `cursor` (default 1000, at most
+    /// 100000).
     #[param(minimum = 1, maximum = 100000)]
     limit: Option<usize>,
-    /// Where to continue: the `next` of the page before (each page holds older jobs than the one
-    /// before it). Opaque; stable while jobs are submitted, so paging neither repeats nor skips a job.
+    /// Where to continue: the `next` of the page before (each page holds older ones than the one
+    /// before it). Opaque; stable while more are submitted, so paging neither repeats nor skips one.
     #[param(pattern = "^k([0-9a-f]{2})+$", max_length = 1025)]
     cursor: Option<String>,
 }
 
-/// The `cursor` of `GET /v1/jobs` for a page that continues below job id `id`.
-fn list_cursor(id: &str) -> String {
+/// What a list query asks for, checked: the same for every list.
+pub(crate) struct Paging {
+    /// Page size.
+    pub limit: usize,
+    /// The key the page continues below.
+    pub before: Option<String>,
+    /// The tenant to list (a tenant-bound caller's own).
+    pub tenant: Option<String>,
+    /// A tenant-bound caller asked for another tenant: the page is empty.
+    pub nothing: bool,
+}
+
+impl ListQuery {
+    /// The page asked for, or which parameter is wrong.
+    pub(crate) fn paging(&self, caller: &Caller) -> Result<Paging, ApiError> {
+        let limit = self.limit.unwrap_or(1000);
+        if limit == 0 || limit > 100_000 {
+            return Err(ApiError::bad_field("limit", "must be between 1 and 100000"));
+        }
+        let before = self.cursor.as_deref().filter(|c| !c.is_empty()).map(parse_list_cursor).transpose()?;
+        let (tenant, nothing) = match (caller.tenant.clone(), self.tenant.clone().filter(|t| !t.is_empty())) {
+            (Some(own), Some(asked)) if own != asked => (Some(own), true),
+            (Some(own), _) => (Some(own), false),
+            (None, asked) => (asked, false),
+        };
+        Ok(Paging { limit, before, tenant, nothing })
+    }
+}
+
+/// The `cursor` of a list for a page that continues below key `id`.
+pub(crate) fn list_cursor(id: &str) -> String {
     let mut c = String::with_capacity(1 + 2 * id.len());
     c.push('k');
     for b in id.bytes() {
@@ -230,24 +260,16 @@ pub(crate) async fn list_jobs(
         None | Some("") => None,
         Some(s) => Some(s.parse::<JobState>().map_err(|e| ApiError::bad_field("state", e))?),
     };
-    let limit = q.limit.unwrap_or(1000);
-    if limit == 0 || limit > 100_000 {
-        return Err(ApiError::bad_field("limit", "must be between 1 and 100000"));
+    let Paging { limit, before, tenant, nothing } = q.paging(&caller)?;
+    if nothing {
+        return Ok(Json(JobListView {
+            jobs: Vec::new(),
+            total: 0,
+            truncated: false,
+            next: None,
+            clock: state.clock_view(),
+        }));
     }
-    let before = q.cursor.as_deref().filter(|c| !c.is_empty()).map(parse_list_cursor).transpose()?;
-    let tenant = match (caller.tenant.clone(), q.tenant.filter(|t| !t.is_empty())) {
-        (Some(own), Some(asked)) if own != asked => {
-            return Ok(Json(JobListView {
-                jobs: Vec::new(),
-                total: 0,
-                truncated: false,
-                next: None,
-                clock: state.clock_view(),
-            }));
-        }
-        (Some(own), _) => Some(own),
-        (None, asked) => asked,
-    };
     let jobs = state.jobs().clone();
     let (page, total, next) = blocking(move || {
         let page = jobs.page(job_state, tenant.as_deref(), before.as_deref(), limit).map_err(ApiError::from)?;

@@ -6,7 +6,8 @@ use axum::Extension;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
@@ -15,7 +16,9 @@ use utoipa::ToSchema;
 use super::ApiState;
 use super::auth::{Caller, Role};
 use super::error::{ApiError, ErrorBody, blocking};
-use super::handlers::{idempotency_key, parse_json, path_id, read_body, require_writer};
+use super::handlers::{
+    ListQuery, Paging, idempotency_key, list_cursor, parse_json, path_id, query, read_body, require_writer,
+};
 use super::views::ClockView;
 use crate::jobs::PipelineDetail;
 use crate::model::{FieldErrors, JobState, PipelineState};
@@ -106,11 +109,18 @@ impl PipelineView {
     }
 }
 
-/// Pipelines the caller may see.
+/// A page of the pipelines the caller may see.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct PipelineListView {
     /// Oldest first.
     pub pipelines: Vec<PipelineView>,
+    /// How many match the filter in all, on every page.
+    pub total: usize,
+    /// Whether older pipelines match beyond this page (follow `next`).
+    pub truncated: bool,
+    /// The `cursor` of the next (older) page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
 }
 
 /// Submit a pipeline (JSON): a name, a tenant and its jobs, each a job spec with `depends_on`.
@@ -164,20 +174,44 @@ pub(crate) async fn submit_pipeline(
     Ok(resp)
 }
 
-/// List the pipelines the caller may see (a tenant-bound token: its tenant's), oldest first.
+/// List pipelines, newest pages first (each page oldest first), paged as `GET /v1/jobs` is (the
+/// same parameters and cursors); a tenant-bound token sees only its tenant's.
 #[utoipa::path(
-    get, path = "/v1/pipelines", tag = "pipelines",
-    responses((status = 200, body = PipelineListView), (status = 503, body = ErrorBody))
+    get, path = "/v1/pipelines", tag = "pipelines", params(ListQuery),
+    responses((status = 200, body = PipelineListView), (status = 400, body = ErrorBody), (status = 503, body = ErrorBody))
 )]
 pub(crate) async fn list_pipelines(
     State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
+    q: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<PipelineListView>, ApiError> {
-    let jobs = state.jobs().clone();
-    let tenant = caller.tenant.clone();
-    let all = blocking(move || jobs.pipelines(tenant.as_deref()).map_err(ApiError::from)).await?;
+    let q = query(q)?;
+    let wanted = match q.state.as_deref() {
+        None | Some("") => None,
+        Some(s) => Some(PipelineState::parse(s).ok_or_else(|| {
+            ApiError::bad_field(
+                "state",
+                format!("a pipeline is pending, running, succeeded, failed or cancelled (got {s:?})"),
+            )
+        })?),
+    };
+    let Paging { limit, before, tenant, nothing } = q.paging(&caller)?;
     let clock = state.clock_view();
-    Ok(Json(PipelineListView { pipelines: all.iter().map(|d| PipelineView::new(d, clock)).collect() }))
+    if nothing {
+        return Ok(Json(PipelineListView { pipelines: Vec::new(), total: 0, truncated: false, next: None }));
+    }
+    let jobs = state.jobs().clone();
+    let page = blocking(move || {
+        jobs.pipelines_page(wanted, tenant.as_deref(), before.as_deref(), limit).map_err(ApiError::from)
+    })
+    .await?;
+    let next = page.next.as_deref().map(list_cursor);
+    Ok(Json(PipelineListView {
+        pipelines: page.pipelines.iter().map(|d| PipelineView::new(d, clock)).collect(),
+        total: page.total,
+        truncated: next.is_some(),
+        next,
+    }))
 }
 
 /// Loads a pipeline the caller may see; another tenant's is "not found", never "forbidden".

@@ -20,6 +20,17 @@ pub struct PipelineDetail {
     pub jobs: Vec<PipelineJob>,
 }
 
+/// One page of pipelines.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PipelinePage {
+    /// The pipelines, oldest first.
+    pub pipelines: Vec<PipelineDetail>,
+    /// How many pipelines match the filter in all, on every page.
+    pub total: usize,
+    /// Where the next (older) page begins: the `before` to ask with; `None` on the last page.
+    pub next: Option<String>,
+}
+
 /// One job of a pipeline.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PipelineJob {
@@ -174,6 +185,54 @@ impl JobService {
             .collect();
         let state = PipelineState::of(&states, pipeline.cancelled_by.is_some());
         Ok(PipelineDetail { pipeline, state, jobs })
+    }
+
+    /// A page of pipelines (of one tenant, or all; in one state, or any), as [`JobService::page`]
+    /// pages jobs: the newest `limit` older than the pipeline id `before`, oldest first.
+    pub fn pipelines_page(
+        &self,
+        state: Option<PipelineState>,
+        tenant: Option<&str>,
+        before: Option<&str>,
+        limit: usize,
+    ) -> Result<PipelinePage, JobError> {
+        let n = limit.saturating_add(1);
+        let (mut page, total) = match (state, tenant) {
+            // A pipeline's state follows from its jobs (no index has it): read them and filter.
+            (Some(s), _) => {
+                let all = match tenant {
+                    Some(t) => self.store.find(PipelinesOfTenant(t))?,
+                    None => self.store.scan::<Pipeline>()?,
+                };
+                let mut matching = Vec::new();
+                for p in all {
+                    let d = self.detail_of(p)?;
+                    if d.state == s {
+                        matching.push(d);
+                    }
+                }
+                let total = matching.len();
+                matching.retain(|d| before.is_none_or(|b| d.pipeline.id.as_str() < b));
+                matching.sort_by(|a, b| a.pipeline.id.cmp(&b.pipeline.id));
+                (matching.split_off(matching.len().saturating_sub(n)), total)
+            }
+            (None, Some(t)) => {
+                let page = self.store.last_where_before(PipelinesOfTenant(t), before, n)?;
+                let total = self.store.count_where(PipelinesOfTenant(t))?;
+                (page.into_iter().map(|p| self.detail_of(p)).collect::<Result<_, _>>()?, total)
+            }
+            (None, None) => {
+                let page = self.store.last_before::<Pipeline>(before, n)?;
+                let total = self.store.count::<Pipeline>()?;
+                (page.into_iter().map(|p| self.detail_of(p)).collect::<Result<_, _>>()?, total)
+            }
+        };
+        let next = super::split_page(&mut page, limit, |d| d.pipeline.id.clone());
+        page.sort_by(|a, b| {
+            (a.pipeline.submitted_at_ms, &a.pipeline.id).cmp(&(b.pipeline.submitted_at_ms, &b.pipeline.id))
+        });
+        let total = total.max(page.len());
+        Ok(PipelinePage { pipelines: page, total, next })
     }
 
     /// Pipelines (of one tenant, or all), oldest first.

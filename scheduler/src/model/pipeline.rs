@@ -685,6 +685,19 @@ impl PipelineState {
         }
     }
 
+    /// The state a lower-case word names.
+    pub fn parse(word: &str) -> Option<PipelineState> {
+        [
+            PipelineState::Pending,
+            PipelineState::Running,
+            PipelineState::Succeeded,
+            PipelineState::Failed,
+            PipelineState::Cancelled,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == word)
+    }
+
     /// The lower-case word used in APIs.
     pub fn as_str(self) -> &'static str {
         match self {
