@@ -9,7 +9,7 @@
 //! round.
 
 use futures_util::StreamExt;
-use state::StoreError;
+use state::{StoreError, Tx, TxAbort};
 
 use super::actions::{Action, Applied, Change, JobEdit};
 use super::error_policy;
@@ -39,16 +39,19 @@ impl Controller {
     ) -> Result<Vec<Refusal>, ControlError> {
         let mut refused = Vec::new();
         let mut deletions = Vec::new();
+        // Consecutive records are written in one transaction; consecutive deletions run side by
+        // side. Anything else waits for both, so every action sees its predecessors done.
+        let mut records: Vec<Change> = Vec::new();
         for action in actions {
-            // Consecutive deletions run side by side; anything else waits for them first.
+            if !matches!(action, Action::Record(_)) {
+                self.write_all(snap, &std::mem::take(&mut records))?;
+            }
             if !matches!(action, Action::Delete { .. }) {
                 self.delete_fleets(st, snap, report, std::mem::take(&mut deletions)).await?;
             }
             match action {
                 Action::Delete { fleet, then } => deletions.push((fleet, then)),
-                Action::Record(change) => {
-                    self.write(snap, &change)?;
-                }
+                Action::Record(change) => records.push(change),
                 Action::Place(change) => refused.extend(self.place(st, snap, report, &change).await?),
                 Action::Create(a) => refused.extend(self.create(st, snap, report, a).await?),
                 Action::Grow(change) => {
@@ -65,6 +68,7 @@ impl Controller {
                 }
             }
         }
+        self.write_all(snap, &records)?;
         self.delete_fleets(st, snap, report, deletions).await?;
         Ok(refused)
     }
@@ -72,62 +76,43 @@ impl Controller {
     /// Writes one change in one transaction; the job's edit is applied to the job as stored now.
     /// Returns what the edit gave, or `None` when it no longer applied.
     pub(crate) fn write(&self, snap: &mut Snapshot, c: &Change) -> Result<Option<Applied>, StoreError> {
+        Ok(self.write_all(snap, std::slice::from_ref(c))?.pop().flatten())
+    }
+
+    /// Writes changes in order in one transaction (a round's records are many and small: one
+    /// transaction each cost more than the writes), each job edit applied to the job as stored
+    /// now, earlier changes of the batch included. Returns what each edit gave.
+    fn write_all(&self, snap: &mut Snapshot, changes: &[Change]) -> Result<Vec<Option<Applied>>, StoreError> {
+        if changes.is_empty() {
+            return Ok(Vec::new());
+        }
         let now = snap.now;
-        let (applied, job, tenant) = self.store.transaction(|tx| {
+        let written = self.store.transaction(|tx| {
+            let mut out = Vec::with_capacity(changes.len());
+            for c in changes {
+                out.push(write_change(tx, c, now)?);
+            }
+            Ok(out)
+        })?;
+        let mut applied_all = Vec::with_capacity(changes.len());
+        for (c, (applied, job, tenant)) in changes.iter().zip(written) {
             for a in &c.attempts {
-                tx.put(a)?;
-            }
-            for b in &c.blocks {
-                tx.put(b)?;
-            }
-            let mut applied = None;
-            let mut written: Option<Job> = None;
-            if let Some((id, edit)) = &c.job
-                && let Some(mut j) = tx.get::<Job>(id)?.or_else(|| edit.fallback())
-                && let Some(app) = edit.apply(&mut j, now)
-            {
-                if app.write {
-                    tx.put(&j)?;
-                }
-                for (kind, message, data) in &app.events {
-                    record_event(tx, &j, now, *kind, message.clone(), data.clone())?;
-                }
-                if app.write {
-                    written = Some(j);
-                }
-                applied = Some(app);
+                snap.put_attempt(a);
             }
             if applied.is_some() || c.job.is_none() {
                 for a in &c.attempts_with_job {
-                    tx.put(a)?;
+                    snap.put_attempt(a);
                 }
             }
-            let tenant = match &c.spend {
-                Some((name, usd)) => {
-                    let mut t = tx.get::<Tenant>(name)?.unwrap_or_else(|| Tenant::named(name));
-                    t.spent_usd += usd;
-                    tx.put(&t)?;
-                    Some(t)
-                }
-                None => None,
-            };
-            Ok((applied, written, tenant))
-        })?;
-        for a in &c.attempts {
-            snap.put_attempt(a);
-        }
-        if applied.is_some() || c.job.is_none() {
-            for a in &c.attempts_with_job {
-                snap.put_attempt(a);
+            if let Some(j) = &job {
+                snap.put_job(j);
             }
+            if let Some(t) = &tenant {
+                snap.put_tenant(t);
+            }
+            applied_all.push(applied);
         }
-        if let Some(j) = &job {
-            snap.put_job(j);
-        }
-        if let Some(t) = &tenant {
-            snap.put_tenant(t);
-        }
-        Ok(applied)
+        Ok(applied_all)
     }
 
     /// Writes a placement's intent durably, then asks the cloud for its fleet.
@@ -282,6 +267,53 @@ impl Controller {
         }
         Ok(())
     }
+}
+
+/// What one change wrote: the edit's outcome, the job as written, the tenant as written.
+type Written = (Option<Applied>, Option<Job>, Option<Tenant>);
+
+/// One change inside a transaction: its attempts and blocks, the job's edit applied to the job as
+/// the transaction sees it (the attempts that go with the job only when the edit applied), and the
+/// tenant's spend.
+fn write_change(tx: &mut Tx, c: &Change, now: i64) -> Result<Written, TxAbort> {
+    for a in &c.attempts {
+        tx.put(a)?;
+    }
+    for b in &c.blocks {
+        tx.put(b)?;
+    }
+    let mut applied = None;
+    let mut written: Option<Job> = None;
+    if let Some((id, edit)) = &c.job
+        && let Some(mut j) = tx.get::<Job>(id)?.or_else(|| edit.fallback())
+        && let Some(app) = edit.apply(&mut j, now)
+    {
+        if app.write {
+            tx.put(&j)?;
+        }
+        for (kind, message, data) in &app.events {
+            record_event(tx, &j, now, *kind, message.clone(), data.clone())?;
+        }
+        if app.write {
+            written = Some(j);
+        }
+        applied = Some(app);
+    }
+    if applied.is_some() || c.job.is_none() {
+        for a in &c.attempts_with_job {
+            tx.put(a)?;
+        }
+    }
+    let tenant = match &c.spend {
+        Some((name, usd)) => {
+            let mut t = tx.get::<Tenant>(name)?.unwrap_or_else(|| Tenant::named(name));
+            t.spent_usd += usd;
+            tx.put(&t)?;
+            Some(t)
+        }
+        None => None,
+    };
+    Ok((applied, written, tenant))
 }
 
 /// The request for an attempt's fleet: its deterministic name, the chosen size then the ranked

@@ -9,7 +9,7 @@
 //! solver until the breaker half-opens (then one probe may go), so price caps, budgets and the plan's
 //! expected cost always see real prices.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::breaker::RegionBreakers;
 use super::world::WorldView;
@@ -20,6 +20,9 @@ use crate::model::{
 
 /// vCPUs our active attempts hold per (region, pool key): (held, of which still provisioning).
 pub(crate) type OurUsage = BTreeMap<(String, String), (u64, u64)>;
+
+/// A round's listed offers by (region, size, priority) ([`Feasibility::listed`]).
+pub(crate) struct ListedOffers<'a>(HashMap<(&'a str, &'a str, Priority), &'a Offer>);
 
 /// The chain over one round's view of the world.
 pub(crate) struct Feasibility<'a> {
@@ -33,7 +36,7 @@ pub(crate) struct Feasibility<'a> {
     pub now: i64,
 }
 
-impl Feasibility<'_> {
+impl<'a> Feasibility<'a> {
     /// The catalog size of a listed offer, when it is one work may be placed on at all (a known
     /// size with whole GPUs); other listings are not candidates and are not counted.
     pub fn size_of(&self, o: &Offer) -> Option<&VmSize> {
@@ -103,16 +106,23 @@ impl Feasibility<'_> {
         (offers, counts)
     }
 
+    /// The listed offers by (region, size, priority), for [`Self::job_counts`]: built once per
+    /// round, asked for every waiting job (building it per job cost more than counting).
+    pub fn listed(&self) -> ListedOffers<'a> {
+        let catalog: &'a Catalog = self.catalog;
+        ListedOffers(
+            self.world
+                .offers
+                .iter()
+                .filter_map(|o| Some(((o.region.as_str(), catalog.size(&o.size)?.name.as_str(), o.priority), o)))
+                .collect(),
+        )
+    }
+
     /// How a job's candidate offers (allowed regions × acceptable sizes × the priorities its spot
     /// policy allows) fare against the whole chain, each sized for the job: all its GPUs for a gang,
-    /// one VM for work that may be split.
-    pub fn job_counts(&self, job: &Job, ours: &OurUsage) -> OfferFilterCounts {
-        let listed: BTreeMap<(&str, &str, Priority), &Offer> = self
-            .world
-            .offers
-            .iter()
-            .filter_map(|o| Some(((o.region.as_str(), self.catalog.size(&o.size)?.name.as_str(), o.priority), o)))
-            .collect();
+    /// one VM for work that may be split. `listed` is [`Self::listed`] of this chain.
+    pub fn job_counts(&self, listed: &ListedOffers<'_>, job: &Job, ours: &OurUsage) -> OfferFilterCounts {
         let priorities: &[Priority] = match job.spec.spot_policy() {
             SpotPolicy::Never => &[Priority::Regular],
             SpotPolicy::Only => &[Priority::Spot],
@@ -123,7 +133,7 @@ impl Feasibility<'_> {
             for size in job.spec.acceptable_sizes(self.catalog) {
                 let vms = if job.spec.is_gang() { job.wanted_gpus().div_ceil(size.gpus.max(1)) } else { 1 };
                 for &p in priorities {
-                    let verdict = match listed.get(&(region.as_str(), size.name.as_str(), p)) {
+                    let verdict = match listed.0.get(&(region.as_str(), size.name.as_str(), p)) {
                         None => Err(OfferFilter::Listed),
                         Some(o) => self.offer(o, size).and_then(|_| self.room(o, size, vms, ours)),
                     };

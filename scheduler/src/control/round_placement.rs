@@ -105,11 +105,15 @@ impl Controller {
                 .get_or_create(&FilterLabel { filter: filter.as_str().to_string() })
                 .set(n.into());
         }
-        for (job_id, why) in &input.dependency_failures {
-            let edit = JobEdit::DependencyFailed { reason: why.clone() };
-            let change = Change { job: Some((job_id.clone(), edit)), ..Change::default() };
-            self.act(st, snap, report, vec![Action::Record(change)]).await?;
-        }
+        let failed: Vec<Action> = input
+            .dependency_failures
+            .iter()
+            .map(|(job_id, why)| {
+                let edit = JobEdit::DependencyFailed { reason: why.clone() };
+                Action::Record(Change { job: Some((job_id.clone(), edit)), ..Change::default() })
+            })
+            .collect();
+        self.act(st, snap, report, failed).await?;
         let data = input.data;
         let mut reasons = input.reasons;
         let plan = if input.problem.jobs.is_empty() {
@@ -133,7 +137,12 @@ impl Controller {
             }
             Some(plan)
         };
+        // Why each job waits is decided for all of them first (from the same view of the world),
+        // then written together: one change per job whose reasons changed.
         let ours = our_usage(snap.active());
+        let chain = Feasibility { world: &st.world, breakers: &st.breakers, catalog: &self.catalog, now };
+        let listed = chain.listed();
+        let mut waiting = Vec::new();
         for job in input.jobs.iter().filter(|j| placement::is_waiting(j)) {
             let why = reasons.remove(&job.id).unwrap_or_default();
             let Some(why) = placement::wait_reasons(st, &self.catalog, now, job, why, plan.as_ref()) else { continue };
@@ -143,12 +152,12 @@ impl Controller {
             if why.is_empty() || why == job.pending_reasons {
                 continue;
             }
-            let chain = Feasibility { world: &st.world, breakers: &st.breakers, catalog: &self.catalog, now };
-            let counts = chain.job_counts(job, &ours);
+            let counts = chain.job_counts(&listed, job, &ours);
             if let Some(change) = placement::waiting_change(job, why, counts) {
-                self.act(st, snap, report, vec![Action::Record(change)]).await?;
+                waiting.push(Action::Record(change));
             }
         }
+        self.act(st, snap, report, waiting).await?;
         let Some(plan) = plan else { return Ok(0) };
         let mut refused = 0;
         for p in &plan.placements {
