@@ -215,8 +215,8 @@ impl Controller {
         }
     }
 
-    /// Deletes fleets side by side, then writes each one's follow-up change in order once the cloud
-    /// accepted its deletion. A deletion still backing off after a failure is not tried yet.
+    /// Deletes fleets side by side, then writes the follow-up changes of those the cloud accepted, in
+    /// order, in one transaction. A deletion still backing off after a failure is not tried yet.
     async fn delete_fleets(
         &self,
         st: &mut LoopState,
@@ -245,6 +245,7 @@ impl Controller {
             .buffered(DELETE_CONCURRENCY)
             .collect()
             .await;
+        let mut follow_ups = Vec::new();
         for (fleet, then, outcome) in outcomes {
             match outcome {
                 Ok(()) => {
@@ -255,7 +256,7 @@ impl Controller {
                         if matches!(change.job, Some((_, JobEdit::Settled { .. }))) {
                             report.finished += 1;
                         }
-                        self.write(snap, &change)?;
+                        follow_ups.push(change);
                     }
                 }
                 Err(e) => {
@@ -265,6 +266,7 @@ impl Controller {
                 }
             }
         }
+        self.write_all(snap, &follow_ups)?;
         Ok(())
     }
 }

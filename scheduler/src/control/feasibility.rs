@@ -9,6 +9,7 @@
 //! solver until the breaker half-opens (then one probe may go), so price caps, budgets and the plan's
 //! expected cost always see real prices.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 
 use super::breaker::RegionBreakers;
@@ -20,9 +21,6 @@ use crate::model::{
 
 /// vCPUs our active attempts hold per (region, pool key): (held, of which still provisioning).
 pub(crate) type OurUsage = BTreeMap<(String, String), (u64, u64)>;
-
-/// A round's listed offers by (region, size, priority) ([`Feasibility::listed`]).
-pub(crate) struct ListedOffers<'a>(HashMap<(&'a str, &'a str, Priority), &'a Offer>);
 
 /// The chain over one round's view of the world.
 pub(crate) struct Feasibility<'a> {
@@ -106,36 +104,62 @@ impl<'a> Feasibility<'a> {
         (offers, counts)
     }
 
-    /// The listed offers by (region, size, priority), for [`Self::job_counts`]: built once per
-    /// round, asked for every waiting job (building it per job cost more than counting).
-    pub fn listed(&self) -> ListedOffers<'a> {
+    /// Counts candidates per waiting job ([`JobCounter::counts`]) against this chain and `ours`:
+    /// built once per round, since every waiting job asks about the same few offers.
+    pub fn job_counter(&self, ours: &'a OurUsage) -> JobCounter<'a> {
         let catalog: &'a Catalog = self.catalog;
-        ListedOffers(
-            self.world
-                .offers
-                .iter()
-                .filter_map(|o| Some(((o.region.as_str(), catalog.size(&o.size)?.name.as_str(), o.priority), o)))
-                .collect(),
-        )
+        let listed = self
+            .world
+            .offers
+            .iter()
+            .filter_map(|o| Some(((o.region.as_str(), catalog.size(&o.size)?.name.as_str(), o.priority), o)))
+            .collect();
+        JobCounter {
+            chain: Feasibility { world: self.world, breakers: self.breakers, catalog, now: self.now },
+            ours,
+            listed,
+            verdicts: RefCell::new(HashMap::new()),
+        }
     }
+}
 
+/// How waiting jobs' candidate offers fare against one round's chain ([`Feasibility::job_counter`]).
+/// An offer's verdict for a number of VMs is worked out once and remembered: jobs of a round share
+/// their offers and shapes, and the chain does not change within the round.
+pub(crate) struct JobCounter<'a> {
+    chain: Feasibility<'a>,
+    ours: &'a OurUsage,
+    /// The listed offers by (region, size, priority).
+    listed: HashMap<(&'a str, &'a str, Priority), &'a Offer>,
+    /// Verdicts worked out so far, by (the offer's address in the round's list, VMs).
+    verdicts: RefCell<HashMap<(usize, u32), Result<(), OfferFilter>>>,
+}
+
+impl JobCounter<'_> {
     /// How a job's candidate offers (allowed regions × acceptable sizes × the priorities its spot
     /// policy allows) fare against the whole chain, each sized for the job: all its GPUs for a gang,
-    /// one VM for work that may be split. `listed` is [`Self::listed`] of this chain.
-    pub fn job_counts(&self, listed: &ListedOffers<'_>, job: &Job, ours: &OurUsage) -> OfferFilterCounts {
+    /// one VM for work that may be split.
+    pub fn counts(&self, job: &Job) -> OfferFilterCounts {
         let priorities: &[Priority] = match job.spec.spot_policy() {
             SpotPolicy::Never => &[Priority::Regular],
             SpotPolicy::Only => &[Priority::Spot],
             SpotPolicy::Allowed | SpotPolicy::Preferred => &[Priority::Regular, Priority::Spot],
         };
+        let catalog = self.chain.catalog;
+        let sizes = job.spec.acceptable_sizes(catalog);
         let mut counts = OfferFilterCounts::default();
-        for region in job.spec.allowed_regions(self.catalog) {
-            for size in job.spec.acceptable_sizes(self.catalog) {
+        let mut verdicts = self.verdicts.borrow_mut();
+        for region in job.spec.allowed_regions(catalog) {
+            for size in &sizes {
                 let vms = if job.spec.is_gang() { job.wanted_gpus().div_ceil(size.gpus.max(1)) } else { 1 };
                 for &p in priorities {
-                    let verdict = match listed.0.get(&(region.as_str(), size.name.as_str(), p)) {
+                    let listed: &HashMap<(&str, &str, Priority), &Offer> = &self.listed;
+                    let verdict = match listed.get(&(region.as_str(), size.name.as_str(), p)) {
                         None => Err(OfferFilter::Listed),
-                        Some(o) => self.offer(o, size).and_then(|_| self.room(o, size, vms, ours)),
+                        // The offer is known by its place in the round's list.
+                        Some(&o) => *verdicts.entry((std::ptr::from_ref(o) as usize, vms)).or_insert_with(|| {
+                            self.chain.offer(o, size).and_then(|_| self.chain.room(o, size, vms, self.ours))
+                        }),
                     };
                     counts.count(verdict);
                 }

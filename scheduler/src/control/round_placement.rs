@@ -141,7 +141,7 @@ impl Controller {
         // then written together: one change per job whose reasons changed.
         let ours = our_usage(snap.active());
         let chain = Feasibility { world: &st.world, breakers: &st.breakers, catalog: &self.catalog, now };
-        let listed = chain.listed();
+        let counter = chain.job_counter(&ours);
         let mut waiting = Vec::new();
         for job in input.jobs.iter().filter(|j| placement::is_waiting(j)) {
             let why = reasons.remove(&job.id).unwrap_or_default();
@@ -152,7 +152,7 @@ impl Controller {
             if why.is_empty() || why == job.pending_reasons {
                 continue;
             }
-            let counts = chain.job_counts(&listed, job, &ours);
+            let counts = counter.counts(job);
             if let Some(change) = placement::waiting_change(job, why, counts) {
                 waiting.push(Action::Record(change));
             }

@@ -406,7 +406,8 @@ fn the_feasibility_chain_names_the_filter_that_rejected_each_offer() {
     let chain = Feasibility { world: &st.world, breakers: &st.breakers, catalog: &catalog, now: NOW + 10 };
     assert_eq!(chain.offer(&st.world.offers[0], size), Err(OfferFilter::Breaker));
     let j = gang("j", JobState::Pending);
-    let counts = chain.job_counts(&chain.listed(), &j, &Default::default());
+    let ours = Default::default();
+    let counts = chain.job_counter(&ours).counts(&j);
     assert_eq!(counts.feasible, 0);
     assert_eq!(counts.rejected.get(&OfferFilter::Breaker), Some(&1), "{counts}");
 }
