@@ -55,6 +55,18 @@ fn unknown_dependencies_and_duplicate_names_name_their_field() {
     assert!(e.0[1].problem.contains("\"nope\""), "{e}");
 }
 
+/// A dependant finds its dependencies' regions and outputs as `SPILLWAY_DEP_<NAME>_…`: two names
+/// that make the same variables would overwrite each other there.
+#[test]
+fn names_that_are_the_same_in_the_environment_are_refused() {
+    let text = format!("name = \"p\"\n{}{}{}", job("pre-process", &[]), job("pre_process", &[]), job("Train", &[]));
+    let e = check(&text).unwrap_err();
+    assert_eq!(fields(&e), ["jobs[1].name"], "{e}");
+    assert!(e.0[0].problem.contains("\"pre-process\"") && e.0[0].problem.contains("SPILLWAY_DEP_PRE_PROCESS"), "{e}");
+    let text = format!("name = \"p\"\n{}{}", job("train", &[]), job("TRAIN", &["train"]));
+    assert_eq!(fields(&check(&text).unwrap_err()), ["jobs[1].name"]);
+}
+
 #[test]
 fn every_problem_is_reported_with_its_path() {
     let text = "name = \"p q\"\nbudget = 3\n[[jobs]]\nname = \"a\"\nkind = \"batch\"\ngpus = 0\ncolour = 1\n\

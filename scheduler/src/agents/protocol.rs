@@ -358,12 +358,6 @@ pub struct DependencyVars<'a> {
     pub outputs: &'a BTreeMap<String, String>,
 }
 
-/// The part of a variable's name made from a pipeline job's or an output's name: upper case,
-/// anything but letters and digits as `_` (a job `pre-process` is `PRE_PROCESS`).
-pub fn env_name_part(name: &str) -> String {
-    name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect()
-}
-
 /// The variables a dependant's ranks get of its dependencies: `SPILLWAY_DEPS` (their names, one
 /// a line), and for each `SPILLWAY_DEP_<NAME>_REGION` (where it last ran) and
 /// `SPILLWAY_DEP_<NAME>_OUTPUT_<KEY>` for each of its `outputs`.
@@ -374,12 +368,12 @@ pub fn dependency_env(deps: &[DependencyVars<'_>]) -> BTreeMap<String, String> {
     }
     env.insert("SPILLWAY_DEPS".to_string(), deps.iter().map(|d| d.name).collect::<Vec<_>>().join("\n"));
     for d in deps {
-        let name = env_name_part(d.name);
+        let name = crate::model::env_name_part(d.name);
         if let Some(region) = d.region {
             env.insert(format!("SPILLWAY_DEP_{name}_REGION"), region.to_string());
         }
         for (key, value) in d.outputs {
-            env.insert(format!("SPILLWAY_DEP_{name}_OUTPUT_{}", env_name_part(key)), value.clone());
+            env.insert(format!("SPILLWAY_DEP_{name}_OUTPUT_{}", crate::model::env_name_part(key)), value.clone());
         }
     }
     env

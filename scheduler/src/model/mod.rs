@@ -35,7 +35,7 @@ pub use offer::Offer;
 pub use offer_filter::{OfferFilter, OfferFilterCounts};
 pub use pipeline::{
     Dependency, EndedMember, MAX_DEPENDENCIES, MAX_PIPELINE_JOBS, OnDependencyFailure, Pipeline, PipelineJobSpec,
-    PipelineLink, PipelineMember, PipelineSpec, PipelineState, StageDeadline,
+    PipelineLink, PipelineMember, PipelineSpec, PipelineState, StageDeadline, env_name_part,
 };
 pub use quota::Quota;
 pub use size::{SizeCatalog, VmSize, Workload};

@@ -457,9 +457,19 @@ fn graph_of(jobs: &[PipelineJobSpec]) -> (DiGraph<usize, ()>, BTreeMap<&str, Nod
     (graph, nodes)
 }
 
-/// Names unique, dependencies known and listed once, no cycle.
+/// The part of a variable's name made from a pipeline job's or an output's name: upper case,
+/// anything but letters and digits as `_` (a job `pre-process` is `PRE_PROCESS`). A dependant's
+/// ranks find their dependencies by it (`SPILLWAY_DEP_<NAME>_…`), so it must tell a pipeline's
+/// jobs apart (`check_graph`).
+pub fn env_name_part(name: &str) -> String {
+    name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect()
+}
+
+/// Names unique (also as they appear in dependants' environment variables), dependencies known and
+/// listed once, no cycle.
 fn check_graph(jobs: &[PipelineJobSpec], errs: &mut FieldErrors) {
     let mut first: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut by_env: BTreeMap<String, usize> = BTreeMap::new();
     for (i, j) in jobs.iter().enumerate() {
         if let Some(k) = first.get(j.spec.name.as_str()) {
             errs.push(
@@ -469,8 +479,21 @@ fn check_graph(jobs: &[PipelineJobSpec], errs: &mut FieldErrors) {
                     j.spec.name
                 ),
             );
+            continue;
+        }
+        first.insert(&j.spec.name, i);
+        let env = env_name_part(&j.spec.name);
+        if let Some(&k) = by_env.get(&env) {
+            errs.push(
+                format!("jobs[{i}].name"),
+                format!(
+                    "job name {:?} and jobs[{k}].name {:?} are both SPILLWAY_DEP_{env}_… in their dependants' \
+                     environment; rename one (names differing only in punctuation or case are not told apart)",
+                    j.spec.name, jobs[k].spec.name
+                ),
+            );
         } else {
-            first.insert(&j.spec.name, i);
+            by_env.insert(env, i);
         }
     }
     let names: Vec<&str> = first.keys().copied().collect();
