@@ -232,7 +232,13 @@ pub fn advise(problem: &Problem, in_use: &[QuotaLimit], options: &AdviseOptions)
 pub fn grant_steps(problem: &Problem) -> Vec<u64> {
     let rows: BTreeMap<(String, String), usize> =
         problem.quotas.iter().enumerate().map(|(i, q)| ((q.region.clone(), normalize_pool(&q.pool)), i)).collect();
-    let offer_pools: Vec<Vec<usize>> = problem
+    grant_steps_of(problem, &offer_pools(problem, &rows))
+}
+
+/// The quota rows (indices into `problem.quotas`, found in `rows` by region and normalised pool
+/// name) each offer's VMs draw from.
+fn offer_pools(problem: &Problem, rows: &BTreeMap<(String, String), usize>) -> Vec<Vec<usize>> {
+    problem
         .offers
         .iter()
         .map(|o| {
@@ -241,8 +247,7 @@ pub fn grant_steps(problem: &Problem) -> Vec<u64> {
                 .filter_map(|n| rows.get(&(o.region.clone(), n)).copied())
                 .collect()
         })
-        .collect();
-    grant_steps_of(problem, &offer_pools)
+        .collect()
 }
 
 fn grant_steps_of(problem: &Problem, offer_pools: &[Vec<usize>]) -> Vec<u64> {
@@ -334,16 +339,7 @@ impl<'a> Advisor<'a> {
                 used[i] = u.vcpus;
             }
         }
-        let offer_pools: Vec<Vec<usize>> = problem
-            .offers
-            .iter()
-            .map(|o| {
-                QuotaPool::keys_drawn_by(o.priority, &o.family)
-                    .into_iter()
-                    .filter_map(|n| rows.get(&(o.region.clone(), n)).copied())
-                    .collect()
-            })
-            .collect();
+        let offer_pools = offer_pools(problem, &rows);
         let step = match options.step_vcpus {
             Some(s) => vec![s.max(1); problem.quotas.len()],
             None => grant_steps_of(problem, &offer_pools),

@@ -104,13 +104,28 @@ impl<'a> Tx<'a> {
 
     /// Inserts or replaces the record with the same key, keeping its table's indexes in step.
     pub fn put<R: Record>(&mut self, record: &R) -> Result<(), TxAbort> {
+        self.write(record, true)
+    }
+
+    /// Inserts a record under a key no transaction has used before: one named by an event number
+    /// this transaction took ([`Tx::append_event`]), which is never handed out twice. Unlike
+    /// [`Tx::put`] it does not read the key first (there is no earlier version whose index entries
+    /// would need removing), which saves a round trip to a shared store. A key that did exist would
+    /// be overwritten with its old index entries left behind: use [`Tx::put`] for any other key.
+    pub fn put_new<R: Record>(&mut self, record: &R) -> Result<(), TxAbort> {
+        self.write(record, false)
+    }
+
+    /// Writes a record and its index entries; `replaces`: whether the key may hold an earlier
+    /// version (read first, so that its index entries are removed).
+    fn write<R: Record>(&mut self, record: &R, replaces: bool) -> Result<(), TxAbort> {
         let h = self.table(&R::TABLE)?;
         let key = record.key();
         check_key(&h.def, &key)?;
         let json = serde_json::to_vec(record)
             .map_err(|e| StoreError::Encode { table: h.def.name.clone(), reason: e.to_string() })?;
         let bytes = sled::IVec::from(envelope(&json));
-        let old = self.view.get(h.tree, key.as_bytes())?;
+        let old = if replaces { self.view.get(h.tree, key.as_bytes())? } else { None };
         let mut values = Vec::new();
         if !h.indexes.is_empty() {
             let new_values = index_values(&h.def, &key, &json)?;
@@ -125,33 +140,6 @@ impl<'a> Tx<'a> {
                 if let Some(old) = old {
                     self.view.remove(*ix, &index_key(old, &key))?;
                 }
-                if let Some(new) = new {
-                    self.view.insert(*ix, &index_key(new, &key), &[][..])?;
-                }
-            }
-            values = R::TABLE.indexes.iter().map(|i| i.pointer).zip(new_values).collect();
-        }
-        self.view.insert(h.tree, key.as_bytes(), bytes.clone())?;
-        self.cache.put(R::TABLE.name, &key, bytes, record, values);
-        Ok(())
-    }
-
-    /// Inserts a record under a key no transaction has used before: one named by an event number
-    /// this transaction took ([`Tx::append_event`]), which is never handed out twice. Unlike
-    /// [`Tx::put`] it does not read the key first (there is no earlier version whose index entries
-    /// would need removing), which saves a round trip to a shared store. A key that did exist would
-    /// be overwritten with its old index entries left behind: use [`Tx::put`] for any other key.
-    pub fn put_new<R: Record>(&mut self, record: &R) -> Result<(), TxAbort> {
-        let h = self.table(&R::TABLE)?;
-        let key = record.key();
-        check_key(&h.def, &key)?;
-        let json = serde_json::to_vec(record)
-            .map_err(|e| StoreError::Encode { table: h.def.name.clone(), reason: e.to_string() })?;
-        let bytes = sled::IVec::from(envelope(&json));
-        let mut values = Vec::new();
-        if !h.indexes.is_empty() {
-            let new_values = index_values(&h.def, &key, &json)?;
-            for (ix, new) in h.indexes.iter().zip(&new_values) {
                 if let Some(new) = new {
                     self.view.insert(*ix, &index_key(new, &key), &[][..])?;
                 }
