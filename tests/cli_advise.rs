@@ -1,5 +1,8 @@
 //! `spillway advise` run as a user runs it: the built binary, its output and exit codes.
 
+mod e2e_support;
+
+use e2e_support::{Server, temp_dir};
 use std::process::Command;
 
 use serde_json::Value;
@@ -257,62 +260,17 @@ fn apply_refuses_a_subscription_that_disagrees_with_the_settings() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// A `spillway serve` on the bundled simulated cloud, killed and cleaned up on drop.
-struct Server {
-    child: std::process::Child,
-    url: String,
-    dir: std::path::PathBuf,
-    admin: String,
-}
-
-impl Server {
-    fn start(name: &str) -> Server {
-        use std::io::BufRead;
-        let dir = std::env::temp_dir().join(format!("spillway-advise-serve-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let data = dir.join("data");
-        let log = std::fs::File::create(dir.join("server.log")).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_spillway"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--speedup", "60", "--data-dir"])
-            .arg(&data)
-            .env_remove("SPILLWAY_CONFIG")
-            .stdout(std::process::Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .expect("spawn spillway serve");
-        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-        let url = loop {
-            let line = lines.next().unwrap_or_else(|| panic!("serve exited early; log in {}", dir.display())).unwrap();
-            if let Some(rest) = line.strip_prefix("spillway listening on ") {
-                break rest.trim().to_string();
-            }
-        };
-        std::thread::spawn(move || for _ in lines.by_ref() {});
-        let admin = std::fs::read_to_string(data.join("admin.token")).unwrap().trim().to_string();
-        Server { child, url, dir, admin }
-    }
-
-    fn advise(&self, extra: &[&str]) -> std::process::Output {
-        let mut args = vec!["advise", "--url", &self.url, "--token", &self.admin];
-        args.extend_from_slice(extra);
-        spillway(&args)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
+/// `spillway advise --url` against `s`, as its admin.
+fn advise(s: &Server, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["advise", "--url", &s.url, "--token", &s.admin];
+    args.extend_from_slice(extra);
+    spillway(&args)
 }
 
 #[tokio::test]
 async fn the_live_server_advises_on_its_pending_work_and_refuses_a_bad_max() {
-    let s = Server::start("live");
+    let dir = temp_dir("advise-live");
+    let s = Server::start(&dir, &dir.join("data"), 0, &["--speedup", "60"], &[]);
     let http = reqwest::Client::new();
     let get = |path: String, token: String| {
         let http = http.clone();
@@ -334,13 +292,13 @@ async fn the_live_server_advises_on_its_pending_work_and_refuses_a_bad_max() {
     }
 
     // Nothing waits: no quota increase would place more work (exit 0, both outputs).
-    let out = s.advise(&["--output", "json"]);
+    let out = advise(&s, &["--output", "json"]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["summary"], "no quota increase would place more work");
     assert_eq!(r["source"], "server");
     assert!(r["recommendations"].as_array().unwrap().is_empty());
-    let out = s.advise(&[]);
+    let out = advise(&s, &[]);
     assert_eq!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stdout).contains("no quota increase would place more work"));
 
@@ -364,7 +322,7 @@ async fn the_live_server_advises_on_its_pending_work_and_refuses_a_bad_max() {
     assert_eq!(r["after"]["waiting_jobs"], 0);
     assert_eq!(r["requests"][0]["body"]["properties"]["limit"]["value"], 192);
     // The CLI shows the same advice as a table.
-    let out = s.advise(&[]);
+    let out = advise(&s, &[]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && text.contains("quota advice (server)"), "{text}");
     assert!(text.contains("eastus2  standardNCADSA100v4Family  96     +96"), "{text}");
@@ -388,7 +346,7 @@ async fn the_live_server_advises_on_its_pending_work_and_refuses_a_bad_max() {
         assert_eq!(st, reqwest::StatusCode::BAD_REQUEST, "max={bad}: {e}");
         assert_eq!(e["problems"][0]["field"], "max", "{e}");
     }
-    let out = s.advise(&["--max", "0"]);
+    let out = advise(&s, &["--max", "0"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("max"), "{}", String::from_utf8_lossy(&out.stderr));
 }
