@@ -204,6 +204,8 @@ pub(crate) struct LoopState {
     pub(crate) quota_blocking: quota_watch::Blocking,
     /// Episodes of pools keeping work out, for the `quota_exhausted` events.
     pub(crate) quota_watch: quota_watch::QuotaWatch,
+    /// The quota gauges as last published.
+    pub(crate) quota_gauges: quota_watch::QuotaGauges,
 }
 
 /// True when an attempt has been below its minimum for longer than the grace period, or has

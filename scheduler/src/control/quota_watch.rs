@@ -13,6 +13,8 @@
 
 use std::collections::BTreeMap;
 
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use serde::Serialize;
 use state::StoreError;
 
@@ -35,6 +37,12 @@ pub(crate) fn blocking(problem: &solver::Problem, plan: &solver::Plan) -> Blocki
     }
     out
 }
+
+/// The quota gauges' values as last published, by (region, pool): limit, used, free, blocked
+/// jobs, exhausted. A round sets only the gauges whose value changed; the what-if runs thousands
+/// of rounds over dozens of pools, and re-creating five label sets per pool each round cost more
+/// than the rest of the quota watch.
+pub(crate) type QuotaGauges = BTreeMap<(String, String), [i64; 5]>;
 
 /// One pool's run of rounds holding work back.
 #[derive(Debug, Clone, PartialEq)]
@@ -150,6 +158,12 @@ impl Controller {
     /// Records the quota episodes that passed the threshold or ended this round (after the last
     /// plan), and sets the quota gauges: limit, used and free per pool, the waiting jobs each keeps
     /// out, and whether it is exhausted.
+    /// The five per-pool quota gauges, in the order [`QuotaGauges`] keeps their values.
+    fn quota_families(&self) -> [&Family<PoolLabel, Gauge>; 5] {
+        let m = &self.metrics;
+        [&m.quota_limit, &m.quota_used, &m.quota_free, &m.quota_blocked_jobs, &m.quota_exhausted]
+    }
+
     pub(super) fn watch_quota(&self, st: &mut LoopState, snap: &Snapshot) -> Result<(), StoreError> {
         let now = snap.now;
         let pools = st.world.pools(&our_usage(snap.active()));
@@ -180,28 +194,38 @@ impl Controller {
                 })?;
             }
         }
-        for m in [
-            &self.metrics.quota_limit,
-            &self.metrics.quota_used,
-            &self.metrics.quota_free,
-            &self.metrics.quota_blocked_jobs,
-            &self.metrics.quota_exhausted,
-        ] {
-            m.clear();
+        if st.quota_gauges.is_empty() {
+            // A new loop (a restart, a new leader) sharing the registry starts from a clean slate.
+            for family in self.quota_families() {
+                family.clear();
+            }
         }
+        let mut now_published = BTreeMap::new();
         for p in &pools {
-            let label = PoolLabel { region: p.region.clone(), pool: p.pool.clone() };
             let key = (p.region.clone(), p.pool.clone());
             let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-            self.metrics.quota_limit.get_or_create(&label).set(gauge(p.limit));
-            self.metrics.quota_used.get_or_create(&label).set(gauge(p.limit.saturating_sub(p.free)));
-            self.metrics.quota_free.get_or_create(&label).set(gauge(p.free));
             let blocked = st.quota_blocking.get(&key).map_or(0, Vec::len);
-            self.metrics.quota_blocked_jobs.get_or_create(&label).set(gauge(blocked as u64));
-            self.metrics
-                .quota_exhausted
-                .get_or_create(&label)
-                .set(i64::from(st.quota_watch.exhausted(&p.region, &p.pool)));
+            let values = [
+                gauge(p.limit),
+                gauge(p.limit.saturating_sub(p.free)),
+                gauge(p.free),
+                gauge(blocked as u64),
+                i64::from(st.quota_watch.exhausted(&p.region, &p.pool)),
+            ];
+            if st.quota_gauges.remove(&key) != Some(values) {
+                let label = PoolLabel { region: p.region.clone(), pool: p.pool.clone() };
+                for (family, v) in self.quota_families().into_iter().zip(values) {
+                    family.get_or_create(&label).set(v);
+                }
+            }
+            now_published.insert(key, values);
+        }
+        // What is left was published for a pool the world no longer knows.
+        for (region, pool) in std::mem::replace(&mut st.quota_gauges, now_published).into_keys() {
+            let label = PoolLabel { region, pool };
+            for family in self.quota_families() {
+                family.remove(&label);
+            }
         }
         Ok(())
     }
