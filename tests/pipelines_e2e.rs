@@ -269,4 +269,22 @@ async fn cancel_ends_running_fleets_bad_pipelines_name_the_field_and_tenants_see
         .await
         .unwrap();
     assert_eq!(seen["pipelines"].as_array().unwrap().len(), 0, "another tenant's are not listed: {seen:#}");
+
+    // The CLI pages as `spillway jobs` does: --limit shows the newest and says how to see the rest;
+    // --all follows the server's cursor back to the oldest, here two pipelines one a page.
+    let out = cli(&s, &dir, &["pipelines", "--limit", "1"]);
+    let t = text(&out);
+    assert!(out.status.success() && t.contains(other) && !t.contains(&id), "{t}");
+    assert!(t.contains("(1 of 2 pipelines shown, the newest; --all for every one"), "{t}");
+    let out = cli(&s, &dir, &["pipelines", "--limit", "1", "--all", "--output", "json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let every: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(ids_of(&every), [id.clone(), other.to_string()], "every pipeline, oldest first: {every:#}");
+    assert_eq!(every["truncated"], false, "{every:#}");
+    let out = cli(&s, &dir, &["pipelines", "--limit", "1", "--all"]);
+    let t = text(&out);
+    assert!(t.contains(&id) && t.contains(other) && !t.contains("shown"), "{t}");
+    let out = cli(&s, &dir, &["pipelines", "--state", "cancelled", "--tenant", "vision"]);
+    let t = text(&out);
+    assert!(t.contains(&id) && !t.contains(other), "{t}");
 }

@@ -1,5 +1,6 @@
-//! Pipelines in the CLI: `spillway pipelines` (a table), and the pipeline side of `spillway
-//! submit` (a file with a `jobs` list), `spillway status p-…` (the graph with each job's state) and
+//! Pipelines in the CLI: `spillway pipelines [--state S] [--tenant T] [--limit N] [--all]` (a table
+//! of the newest N, or with `--all` every one, read page by page as `spillway jobs` does), and the
+//! pipeline side of `spillway submit` (a file with a `jobs` list), `spillway status p-…` (the graph with each job's state) and
 //! `spillway cancel p-…`.
 
 use std::process::ExitCode;
@@ -15,6 +16,18 @@ use crate::Output;
 /// Arguments of `spillway pipelines`.
 #[derive(Args, Debug)]
 pub struct PipelinesArgs {
+    /// Only pipelines in this state (pending, running, succeeded, failed, cancelled).
+    #[arg(long)]
+    pub state: Option<String>,
+    /// Only this tenant's pipelines.
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// At most this many of the newest pipelines (with --all: pipelines read per request).
+    #[arg(long, default_value_t = 200)]
+    pub limit: usize,
+    /// Every pipeline, read page by page back to the oldest (the server lists at most 100,000 at a time).
+    #[arg(long)]
+    pub all: bool,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -31,32 +44,59 @@ pub fn run(args: PipelinesArgs) -> ExitCode {
 
 async fn list(args: PipelinesArgs) -> Result<ExitCode, ClientError> {
     let client = Client::from_args(&args.client.server)?;
-    let all = client.get("/v1/pipelines").await?;
+    let mut q = vec![format!("limit={}", args.limit)];
+    if let Some(s) = &args.state {
+        q.push(format!("state={}", encode(s)));
+    }
+    if let Some(t) = &args.tenant {
+        q.push(format!("tenant={}", encode(t)));
+    }
+    let mut page = client.get(&format!("/v1/pipelines?{}", q.join("&"))).await?;
+    if args.all {
+        // Pages come newest first, each oldest first: prepend each older page.
+        let mut pipelines = page["pipelines"].as_array().cloned().unwrap_or_default();
+        while let Some(next) = page["next"].as_str().map(str::to_string) {
+            page = client.get(&format!("/v1/pipelines?{}&cursor={}", q.join("&"), encode(&next))).await?;
+            let mut older = page["pipelines"].as_array().cloned().unwrap_or_default();
+            older.append(&mut pipelines);
+            pipelines = older;
+        }
+        page["pipelines"] = Value::Array(pipelines);
+        page["truncated"] = false.into();
+    }
     if args.client.output == Output::Json {
-        print_json(&all);
+        print_json(&page);
         return Ok(ExitCode::SUCCESS);
     }
-    let rows: Vec<Vec<String>> = all["pipelines"]
-        .as_array()
-        .map(|ps| {
-            ps.iter()
-                .map(|p| {
-                    let jobs = p["jobs"].as_array().cloned().unwrap_or_default();
-                    let done = jobs.iter().filter(|j| j["state"] == "succeeded").count();
-                    vec![
-                        cell(p, "id"),
-                        cell(p, "name"),
-                        cell(p, "tenant"),
-                        cell(p, "state"),
-                        format!("{done}/{}", jobs.len()),
-                        usd(p["cost_usd"].as_f64().unwrap_or(0.0)),
-                        when(p["submitted_at_ms"].as_i64()),
-                    ]
-                })
-                .collect()
+    let pipelines = page["pipelines"].as_array().cloned().unwrap_or_default();
+    if pipelines.is_empty() {
+        println!("no pipelines");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<Vec<String>> = pipelines
+        .iter()
+        .map(|p| {
+            let jobs = p["jobs"].as_array().cloned().unwrap_or_default();
+            let done = jobs.iter().filter(|j| j["state"] == "succeeded").count();
+            vec![
+                cell(p, "id"),
+                cell(p, "name"),
+                cell(p, "tenant"),
+                cell(p, "state"),
+                format!("{done}/{}", jobs.len()),
+                usd(p["cost_usd"].as_f64().unwrap_or(0.0)),
+                when(p["submitted_at_ms"].as_i64()),
+            ]
         })
-        .unwrap_or_default();
+        .collect();
     print!("{}", super::table::render(&["ID", "NAME", "TENANT", "STATE", "DONE", "COST $", "SUBMITTED"], &rows));
+    if page["truncated"].as_bool() == Some(true) {
+        println!(
+            "({} of {} pipelines shown, the newest; --all for every one, or --limit)",
+            pipelines.len(),
+            page["total"]
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
