@@ -1282,6 +1282,55 @@ async fn a_stage_that_waits_again_weeks_after_its_dependency_ended_is_gated_by_w
     assert!(placed.last().unwrap().contains("20000 GB of data moved from westus3"), "{placed:?}");
 }
 
+/// Issue #23: a pipeline is forgotten with the last of its jobs (all final and past the job
+/// retention), with its `Idempotency-Key`; until then it keeps what it needs of the forgotten ones.
+#[tokio::test]
+async fn a_pipeline_is_forgotten_with_the_last_of_its_jobs_and_not_before() {
+    let cfg = ControlConfig { auto_complete: true, retain_finished_ms: Some(3_600_000), ..config() };
+    let h = harness_with("pipeline-forgotten", two_regions(), cfg);
+    let (detail, _) = h
+        .jobs
+        .submit_pipeline_value(
+            serde_json::json!({"name": "short", "tenant": "research",
+                "jobs": [a100_stage("prep", &[], 1.0), a100_stage("train", &["prep"], 3.0)]}),
+            None,
+            Some("pipe-1"),
+        )
+        .expect("pipeline accepted");
+    let id = detail.pipeline.id.clone();
+    let ids: std::collections::BTreeMap<String, String> = detail.jobs.into_iter().map(|j| (j.name, j.id)).collect();
+    let key = || h.store.get::<scheduler::records::PipelineKey>("research/pipe-1").unwrap();
+    assert!(key().is_some());
+    h.round().await;
+    let mut minutes = 0;
+    while h.job(&ids["train"]).state != JobState::Succeeded {
+        assert!(minutes < 8 * 60, "train did not succeed in 8 h: {:?}", h.job(&ids["train"]).state);
+        h.step(600).await;
+        minutes += 10;
+    }
+    // prep ended some 3 h ago, train just now: prep is forgotten, the pipeline stays (it is all
+    // train's dependency gate and view have of prep) and so does its key.
+    h.step(120).await;
+    assert!(h.jobs.get(&ids["prep"]).unwrap().is_none(), "prep forgotten past the retention");
+    let kept = h.jobs.pipeline(&id).unwrap().expect("the pipeline stays while a job of it is kept");
+    assert!(kept.pipeline.jobs.iter().find(|m| m.name == "prep").unwrap().ended.is_some());
+    assert!(kept.pipeline.jobs.iter().find(|m| m.name == "train").unwrap().ended.is_none());
+    assert!(key().is_some(), "the key stays with its pipeline");
+    // Within the hour after train ended, still there; past it, train and the pipeline are gone
+    // together, and its key with them.
+    h.step(1_800).await;
+    assert!(h.jobs.pipeline(&id).unwrap().is_some(), "kept within the retention");
+    for _ in 0..3 {
+        h.step(900).await;
+    }
+    assert!(h.jobs.get(&ids["train"]).unwrap().is_none(), "train forgotten past the retention");
+    assert!(h.jobs.pipeline(&id).unwrap().is_none(), "the pipeline went with its last job");
+    assert!(h.store.get::<scheduler::model::Pipeline>(&id).unwrap().is_none());
+    assert!(key().is_none(), "its idempotency key went with it");
+    let page = h.jobs.pipelines_page(None, None, None, 10).unwrap();
+    assert_eq!(page.total, 0, "no pipeline listed");
+}
+
 #[tokio::test]
 async fn a_stage_whose_data_region_is_full_runs_elsewhere_and_pays_the_egress_with_room_it_stays() {
     for full in [false, true] {

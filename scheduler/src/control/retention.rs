@@ -7,7 +7,9 @@
 //! a pipeline leaves how it ended, where its output lies and what it cost in the pipeline's record
 //! ([`EndedMember`]): a stage still open may be gated by it weeks later (it lost its VMs and waits
 //! again), and the pipeline's view stays whole. Exempting pipeline jobs from retention instead would
-//! keep their attempts and events too, and, at the head of the state index, hold up the pass.
+//! keep their attempts and events too, and, at the head of the state index, hold up the pass. The
+//! pass that forgets the last job of a pipeline deletes the pipeline (and its `Idempotency-Key`) in
+//! the same transaction: every job final and forgotten, nothing can be gated by it any more.
 //!
 //! A pass runs at most once a minute of loop time and does bounded work (the oldest few hundred
 //! finished jobs per state, read from the start of the state index: generated job ids begin with
@@ -17,7 +19,7 @@
 use state::Record;
 
 use crate::model::{Attempt, EndedMember, Job, JobEvent, JobState, Pipeline};
-use crate::records::{AttemptsBy, EventsOfJob, IdempotencyKeysOfJob, IdempotencyRecord, JobsBy, Lookup};
+use crate::records::{AttemptsBy, EventsOfJob, IdempotencyKeysOfJob, IdempotencyRecord, JobsBy, Lookup, PipelineKey};
 
 use super::round::ControlError;
 use super::{Controller, LoopState};
@@ -40,7 +42,7 @@ impl Controller {
         }
         st.retention_pass_at_ms = Some(now);
         let horizon = now - keep_ms;
-        let mut forgotten = 0;
+        let (mut forgotten, mut forgotten_pipelines) = (0, 0);
         for state in [JobState::Succeeded, JobState::Failed, JobState::Cancelled] {
             for job in self.store.first_where(JobsBy::State(state), JOBS_PER_PASS)? {
                 if job.finished_at_ms.is_none_or(|f| f > horizon) {
@@ -54,7 +56,8 @@ impl Controller {
                 let events = self.store.find(EventsOfJob(&job.id))?;
                 let keys = self.store.find(IdempotencyKeysOfJob(&job.id))?;
                 let ended = ended_member(&job, &attempts);
-                self.store.transaction(|tx| {
+                let pipeline_gone = self.store.transaction(|tx| {
+                    let mut pipeline_gone = false;
                     // Its dependants may be gated by it long after it ended: the pipeline keeps
                     // what the gate needs of it.
                     if let Some(link) = &job.pipeline
@@ -62,7 +65,21 @@ impl Controller {
                         && let Some(m) = pipeline.jobs.iter_mut().find(|m| m.job_id == job.id)
                     {
                         m.ended = Some(ended.clone());
-                        tx.put(&pipeline)?;
+                        // The last of its jobs forgotten: no stage is left for it to gate, so
+                        // the pipeline goes too, in this transaction, so a crash never leaves a
+                        // pipeline behind whose jobs are all gone. Its key goes with it unless a
+                        // later submission took the key over (this pipeline had gone then).
+                        if pipeline.jobs.iter().all(|m| m.ended.is_some()) {
+                            if let Some(k) = &pipeline.idempotency_key
+                                && tx.get::<PipelineKey>(k)?.is_some_and(|r| r.pipeline_id == pipeline.id)
+                            {
+                                tx.delete::<PipelineKey>(k)?;
+                            }
+                            tx.delete::<Pipeline>(&pipeline.id)?;
+                            pipeline_gone = true;
+                        } else {
+                            tx.put(&pipeline)?;
+                        }
                     }
                     for k in &keys {
                         tx.delete::<IdempotencyRecord>(&k.key())?;
@@ -74,14 +91,15 @@ impl Controller {
                         tx.delete::<JobEvent>(&e.key())?;
                     }
                     tx.delete::<Job>(&job.id)?;
-                    Ok(())
+                    Ok(pipeline_gone)
                 })?;
                 forgotten += 1;
+                forgotten_pipelines += usize::from(pipeline_gone);
             }
         }
         self.store.trim_events_before(horizon, EVENTS_PER_PASS)?;
         if forgotten > 0 {
-            tracing::debug!(forgotten, "forgot finished jobs past their retention");
+            tracing::debug!(forgotten, forgotten_pipelines, "forgot finished jobs past their retention");
         }
         Ok(forgotten)
     }

@@ -100,6 +100,7 @@ impl JobService {
             job.pipeline = Some(links[i].clone());
             jobs.push(job);
         }
+        let scope_key = idempotency_key.map(|k| format!("{}/{}", spec.tenant, k));
         let pipeline = Pipeline {
             id: pipeline_id.clone(),
             name: spec.name.clone(),
@@ -116,8 +117,8 @@ impl JobService {
                 })
                 .collect(),
             cancelled_by: None,
+            idempotency_key: scope_key.clone(),
         };
-        let scope_key = idempotency_key.map(|k| format!("{}/{}", spec.tenant, k));
         let outcome = self.store.transaction(|tx| {
             if let Some(scope_key) = &scope_key {
                 if let Some(prev) = tx.get::<PipelineKey>(scope_key)? {

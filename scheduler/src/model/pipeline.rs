@@ -630,6 +630,10 @@ pub struct Pipeline {
     /// Who cancelled it, when someone did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancelled_by: Option<String>,
+    /// The `tenant/key` of the `Idempotency-Key` it was submitted with: retention deletes that key
+    /// with the pipeline (the keys have no index by pipeline to find it by).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
 }
 
 /// One job of a stored pipeline.
