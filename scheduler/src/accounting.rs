@@ -79,6 +79,15 @@ pub fn egress_usd(gb: f64, usd_per_gb: f64) -> f64 {
     gb.max(0.0) * usd_per_gb.max(0.0)
 }
 
+/// A cost with the egress of a placement's input added. The input moves once, when the placement
+/// first runs, and that egress is billed then to the attempt, to its job and to the job's tenant
+/// alike, whatever the job's state by then: a job cancelled while its fleet was being created still
+/// pays for the input that fleet moved once it ran, or its cost would fall short of its tenant's
+/// spend.
+pub fn with_egress(cost_usd: f64, egress_usd: f64) -> f64 {
+    cost_usd + egress_usd.max(0.0)
+}
+
 /// Progress after `hours` at `fraction` of the job, never beyond the job's `duration_hours`.
 pub fn advance(progress_hours: f64, hours: f64, fraction: f64, duration_hours: Option<f64>) -> f64 {
     let p = progress_hours + hours * fraction;

@@ -3,6 +3,7 @@
 //! fleets, and costs.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use scheduler::clock::Clock;
 use scheduler::cloud::{Cloud, FleetRequest, TAG_ATTEMPT, TAG_JOB};
@@ -1394,6 +1395,149 @@ async fn a_stage_whose_data_region_is_full_runs_elsewhere_and_pays_the_egress_wi
         let jobs_cost = h.job(&ids["prep"]).cost_usd + after;
         assert!((spent() - jobs_cost).abs() < 0.01, "tenant {} against jobs {jobs_cost}", spent());
     }
+}
+
+/// The simulated cloud with one hook: the first read of a named fleet runs a callback first, so a
+/// test can act between the round's read of the store and its decisions (a user's cancel that
+/// comes while the round looks at the cloud).
+struct HookOnFleetRead {
+    inner: Arc<simulator::sim_cloud::SimCloud>,
+    hook: std::sync::Mutex<Option<FleetReadHook>>,
+}
+
+/// The fleet whose first read runs the callback, and the callback.
+type FleetReadHook = (String, Box<dyn FnOnce() + Send>);
+
+#[async_trait::async_trait]
+impl Cloud for HookOnFleetRead {
+    async fn offers(&self) -> Result<Vec<scheduler::model::Offer>, scheduler::cloud::CloudError> {
+        self.inner.offers().await
+    }
+    async fn quota(&self, region: &str) -> Result<Vec<scheduler::model::Quota>, scheduler::cloud::CloudError> {
+        self.inner.quota(region).await
+    }
+    async fn restrictions(
+        &self,
+        region: &str,
+    ) -> Result<Vec<scheduler::cloud::SizeRestriction>, scheduler::cloud::CloudError> {
+        self.inner.restrictions(region).await
+    }
+    async fn begin_create_fleet(
+        &self,
+        request: &FleetRequest,
+    ) -> Result<scheduler::cloud::FleetOperation, scheduler::cloud::CloudError> {
+        self.inner.begin_create_fleet(request).await
+    }
+    async fn begin_resize_fleet(
+        &self,
+        request: &FleetRequest,
+    ) -> Result<scheduler::cloud::FleetOperation, scheduler::cloud::CloudError> {
+        self.inner.begin_resize_fleet(request).await
+    }
+    async fn poll_operation(
+        &self,
+        operation: &scheduler::cloud::FleetOperation,
+    ) -> Result<scheduler::cloud::OperationStatus, scheduler::cloud::CloudError> {
+        self.inner.poll_operation(operation).await
+    }
+    async fn get_fleet(&self, name: &str) -> Result<scheduler::cloud::Fleet, scheduler::cloud::CloudError> {
+        let hook = {
+            let mut armed = self.hook.lock().unwrap();
+            if armed.as_ref().is_some_and(|(fleet, _)| fleet == name) { armed.take() } else { None }
+        };
+        if let Some((_, run)) = hook {
+            run();
+        }
+        self.inner.get_fleet(name).await
+    }
+    async fn delete_fleet(&self, name: &str) -> Result<(), scheduler::cloud::CloudError> {
+        self.inner.delete_fleet(name).await
+    }
+    async fn list_fleets(&self) -> Result<Vec<scheduler::cloud::Fleet>, scheduler::cloud::CloudError> {
+        self.inner.list_fleets().await
+    }
+    async fn fleet_scale_sets(
+        &self,
+        name: &str,
+    ) -> Result<Vec<scheduler::cloud::ScaleSet>, scheduler::cloud::CloudError> {
+        self.inner.fleet_scale_sets(name).await
+    }
+}
+
+/// A stage cancelled while its fleet is being created, whose fleet then runs (the cancel came after
+/// the round read the job): the egress of its input, billed to the attempt and the tenant, is in
+/// the job's cost too, so the tenant's spend is what its jobs cost.
+#[tokio::test]
+async fn a_stage_cancelled_while_its_fleet_is_created_pays_its_egress_in_its_own_cost() {
+    let cfg = ControlConfig { auto_complete: true, ..config() };
+    let mut h = harness_with("pipeline-egress-cancelled", two_regions(), cfg.clone());
+    let hooked = Arc::new(HookOnFleetRead { inner: h.cloud.clone(), hook: std::sync::Mutex::new(None) });
+    h.ctl = scheduler::control::Controller::new(
+        h.store.clone(),
+        hooked.clone() as Arc<dyn Cloud>,
+        h.clock.clone() as Arc<dyn Clock>,
+        Arc::new(scheduler::Catalog::builtin()),
+        cfg,
+        scheduler::control::ControlMetrics::unregistered(),
+    );
+    let mut prep = a100_stage("prep", &[], 1.0);
+    prep["regions"] = serde_json::json!(["westus3"]);
+    prep["output_gb"] = serde_json::json!(500);
+    let ids = submit_pipeline(
+        &h,
+        serde_json::json!({"name": "two", "tenant": "research", "jobs": [prep, a100_stage("train", &["prep"], 1.0)]}),
+    );
+    h.round().await;
+    h.step(61).await;
+    assert_eq!(h.job(&ids["prep"]).state, JobState::Running);
+    // westus3 has no A100 quota beyond what prep holds: train is placed in eastus, away from its
+    // 500 GB of input ($10 of egress at the catalog's $0.02/GB).
+    h.cloud.set_quota_limit("westus3", &QuotaPool::Family("standardNCADSA100v4Family".into()), 0).unwrap();
+    for _ in 0..40 {
+        if h.job(&ids["train"]).state != JobState::Pending {
+            break;
+        }
+        h.step(300).await;
+    }
+    assert_eq!(h.job(&ids["train"]).state, JobState::Provisioning);
+    let placed = h.detail(&ids["train"]).attempts.last().unwrap().clone();
+    assert_eq!((placed.region.as_str(), placed.egress_usd), ("eastus", 10.0), "{placed:?}");
+    // The user cancels train while the round looks at its fleet, which has been created.
+    let canceller = scheduler::jobs::JobService::new(
+        h.store.clone(),
+        Arc::new(scheduler::Catalog::builtin()),
+        h.clock.clone() as Arc<dyn Clock>,
+    )
+    .without_flush();
+    let train_id = ids["train"].clone();
+    *hooked.hook.lock().unwrap() = Some((
+        placed.fleet_name.clone(),
+        Box::new(move || {
+            canceller.cancel(&train_id, "tester").expect("cancelled");
+        }),
+    ));
+    h.step(61).await;
+    assert!(hooked.hook.lock().unwrap().is_none(), "the hook ran");
+    let d = h.detail(&ids["train"]);
+    let ran = d.attempts.iter().find(|a| a.number == placed.number).unwrap();
+    assert!(ran.running_since_ms.is_some(), "the fleet ran after the cancel: {ran:?}");
+    assert_eq!(d.job.state, JobState::Cancelled, "the user's cancel stands");
+    // The next rounds delete the fleet and settle it.
+    h.step(60).await;
+    h.step(60).await;
+    let d = h.detail(&ids["train"]);
+    assert!(d.attempts.iter().all(|a| !a.is_active()), "{:?}", d.attempts);
+    let attempts_cost: f64 = d.attempts.iter().map(|a| a.cost_usd).sum();
+    assert!(d.job.cost_usd >= 10.0, "the job's cost has its egress: {}", d.job.cost_usd);
+    assert!((d.job.cost_usd - attempts_cost).abs() < 0.01, "job {} against attempts {attempts_cost}", d.job.cost_usd);
+    let running: Vec<&str> =
+        d.events.iter().filter(|e| e.kind.to_string() == "running").map(|e| e.message.as_str()).collect();
+    assert!(running.iter().any(|m| m.contains("egress $10.00 billed")), "{running:?}");
+    // The tenant paid what its jobs cost, egress included, to the cent.
+    let prep_done = h.job(&ids["prep"]);
+    let spent = h.store.get::<scheduler::records::Tenant>("research").unwrap().unwrap().spent_usd;
+    let jobs_cost = prep_done.cost_usd + d.job.cost_usd;
+    assert!((spent - jobs_cost).abs() < 0.01, "tenant {spent} against jobs {jobs_cost}");
 }
 
 /// Issue #20: a pool that keeps waiting work out is watched (gauges, one `quota_exhausted` event

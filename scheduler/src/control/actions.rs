@@ -5,6 +5,7 @@
 //! to *edit* the job ([`JobEdit`]), and the edit is applied to the job as the store holds it when
 //! the change is written, so that a user's concurrent cancel or completion is never undone.
 
+use crate::accounting;
 use crate::model::{Attempt, BlockedOffer, EventKind, Job, JobState, OfferFilterCounts};
 
 /// One event to record on the job, with its message and data.
@@ -100,10 +101,13 @@ impl JobEdit {
                 Some(Applied { write: true, events: vec![(EventKind::FleetDeleted, message, null())] })
             }
             JobEdit::BecameRunning { all_running, message, egress_usd } => {
+                // The attempt and the tenant pay the egress whatever the job's state (a cancel
+                // that came while the fleet was being created): so does the job's cost.
+                job.cost_usd = accounting::with_egress(job.cost_usd, *egress_usd);
                 if job.state.is_final() {
-                    return None;
+                    return (*egress_usd > 0.0)
+                        .then(|| Applied { write: true, events: vec![(EventKind::Running, message.clone(), null())] });
                 }
-                job.cost_usd += egress_usd;
                 if *all_running {
                     job.set_state(JobState::Running, now_ms);
                 }

@@ -8,6 +8,7 @@ use super::actions::{Action, Change, JobEdit};
 use super::error_policy::{self, Tried};
 use super::snapshot::{Seen, Snapshot};
 use super::world::our_usage;
+use crate::accounting;
 use crate::cloud::{CloudError, Fleet, OperationStatus, ProvisioningState, ScaleSet};
 use crate::model::{Attempt, AttemptState};
 
@@ -122,7 +123,7 @@ pub(crate) fn became_running(
     let egress_usd = a.egress_usd;
     let mut spend = None;
     if egress_usd > 0.0 {
-        a.cost_usd += egress_usd;
+        a.cost_usd = accounting::with_egress(a.cost_usd, egress_usd);
         message.push_str(&format!("; egress ${egress_usd:.2} billed for its input"));
         spend = snap.jobs.get(&a.job_id).map(|j| (j.spec.tenant.clone(), egress_usd));
     }
