@@ -155,6 +155,7 @@ fn prepare_store(data: &Path, n: u32) -> AgentKeys {
         below_min_since_ms: None,
         cost_usd: 0.0,
         egress_usd: 0.0,
+        egress_gb: 0.0,
         accounted_until_ms: Some(now),
         failure: None,
         failure_class: None,

@@ -69,9 +69,10 @@ pub fn overlap_scale(fractions_sum: f64) -> f64 {
 
 /// The GB of its job's input a placement of `gpus` of the job's `wanted_gpus` moves when it runs
 /// away from the data: all of it for a gang (every rank reads the whole input), its GPUs' share
-/// for a split job (sharded work), as the solver's egress term counts it.
+/// for a split job (sharded work), as the solver's egress term counts it; never more than all of
+/// it (a placement whose VMs hold more GPUs than the job wants reads the input once).
 pub fn moved_gb(data_gb: f64, gang: bool, gpus: u32, wanted_gpus: u32) -> f64 {
-    if gang { data_gb } else { data_gb * f64::from(gpus) / f64::from(wanted_gpus.max(1)) }
+    if gang { data_gb } else { data_gb * (f64::from(gpus) / f64::from(wanted_gpus.max(1))).min(1.0) }
 }
 
 /// USD of moving `gb` at `usd_per_gb`: what the job (and its tenant's budget) pays for it.

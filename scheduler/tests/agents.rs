@@ -89,6 +89,7 @@ fn job_of_kind(w: &World, id: &str, kind: &str, vms: u32, extra: &str) -> Attemp
         below_min_since_ms: None,
         cost_usd: 0.0,
         egress_usd: 0.0,
+        egress_gb: 0.0,
         accounted_until_ms: Some(T0),
         failure: None,
         failure_class: None,

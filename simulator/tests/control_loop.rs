@@ -322,6 +322,7 @@ async fn a_restart_mid_provisioning_adopts_the_fleet_and_makes_no_duplicate_or_o
         below_min_since_ms: None,
         cost_usd: 0.0,
         egress_usd: 0.0,
+        egress_gb: 0.0,
         accounted_until_ms: None,
         failure: None,
         failure_class: None,

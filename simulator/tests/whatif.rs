@@ -653,6 +653,9 @@ async fn pipelines_run_in_order_under_every_policy_with_their_egress_counted() {
         assert_eq!(p.submitted as usize, pipelines.len(), "{name}");
         assert!(p.finished > 0, "{name}: {p:?}");
         assert!((p.egress_usd - p.egress_gb * 0.02).abs() < 1e-3, "{name}: {p:?}");
+        // The table counts the egress each policy billed its stages (one rule, the loop's).
+        let billed: f64 = stages.iter().map(|(j, _)| by_id[j.id.as_str()].egress_usd).sum();
+        assert!((p.egress_usd - billed).abs() < 1e-3, "{name}: table {p:?} against billed ${billed}");
         assert_eq!(p.stages_moved > 0, p.egress_gb > 0.0, "{name}: a moved stage pays for its input: {p:?}");
         moved += p.stages_moved;
     }

@@ -481,6 +481,7 @@ mod tests {
             below_min_since_ms: None,
             cost_usd: cost,
             egress_usd: 0.0,
+            egress_gb: 0.0,
             accounted_until_ms: None,
             failure: None,
             failure_class: None,

@@ -259,6 +259,7 @@ pub(crate) fn intent(
         below_min_since_ms: None,
         cost_usd: 0.0,
         egress_usd: 0.0,
+        egress_gb: 0.0,
         accounted_until_ms: None,
         failure: None,
         failure_class: None,
@@ -267,9 +268,10 @@ pub(crate) fn intent(
         "attempt {number}: {} × {} {} in {} at ${:.3}/VM-hour, fleet {}",
         p.vms, size.name, priority, p.region, price, attempt.fleet_name
     );
-    let (note, egress_usd) = data_note(catalog, data, &p.region, job.spec.is_gang(), p.gpus, job.wanted_gpus());
+    let (note, egress_gb, egress_usd) =
+        data_note(catalog, data, &p.region, job.spec.is_gang(), p.gpus, job.wanted_gpus());
     message.push_str(&note);
-    let attempt = Attempt { egress_usd, ..attempt };
+    let attempt = Attempt { egress_gb, egress_usd, ..attempt };
     let edit = JobEdit::Placed {
         number,
         expected: job.attempts,
@@ -282,9 +284,9 @@ pub(crate) fn intent(
     Some((attempt, change))
 }
 
-/// Where the placement's data comes from, and the egress it bills: `, data in eastus` when it
-/// runs there, `, 120 GB of data moved from eastus: egress $2.40` when it does not (at the
-/// catalog's transfer price, the solver's; its share of the data for a part of a split job).
+/// Where the placement's data comes from, and the GB it moves and the egress it bills: `, data in
+/// eastus` when it runs there, `, 120 GB of data moved from eastus: egress $2.40` when it does not
+/// (at the catalog's transfer price, the solver's; its share of the data for a part of a split job).
 fn data_note(
     catalog: &Catalog,
     data: Option<&(String, Option<f64>)>,
@@ -292,15 +294,15 @@ fn data_note(
     gang: bool,
     gpus: u32,
     wanted: u32,
-) -> (String, f64) {
+) -> (String, f64, f64) {
     match data {
-        None => (String::new(), 0.0),
-        Some((from, _)) if from == region => (format!(", data in {from}"), 0.0),
-        Some((from, None)) => (format!(", data in {from} (size not declared)"), 0.0),
+        None => (String::new(), 0.0, 0.0),
+        Some((from, _)) if from == region => (format!(", data in {from}"), 0.0, 0.0),
+        Some((from, None)) => (format!(", data in {from} (size not declared)"), 0.0, 0.0),
         Some((from, Some(gb))) => {
             let gb = accounting::moved_gb(*gb, gang, gpus, wanted);
             let usd = accounting::egress_usd(gb, catalog.egress_usd_per_gb(from, region));
-            (format!(", {gb:.0} GB of data moved from {from}: egress ${usd:.2}"), usd)
+            (format!(", {gb:.0} GB of data moved from {from}: egress ${usd:.2}"), gb, usd)
         }
     }
 }

@@ -72,6 +72,7 @@ fn attempt(job_id: &str, number: u32, state: AttemptState, priority: Priority) -
         below_min_since_ms: None,
         cost_usd: 0.0,
         egress_usd: 0.0,
+        egress_gb: 0.0,
         accounted_until_ms: (state == AttemptState::Running).then_some(NOW - 3_600_000),
         failure: None,
         failure_class: None,

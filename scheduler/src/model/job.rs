@@ -303,6 +303,11 @@ pub struct Attempt {
     /// moved nothing).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub egress_usd: f64,
+    /// GB of its job's input that `egress_usd` prices (`crate::accounting::moved_gb`: all of it for
+    /// a gang, its GPUs' share for a part of a split job), kept so that reports count the data
+    /// moved as it was billed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub egress_gb: f64,
     /// Up to when cost and progress have been accounted, Unix milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accounted_until_ms: Option<i64>,

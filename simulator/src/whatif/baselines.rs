@@ -328,6 +328,8 @@ impl Broker {
                     started_ms: now,
                     running_ms: None,
                     ended_ms: None,
+                    egress_gb: 0.0,
+                    egress_usd: 0.0,
                 });
                 j.phase = Phase::Provisioning { op, cand: k };
                 true
@@ -512,17 +514,22 @@ impl Driver for Broker {
                         };
                         // A stage that runs away from its input pays to move it, as the loop's
                         // placements do (the same accounting rules, the same catalog rate).
-                        let egress = match &self.jobs[idx].input {
+                        let (moved_gb, egress) = match &self.jobs[idx].input {
                             Some((from, Some(gb))) if *from != self.jobs[idx].candidates[cand].region => {
-                                let rate =
-                                    self.catalog.egress_usd_per_gb(from, &self.jobs[idx].candidates[cand].region);
-                                accounting::egress_usd(*gb, rate)
+                                let (j, c) = (&self.jobs[idx], &self.jobs[idx].candidates[cand]);
+                                let moved =
+                                    accounting::moved_gb(*gb, j.spec.is_gang(), c.vms * c.gpus_per_vm, j.spec.gpus);
+                                (moved, accounting::egress_usd(moved, self.catalog.egress_usd_per_gb(from, &c.region)))
                             }
-                            _ => 0.0,
+                            _ => (0.0, 0.0),
                         };
                         let j = &mut self.jobs[idx];
-                        j.cost_usd += egress;
+                        j.cost_usd = accounting::with_egress(j.cost_usd, egress);
                         j.egress_usd += egress;
+                        if let Some(span) = j.spans.last_mut() {
+                            span.egress_gb = moved_gb;
+                            span.egress_usd = egress;
+                        }
                         j.phase = Phase::Running { cand, since_ms: now };
                         j.running_vms = running;
                         j.tried.iter_mut().for_each(|t| *t = false);

@@ -107,6 +107,9 @@ impl LoopDriver {
                 started_ms: a.started_at_ms,
                 running_ms: a.running_since_ms,
                 ended_ms: a.ended_at_ms,
+                // Billed only once the attempt ran; a placement that never ran moved nothing.
+                egress_gb: if a.running_since_ms.is_some() { a.egress_gb } else { 0.0 },
+                egress_usd: if a.running_since_ms.is_some() { a.egress_usd } else { 0.0 },
             });
         }
         JobOutcome {

@@ -70,10 +70,10 @@ pub struct PipelinesReport {
     pub deadline_misses: u64,
     /// Stage attempts that ran outside the region holding their input.
     pub stages_moved: u64,
-    /// GB of stage input moved between regions (a stage's dependencies' declared output, once per
-    /// attempt that ran away from it).
+    /// GB of stage input moved between regions, as billed: per attempt that ran away from it, its
+    /// dependencies' declared output (its GPUs' share of it for a part of a split stage).
     pub egress_gb: f64,
-    /// USD paid for that egress, at the solver's inter-region rate.
+    /// USD billed for that egress, at the catalog's rate for each pair of regions.
     pub egress_usd: f64,
 }
 
@@ -142,6 +142,13 @@ pub struct AttemptSpan {
     pub running_ms: Option<i64>,
     /// When it ended (failed, lost, replaced or done), Unix ms; none while it lasts.
     pub ended_ms: Option<i64>,
+    /// GB of its pipeline stage's input it moved (`scheduler::accounting::moved_gb`: all of it for
+    /// a gang, its GPUs' share for a part of a split job), once it ran away from the input.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub egress_gb: f64,
+    /// USD billed for that move (in its job's `cost_usd` and `egress_usd`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub egress_usd: f64,
 }
 
 /// A failover for the timeline.
@@ -259,7 +266,8 @@ impl PolicyReport {
 /// The pipelines' figures of one policy's run, from the workload's stages and their outcomes (none
 /// when the workload has no pipeline). A stage's input lies where the control loop's rule says
 /// (`scheduler::control::gate_link`: its dependencies' last region and declared output); every
-/// attempt of the stage that ran elsewhere moved it, at [`solver::DEFAULT_EGRESS_USD_PER_GB`].
+/// attempt of the stage that ran elsewhere counts as moved, and the GB and USD are what each
+/// attempt was billed (`AttemptSpan::egress_gb`, `egress_usd`), so the table and the bill agree.
 pub(crate) fn pipelines_report(jobs: &[TraceJob], outcomes: &[JobOutcome], end_ms: i64) -> Option<PipelinesReport> {
     use scheduler::control::{Gate, Upstream, gate_link};
     use scheduler::model::JobState;
@@ -320,13 +328,17 @@ pub(crate) fn pipelines_report(jobs: &[TraceJob], outcomes: &[JobOutcome], end_m
                 output_gb: stages.get(dep).and_then(|st| st.link.output_gb),
             })
         });
-        if let Gate::Ready { data: Some((from, gb)) } = gate {
+        if let Gate::Ready { data: Some((from, _)) } = gate {
             let moved = o.attempts.iter().filter(|a| a.running_ms.is_some() && a.region != from).count();
             report.stages_moved += moved as u64;
-            report.egress_gb += gb.unwrap_or(0.0) * moved as f64;
+        }
+        // What the policy billed, attempt by attempt, by the one rule the loop bills by (a split
+        // stage's part moves its share of the input), at the catalog's rate for the pair.
+        for a in o.attempts.iter().filter(|a| a.running_ms.is_some()) {
+            report.egress_gb += a.egress_gb;
+            report.egress_usd += a.egress_usd;
         }
     }
-    report.egress_usd = report.egress_gb * solver::DEFAULT_EGRESS_USD_PER_GB;
     let mut makespans = Vec::new();
     for Run { arrival, done, failed, deadline } in pipelines.values() {
         report.submitted += 1;
@@ -949,5 +961,103 @@ mod chart_tests {
         assert_eq!(tick_label(0.5, 0.25), "0.50");
         assert_eq!(tick_label(0.4, 0.2), "0.4");
         assert_eq!(tick_label(0.05, 0.025), "0.050");
+    }
+}
+
+#[cfg(test)]
+mod pipeline_tests {
+    use std::sync::Arc;
+
+    use scheduler::model::{PipelineSpec, Priority, SpecFormat};
+
+    use super::*;
+    use crate::whatif::workload::Stage;
+
+    const H: i64 = 3_600_000;
+
+    fn span(region: &str, started: i64, egress_gb: f64, egress_usd: f64) -> AttemptSpan {
+        AttemptSpan {
+            region: region.into(),
+            size: "Standard_NC24ads_A100_v4".into(),
+            priority: Priority::Regular,
+            started_ms: started,
+            running_ms: Some(started + 60_000),
+            ended_ms: Some(started + H),
+            egress_gb,
+            egress_usd,
+        }
+    }
+
+    fn outcome(id: &str, attempts: Vec<AttemptSpan>) -> JobOutcome {
+        let egress_usd = attempts.iter().map(|a| a.egress_usd).sum();
+        JobOutcome {
+            id: id.into(),
+            outcome: Outcome::Completed,
+            gpus: 4,
+            submitted_ms: 0,
+            first_running_ms: attempts.first().and_then(|a| a.running_ms),
+            finished_ms: attempts.iter().filter_map(|a| a.ended_ms).max(),
+            deadline_ms: None,
+            cost_usd: 10.0 + egress_usd,
+            egress_usd,
+            work_gpu_hours: 4.0,
+            lost_work_gpu_hours: 0.0,
+            failovers: 0,
+            attempts,
+            end_reason: None,
+        }
+    }
+
+    /// The table counts a stage's egress as the policy billed it, attempt by attempt: a split
+    /// stage whose part of 2 of its 4 GPUs ran away from its 400 GB of input moved 200 GB (the
+    /// loop's rule, `accounting::moved_gb`), not the whole input, at the pair's rate.
+    #[test]
+    fn a_split_stage_moved_in_part_counts_its_share_of_the_input_as_billed() {
+        let text = r#"
+name = "p"
+tenant = "t"
+[[jobs]]
+name = "prep"
+kind = "batch"
+gpus = 4
+duration_hours = 1.0
+output_gb = 400
+[[jobs]]
+name = "score"
+kind = "batch"
+gpus = 4
+duration_hours = 1.0
+depends_on = ["prep"]
+"#;
+        let catalog = scheduler::Catalog::builtin();
+        let spec = Arc::new(
+            PipelineSpec::parse_checked(text, SpecFormat::Toml, &catalog, time::OffsetDateTime::UNIX_EPOCH)
+                .expect("valid pipeline"),
+        );
+        let ids =
+            BTreeMap::from([("prep".to_string(), "j-prep".to_string()), ("score".to_string(), "j-score".to_string())]);
+        let links = spec.links("p-1", &ids);
+        let jobs: Vec<TraceJob> = spec
+            .jobs
+            .iter()
+            .zip(links)
+            .map(|(j, link)| TraceJob {
+                id: ids[&j.spec.name].clone(),
+                at_ms: 0,
+                spec: j.spec.clone(),
+                pipeline: Some(Stage { link, spec: spec.clone() }),
+            })
+            .collect();
+        assert!(!jobs[1].spec.is_gang(), "a batch stage is split");
+        // prep ran in eastus; score in two parts: 2 GPUs there, 2 in westus3 (200 GB moved, $4).
+        let outcomes = vec![
+            outcome("j-prep", vec![span("eastus", 0, 0.0, 0.0)]),
+            outcome("j-score", vec![span("eastus", 2 * H, 0.0, 0.0), span("westus3", 2 * H, 200.0, 4.0)]),
+        ];
+        let p = pipelines_report(&jobs, &outcomes, 10 * H).expect("the workload has pipelines");
+        assert_eq!(p.stages_moved, 1, "{p:?}");
+        assert!((p.egress_gb - 200.0).abs() < 1e-9, "the part's share, not the whole 400 GB: {p:?}");
+        assert!((p.egress_usd - 4.0).abs() < 1e-9, "what was billed: {p:?}");
+        assert_eq!(p.finished, 1, "{p:?}");
     }
 }
