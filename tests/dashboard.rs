@@ -727,6 +727,119 @@ async fn browser_pages_past_the_newest_thousand_jobs() {
     assert_clean_console(&b).await;
 }
 
+/// Issue #23: a pipeline submitted through the API is listed in the pipelines view and, opened,
+/// shows its graph (an edge from each dependency to its dependant) with each job's state as the
+/// API gives it, live: the waiting stage says what it waits for, and runs once its dependency ends.
+#[tokio::test]
+async fn browser_pipelines_list_and_graph_with_each_jobs_state() {
+    let dir = temp_dir("pipelines");
+    let Some(b) = Browser::start(&dir, 1280, 800).await else { return };
+    let s = Server::start(dir.join("server"), &[]);
+    // prep runs a few simulated minutes; train and eval wait for it in turn; report runs after
+    // prep too, beside train. At 600× the whole is under a minute of real time.
+    let stage = |name: &str, after: &[&str], hours: f64| {
+        json!({"name": name, "kind": "batch", "gpus": 1, "sizes": ["Standard_NC4as_T4_v3"], "regions": ["eastus2"],
+               "spot": "never", "duration_hours": hours, "depends_on": after})
+    };
+    let body = json!({"name": "nightly", "tenant": "team-a", "jobs": [
+        stage("prep", &[], 0.5), stage("train", &["prep"], 500.0), stage("eval", &["train"], 1.0),
+        stage("report", &["prep"], 500.0)]});
+    let r =
+        Server::http().post(format!("{}/v1/pipelines", s.url)).bearer_auth(&s.admin).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let p: Value = r.json().await.unwrap();
+    let id = p["id"].as_str().unwrap().to_string();
+    let ids: std::collections::BTreeMap<String, String> = p["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| (j["name"].as_str().unwrap().to_string(), j["id"].as_str().unwrap().to_string()))
+        .collect();
+
+    // The list: the pipeline, its state and tenant, from the nav.
+    b.goto(&format!("{}/#token={}", s.url, s.admin)).await;
+    b.wait_text("#who", "admin", 30).await;
+    b.click_on("#nav a[data-view=pipelines]", 5).await;
+    let row = format!("#pipelines-table tr.row[data-id='{id}']");
+    b.wait_for("the pipeline's row", 30, || async { b.find(&row).await }).await;
+    assert_eq!(b.text_of(&format!("{row} a.joblink")).await.as_deref(), Some("nightly"));
+    assert_eq!(count(&b, &format!("{row} .dots .dot")).await, 4, "a dot per job");
+    assert!(b.text_of(&row).await.unwrap().contains("team-a"));
+
+    // The graph: a box per job with its state, an edge per dependency.
+    b.click_on(&format!("{row} a.joblink"), 5).await;
+    b.wait_text("#pipeline-name", "nightly", 30).await;
+    assert_eq!(count(&b, "#pipeline-graph .pnode").await, 4);
+    let edges = b
+        .exec(
+            "return [...document.querySelectorAll('#pipeline-graph path.edge')].map(e => e.getAttribute('data-from') + '>' + e.getAttribute('data-to')).sort()",
+            json!([]),
+        )
+        .await;
+    assert_eq!(edges, json!(["prep>report", "prep>train", "train>eval"]));
+    // Dependencies to the left of their dependants.
+    let x_of = |name: &str| {
+        let b = &b;
+        let script = format!(
+            "return Number(document.querySelector(\"#pipeline-graph .pnode[data-job='{name}'] rect.pbox\").getAttribute('x'))"
+        );
+        async move { b.exec(&script, json!([])).await.as_f64().unwrap() }
+    };
+    let (prep_x, train_x, eval_x, report_x) =
+        (x_of("prep").await, x_of("train").await, x_of("eval").await, x_of("report").await);
+    assert!(prep_x < train_x && train_x < eval_x && train_x == report_x, "{prep_x} {train_x} {eval_x} {report_x}");
+    // Each job's state as the API says, kept live: train waits for prep, then runs once prep ends.
+    let state_in_graph = |name: &'static str| {
+        let b = &b;
+        async move {
+            b.exec(
+                "var e = document.querySelector(\"#pipeline-graph .pnode[data-job='\" + arguments[0] + \"']\"); return e ? e.getAttribute('data-state') : null",
+                json!([name]),
+            )
+            .await
+            .as_str()
+            .map(str::to_string)
+        }
+    };
+    let api_state = |name: &str| {
+        let (s, id) = (&s, ids[name].clone());
+        async move { s.get(&format!("/v1/jobs/{id}"), &s.admin).await.1["job"]["state"].as_str().unwrap().to_string() }
+    };
+    assert_eq!(state_in_graph("eval").await.as_deref(), Some("pending"));
+    let waits = b.wait_text("#pipeline-jobs tr[data-job=eval] td.why", "waiting for train", 30).await;
+    assert!(waits.contains("waiting for train"), "{waits}");
+    b.wait_for("prep to succeed in the graph", 60, || async {
+        (state_in_graph("prep").await.as_deref() == Some("succeeded")).then_some(())
+    })
+    .await;
+    assert_eq!(api_state("prep").await, "succeeded");
+    let train = b
+        .wait_for("train to run in the graph", 60, || async {
+            state_in_graph("train").await.filter(|s| s == "provisioning" || s == "running")
+        })
+        .await;
+    let api = api_state("train").await;
+    assert!(api == train || (train == "provisioning" && api == "running"), "graph {train}, API {api}");
+    assert_eq!(state_in_graph("eval").await.as_deref(), Some("pending"), "eval still waits for train");
+    assert_eq!(b.text_of("#pipeline-summary .big").await.as_deref(), Some("4"), "the jobs card counts them");
+    assert_fits(&b, "a pipeline at 1280 px").await;
+    screenshot(&b, &dir, "dashboard-pipeline.png").await;
+    // A box opens its job.
+    b.click_on("#pipeline-graph .pnode[data-job=prep]", 5).await;
+    b.wait_text("#job-name", "prep", 30).await;
+    assert!(b.url().await.contains(&ids["prep"]));
+    // The nav marks the pipelines view for a pipeline.
+    b.goto(&format!("{}/#/pipeline/{id}", s.url)).await;
+    b.wait_text("#pipeline-name", "nightly", 30).await;
+    let current =
+        b.exec("return document.querySelector('#nav a[aria-current=page]').getAttribute('data-view')", json!([])).await;
+    assert_eq!(current, json!("pipelines"));
+    // An unknown pipeline says so.
+    b.goto(&format!("{}/#/pipeline/p-nope", s.url)).await;
+    b.wait_element("#pipeline-missing", 30).await;
+    assert_clean_console(&b).await;
+}
+
 /// vCPUs spillway uses in a region's pools, as the capacity view's bars say (`None` before they show).
 async fn used_in(b: &Browser, region: &str) -> Option<u64> {
     let script = "var p = [...document.querySelectorAll('.pool[data-region=' + arguments[0] + ']')]; \

@@ -461,7 +461,7 @@
     fill(main);
     S.viewName = VIEWS[r.name] ? r.name : 'jobs';
     for (const a of document.querySelectorAll('#nav a')) {
-      const current = a.getAttribute('data-view') === (S.viewName === 'job' ? 'jobs' : S.viewName);
+      const current = a.getAttribute('data-view') === ({ job: 'jobs', pipeline: 'pipelines' }[S.viewName] || S.viewName);
       if (current) a.setAttribute('aria-current', 'page');
       else a.removeAttribute('aria-current');
     }
@@ -1435,7 +1435,186 @@
     return { refresh, minInterval: 4000, onEvent: () => scheduleRefresh(2000) };
   }
 
-  const VIEWS = { jobs: JobsView, job: JobView, capacity: CapacityView, cost: CostView, plan: PlanView };
+  // ---------- Pipelines ----------
+  const PIPELINE_STATES = ['pending', 'running', 'succeeded', 'failed', 'cancelled'];
+  const pipelineLink = (id, name) => h('a', { href: '#/pipeline/' + encodeURIComponent(id), class: 'joblink' }, name || id);
+  // A job of a pipeline that retention forgot has no state of its own any more: the pipeline
+  // keeps how it ended (its `state` then comes from there), or shows it as forgotten.
+  const memberState = (j) => j.state || 'forgotten';
+  const memberWhy = (j) => ((j.pending_reasons || []).length ? j.pending_reasons.join('; ') : j.end_reason || '');
+
+  function PipelinesView(root, r) {
+    const st = { state: PIPELINE_STATES.includes(r.params.get('state')) ? r.params.get('state') : '', sig: null };
+    const stateSel = h('select', { id: 'pipelines-state', name: 'state' }, h('option', { value: '', text: 'every state' }), PIPELINE_STATES.map((x) => h('option', { value: x, text: x })));
+    stateSel.value = st.state;
+    stateSel.addEventListener('change', () => {
+      st.state = stateSel.value;
+      history.replaceState(null, '', '#/pipelines' + q({ state: st.state }));
+      refresh();
+    });
+    const wrap = h('div', { id: 'pipelines-table' });
+    const note = h('p', { class: 'muted', id: 'pipelines-note' });
+    root.append(
+      h('div', { class: 'viewhead' }, h('h1', { text: 'Pipelines' }), h('span', { class: 'muted', text: 'jobs that depend on jobs; open one for its graph' })),
+      h('section', { class: 'card' }, h('form', { class: 'filters', on: { submit: (e) => e.preventDefault() } }, h('label', null, 'State ', stateSel)), wrap, note)
+    );
+    async function refresh() {
+      const list = await api('/v1/pipelines' + q({ limit: LIST_LIMIT, state: st.state }));
+      // Redrawn only when the answer changed: a table rebuilt under the pointer swallows clicks.
+      const sig = JSON.stringify([list.pipelines, list.total]);
+      if (sig === st.sig) return;
+      st.sig = sig;
+      // Newest first, as the jobs view lists jobs (each page comes oldest first).
+      const rows = list.pipelines.slice().reverse();
+      fill(wrap,
+        table(
+          'pipelines',
+          ['Pipeline', 'State', 'Tenant', 'Jobs', { label: 'Cost (USD)', num: true }, 'Submitted'],
+          rows.map((p) => {
+            const jobs = p.jobs || [];
+            const done = jobs.filter((j) => j.state === 'succeeded').length;
+            return h(
+              'tr',
+              { class: 'row', data: { id: p.id, state: p.state, tenant: p.tenant }, on: { click: (e) => { if (!e.target.closest('a')) location.hash = '#/pipeline/' + encodeURIComponent(p.id); } } },
+              td([pipelineLink(p.id, p.name), h('div', { class: 'sub mono', text: p.id })]),
+              td(badge(p.state)),
+              td(p.tenant),
+              td([done + ' of ' + jobs.length + ' succeeded ', h('span', { class: 'dots' }, jobs.map((j) => h('span', { class: 'dot st-' + memberState(j), title: j.name + ': ' + memberState(j) })))]),
+              td(usd(p.cost_usd), 'num'),
+              td(when(p.submitted_at_ms))
+            );
+          }),
+          st.state ? 'No pipeline ' + st.state + '.' : 'No pipelines yet: submit one with POST /v1/pipelines or spillway submit FILE.'
+        )
+      );
+      note.textContent = list.truncated ? 'The newest ' + list.pipelines.length + ' of ' + list.total + ' pipelines.' : '';
+    }
+    return { refresh, minInterval: 1000, onEvent: () => scheduleRefresh(500) };
+  }
+
+  // The graph: one column per depth (a job's longest chain of dependencies), dependencies on the
+  // left, each job a box coloured by its state, linked to the job's page.
+  function pipelineGraph(container, p) {
+    const jobs = p.jobs || [];
+    const byName = new Map(jobs.map((j) => [j.name, j]));
+    const depth = new Map();
+    const depthOf = (name, seen) => {
+      if (depth.has(name)) return depth.get(name);
+      const j = byName.get(name);
+      // The server refuses cycles; `seen` only keeps a damaged record from looping here.
+      const deps = j && !seen.has(name) ? j.depends_on || [] : [];
+      seen.add(name);
+      const d = deps.length ? 1 + Math.max(...deps.map((x) => depthOf(x, seen))) : 0;
+      depth.set(name, d);
+      return d;
+    };
+    for (const j of jobs) depthOf(j.name, new Set());
+    const columns = [];
+    for (const j of jobs) (columns[depth.get(j.name)] = columns[depth.get(j.name)] || []).push(j);
+    const BW = 190;
+    const BH = 46;
+    const GX = 56;
+    const GY = 14;
+    const M = 8;
+    const tallest = Math.max(1, ...columns.map((c) => (c ? c.length : 0)));
+    const W = M * 2 + columns.length * BW + Math.max(0, columns.length - 1) * GX;
+    const H = M * 2 + tallest * BH + (tallest - 1) * GY;
+    const at = new Map();
+    columns.forEach((col, c) =>
+      (col || []).forEach((j, k) => {
+        const offset = ((tallest - col.length) * (BH + GY)) / 2;
+        at.set(j.name, { x: M + c * (BW + GX), y: M + offset + k * (BH + GY) });
+      })
+    );
+    const svg = s('svg', { class: 'pgraph', id: 'pipeline-graph', width: W, height: H, viewBox: '0 0 ' + W + ' ' + H, role: 'img', 'aria-label': 'Graph of the pipeline: each job, its state, and what it runs after' });
+    for (const j of jobs)
+      for (const dep of j.depends_on || []) {
+        const a = at.get(dep);
+        const b = at.get(j.name);
+        if (!a || !b) continue;
+        const x1 = a.x + BW;
+        const y1 = a.y + BH / 2;
+        const x2 = b.x;
+        const y2 = b.y + BH / 2;
+        const mid = (x1 + x2) / 2;
+        svg.append(s('path', { class: 'edge', d: 'M' + x1 + ' ' + y1 + 'C' + mid + ' ' + y1 + ' ' + mid + ' ' + y2 + ' ' + (x2 - 4) + ' ' + y2, data: { from: dep, to: j.name } }, s('title', null, j.name + ' runs after ' + dep)));
+        svg.append(s('path', { class: 'arrow', d: 'M' + (x2 - 7) + ' ' + (y2 - 4) + 'L' + x2 + ' ' + y2 + 'L' + (x2 - 7) + ' ' + (y2 + 4) + 'Z' }));
+      }
+    for (const j of jobs) {
+      const { x, y } = at.get(j.name);
+      const state = memberState(j);
+      const why = memberWhy(j);
+      const short = (t, n) => (t.length > n ? t.slice(0, n - 1) + '…' : t);
+      svg.append(
+        s(
+          'a',
+          { href: '#/job/' + encodeURIComponent(j.id), class: 'pnode', data: { job: j.name, id: j.id, state } },
+          s('title', null, j.name + ' (' + j.id + '): ' + state + (why ? ' · ' + why : '') + ' · ' + usd(j.cost_usd)),
+          s('rect', { class: 'pbox st-' + state, x, y, width: BW, height: BH, rx: 6 }),
+          s('rect', { class: 'pbar st-' + state, x, y, width: 6, height: BH, rx: 2 }),
+          s('text', { class: 'pname', x: x + 14, y: y + 19 }, short(j.name, 24)),
+          s('text', { class: 'pstate', x: x + 14, y: y + 36 }, state + (why ? ' · ' + short(why, 22) : ''))
+        )
+      );
+    }
+    fill(container, h('div', { class: 'scroll' }, svg), legend(['pending', 'provisioning', 'running', 'migrating', 'succeeded', 'failed', 'cancelled'].map((x) => ({ cls: 'st-' + x, label: x }))));
+  }
+
+  function PipelineView(root, r) {
+    const id = r.arg || '';
+    const head = h('div', { class: 'viewhead' }, h('h1', { text: id }));
+    const summary = h('div', { class: 'cards', id: 'pipeline-summary' });
+    const graph = h('div', { id: 'pipeline-graph-wrap' });
+    const jobsEl = h('div', { id: 'pipeline-jobs' });
+    root.append(h('p', null, h('a', { href: '#/pipelines', class: 'back', text: '‹ All pipelines' })), head, summary, section('Graph', graph), section('Jobs', jobsEl));
+    let members = new Set();
+    let sig = null;
+    async function refresh() {
+      let p;
+      try {
+        p = await api('/v1/pipelines/' + encodeURIComponent(id));
+      } catch (e) {
+        if (e.status === 404) {
+          fill(head, h('h1', { text: 'No pipeline ' + id }));
+          fill(summary, h('p', { class: 'muted', id: 'pipeline-missing', text: 'There is no such pipeline (retention forgets one with the last of its jobs), or this token may not see it.' }));
+          fill(graph);
+          fill(jobsEl);
+          return;
+        }
+        throw e;
+      }
+      const now = JSON.stringify(p.jobs) + p.state + p.cost_usd;
+      if (now === sig) return;
+      sig = now;
+      const jobs = p.jobs || [];
+      members = new Set(jobs.map((j) => j.id));
+      const card = (title, big, sub) => h('div', { class: 'card stat' }, h('div', { class: 'muted', text: title }), h('div', { class: 'big', text: big }), sub ? h('div', { class: 'sub', text: sub }) : null);
+      const count = (x) => jobs.filter((j) => memberState(j) === x).length;
+      fill(head, h('h1', { id: 'pipeline-name', text: p.name }), badge(p.state), h('span', { class: 'muted mono', text: p.id }), h('span', { class: 'muted', text: 'tenant ' + p.tenant }));
+      fill(summary,
+        card('Jobs', String(jobs.length), count('succeeded') + ' succeeded · ' + count('failed') + ' failed · ' + jobs.filter((j) => OPEN.has(j.state)).length + ' open'),
+        card('Cost so far', usd(p.cost_usd), 'its jobs’ cost, egress included'),
+        card('Submitted', when(p.submitted_at_ms), p.cancelled_by ? 'cancelled by ' + p.cancelled_by : null)
+      );
+      pipelineGraph(graph, p);
+      fill(jobsEl,
+        table(
+          'pipeline-jobs',
+          ['Job', 'State', 'After', { label: 'Cost (USD)', num: true }, 'Why it waits / how it ended'],
+          jobs.map((j) => h('tr', { data: { job: j.name, id: j.id, state: memberState(j) } }, td([jobLink(j.id, j.name), h('div', { class: 'sub mono', text: j.id })]), td(badge(memberState(j))), td((j.depends_on || []).join(', ') || '—'), td(usd(j.cost_usd), 'num'), td(memberWhy(j), 'why'))),
+          'No jobs.'
+        )
+      );
+    }
+    return {
+      refresh,
+      onEvent: (e) => {
+        if (members.has(e.job_id)) scheduleRefresh(200);
+      },
+    };
+  }
+
+  const VIEWS = { jobs: JobsView, job: JobView, pipelines: PipelinesView, pipeline: PipelineView, capacity: CapacityView, cost: CostView, plan: PlanView };
 
   // ---------- theme ----------
   function applyTheme(t) {
