@@ -1617,3 +1617,70 @@ duration_hours = 2.0
     assert_eq!(h.ctl.metrics().quota_limit.get_or_create(&west).get(), 192);
     assert_eq!(h.ctl.metrics().quota_used.get_or_create(&west).get(), 192);
 }
+
+/// `(kind, data)` of the store's quota events.
+fn quota_events_of(h: &Harness) -> Vec<(String, serde_json::Value)> {
+    h.store
+        .events_from(0, 10_000)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind.starts_with("quota_"))
+        .map(|e| (e.kind, e.data))
+        .collect()
+}
+
+/// An 8-GPU gang that only westus3's A100 family can take (two NC96 VMs, 192 vCPUs).
+const WEST_GANG: &str = r#"
+name = "ft"
+tenant = "research"
+kind = "training"
+gpus = 8
+sizes = ["Standard_NC96ads_A100_v4"]
+regions = ["westus3"]
+spot = "never"
+duration_hours = 2.0
+"#;
+
+/// Issue #20: a pool whose offers the loop blocked after Azure refused them for quota keeps the
+/// work out as much as a pool read full, so its episode runs while the block lasts: the
+/// `quota_exhausted` event comes 15 minutes after the refusal, not 15 minutes after the block
+/// expires, and the gauge counts the job meanwhile.
+#[tokio::test]
+async fn a_pool_hidden_by_a_learnt_quota_block_counts_toward_quota_exhausted() {
+    use scheduler::control::PoolLabel;
+    let a100 = QuotaPool::Family("standardNCADSA100v4Family".into());
+    let mut cfg = two_regions();
+    cfg.quota.push(toml::from_str("region = \"westus3\"\n[families]\nstandardNCADSA100v4Family = 192\n").unwrap());
+    let h = harness("quota-watch-block", cfg);
+    // The loop reads 192 vCPUs; the limit then drops (another team's request, an Azure change)
+    // before the loop reads it again: its placement is refused for quota, and it blocks the family.
+    h.round().await;
+    h.cloud.set_quota_limit("westus3", &a100, 96).unwrap();
+    let job = h.submit(WEST_GANG);
+    h.step(60).await;
+    let refused_at = h.clock.now_ms();
+    let blocks = h.ctl.capacity().await.unwrap().blocked_offers;
+    assert!(
+        blocks.iter().any(|b| b.region == "westus3" && b.class == scheduler::model::FailureClass::Quota),
+        "the refusal was learnt: {blocks:?}"
+    );
+    assert_eq!(h.job(&job.id).state, JobState::Pending);
+    let west = PoolLabel { region: "westus3".into(), pool: "standardNCADSA100v4Family".into() };
+    h.step(60).await;
+    assert_eq!(h.ctl.metrics().quota_blocked_jobs.get_or_create(&west).get(), 1, "the block hides the job's offer");
+    // The block lasts 10 minutes; the event is due 15 minutes after the refusal.
+    for _ in 0..12 {
+        h.step(60).await;
+    }
+    assert!(quota_events_of(&h).is_empty(), "{:?}", quota_events_of(&h));
+    for _ in 0..3 {
+        h.step(60).await;
+    }
+    let ev = quota_events_of(&h);
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!(ev[0].0, "quota_exhausted");
+    assert_eq!(ev[0].1["region"], "westus3");
+    assert_eq!(ev[0].1["pool"], "standardNCADSA100v4Family");
+    let since = ev[0].1["since_ms"].as_i64().unwrap();
+    assert!(since <= refused_at + 60_000, "the episode runs from the refusal ({refused_at}), not from {since}");
+}

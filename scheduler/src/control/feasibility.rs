@@ -16,7 +16,8 @@ use super::breaker::RegionBreakers;
 use super::world::WorldView;
 use crate::catalog::Catalog;
 use crate::model::{
-    Attempt, AttemptState, Job, Offer, OfferFilter, OfferFilterCounts, Priority, QuotaPool, SpotPolicy, VmSize,
+    Attempt, AttemptState, BlockedOffer, FailureClass, Job, Offer, OfferFilter, OfferFilterCounts, Priority, QuotaPool,
+    SpotPolicy, VmSize,
 };
 
 /// vCPUs our active attempts hold per (region, pool key): (held, of which still provisioning).
@@ -88,20 +89,42 @@ impl<'a> Feasibility<'a> {
             counts.count(verdict.map(|_| ()));
             let Ok(price) = verdict else { continue };
             let held = in_flight.get(&(o.region.as_str(), size.name.as_str(), o.priority)).copied().unwrap_or(0);
-            offers.push(solver::Offer {
-                region: o.region.clone(),
-                size: size.name.clone(),
-                priority: o.priority,
-                gpu_model: size.gpu_model.clone(),
-                gpus_per_vm: size.gpus,
-                vcpus_per_vm: size.vcpus,
-                family: size.family.clone(),
-                price_per_hour: price,
-                capacity_vms: o.capacity_vms.map(|c| c.saturating_sub(held)),
-                eviction_rate_per_hour: o.eviction_rate_per_hour,
-            });
+            offers.push(solver_offer(o, size, price, o.capacity_vms.map(|c| c.saturating_sub(held))));
         }
         (offers, counts)
+    }
+
+    /// The listed offers that only a block learnt from a quota refusal keeps from the solver
+    /// (every other filter lets them through), each with the pool the refusal named, as
+    /// (region, pool). Such an offer's work is kept out by that pool as much as by a pool read
+    /// full: the quota watch counts it ([`super::quota_watch::blocking`]).
+    pub fn quota_blocked_offers(&self) -> Vec<(solver::Offer, (String, QuotaPool))> {
+        let mut out = Vec::new();
+        for o in &self.world.offers {
+            let Some(size) = self.size_of(o) else { continue };
+            let Some(price) = o.price_per_hour else { continue };
+            if self.world.restricted(&o.region, &size.name) || self.breakers.shunned(&o.region, self.now) {
+                continue;
+            }
+            let covering: Vec<&BlockedOffer> = self
+                .world
+                .blocked
+                .iter()
+                .filter(|b| b.is_active(self.now) && b.covers(&o.region, &size.name, &size.family, o.priority))
+                .collect();
+            // Another block (no capacity, a price cap) would keep the offer out even with quota.
+            let Some(first) = covering.first() else { continue };
+            if covering.iter().any(|b| b.class != FailureClass::Quota) {
+                continue;
+            }
+            let pool = match (&first.family, first.priority) {
+                (Some(f), _) => QuotaPool::Family(f.clone()),
+                (None, Some(Priority::Spot)) => QuotaPool::LowPriorityCores,
+                (None, _) => QuotaPool::Cores,
+            };
+            out.push((solver_offer(o, size, price, o.capacity_vms), (first.region.clone(), pool)));
+        }
+        out
     }
 
     /// Counts candidates per waiting job ([`JobCounter::counts`]) against this chain and `ours`:
@@ -120,6 +143,22 @@ impl<'a> Feasibility<'a> {
             listed,
             verdicts: RefCell::new(HashMap::new()),
         }
+    }
+}
+
+/// The solver's view of a listed offer of `size` at `price` per VM-hour.
+fn solver_offer(o: &Offer, size: &VmSize, price: f64, capacity_vms: Option<u32>) -> solver::Offer {
+    solver::Offer {
+        region: o.region.clone(),
+        size: size.name.clone(),
+        priority: o.priority,
+        gpu_model: size.gpu_model.clone(),
+        gpus_per_vm: size.gpus,
+        vcpus_per_vm: size.vcpus,
+        family: size.family.clone(),
+        price_per_hour: price,
+        capacity_vms,
+        eviction_rate_per_hour: o.eviction_rate_per_hour,
     }
 }
 

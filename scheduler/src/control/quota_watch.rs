@@ -22,14 +22,44 @@ use super::metrics::PoolLabel;
 use super::snapshot::Snapshot;
 use super::world::our_usage;
 use super::{Controller, LoopState};
-use crate::model::EventKind;
+use crate::model::{EventKind, QuotaPool};
 
 /// A pool that keeps waiting work out in the last plan: (region, pool as the cloud spells it) →
 /// the solver ids of the demands it keeps out.
 pub(crate) type Blocking = BTreeMap<(String, String), Vec<String>>;
 
-/// The pools of `problem` that keep waiting work out of `plan`.
-pub(crate) fn blocking(problem: &solver::Problem, plan: &solver::Plan) -> Blocking {
+/// The pools of `problem` that keep waiting work out of `plan`, the pools behind learnt quota
+/// blocks included: `quota_blocked` are the offers the loop keeps from the solver only because a
+/// quota refusal blocked them, with the pool each refusal named
+/// ([`Feasibility::quota_blocked_offers`](super::feasibility::Feasibility::quota_blocked_offers)).
+/// Such a pool keeps the work out as long as the block lasts, so its episode must run meanwhile
+/// (it is what an increase would unblock); it is tested like any other pool, on the offers put
+/// back and the pool taken as full, as the refusal said it was.
+pub(crate) fn blocking(
+    problem: &solver::Problem,
+    plan: &solver::Plan,
+    quota_blocked: &[(solver::Offer, (String, QuotaPool))],
+) -> Blocking {
+    let widened;
+    let problem = if quota_blocked.is_empty() {
+        problem
+    } else {
+        let mut p = problem.clone();
+        for (offer, (region, pool)) in quota_blocked {
+            p.offers.push(offer.clone());
+            let key = pool.key();
+            match p.quotas.iter_mut().find(|q| q.region == *region && QuotaPool::parse(&q.pool).key() == key) {
+                Some(q) => q.vcpus = 0,
+                None => p.quotas.push(solver::QuotaLimit {
+                    region: region.clone(),
+                    pool: pool.name().to_string(),
+                    vcpus: 0,
+                }),
+            }
+        }
+        widened = p;
+        &widened
+    };
     let mut out = Blocking::new();
     for (q, jobs) in solver::advise::blocking_pools(problem, plan) {
         let row = &problem.quotas[q];

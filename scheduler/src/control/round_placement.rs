@@ -128,7 +128,9 @@ impl Controller {
                 if self.config.quota_exhausted_after_ms.is_some()
                     && let Some((problem, plan)) = &st.last_solve
                 {
-                    st.quota_blocking = quota_watch::blocking(problem, plan);
+                    let chain = Feasibility { world: &st.world, breakers: &st.breakers, catalog: &self.catalog, now };
+                    let blocking = quota_watch::blocking(problem, plan, &chain.quota_blocked_offers());
+                    st.quota_blocking = blocking;
                 }
             }
             for u in &plan.unplaced {
