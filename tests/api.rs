@@ -478,6 +478,7 @@ async fn openapi_lists_every_route() {
         ("get", "/v1/capacity"),
         ("get", "/v1/plan"),
         ("get", "/v1/advice"),
+        ("post", "/v1/advice/requests"),
         ("get", "/v1/events"),
         ("get", "/v1/spend"),
         ("put", "/v1/tenants/{name}/budget"),

@@ -2,7 +2,7 @@
 
 mod e2e_support;
 
-use e2e_support::{Server, temp_dir};
+use e2e_support::{EMULATOR_TOKEN, Emulator, Server, temp_dir};
 use std::process::Command;
 
 use serde_json::Value;
@@ -349,4 +349,129 @@ async fn the_live_server_advises_on_its_pending_work_and_refuses_a_bad_max() {
     let out = advise(&s, &["--max", "0"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("max"), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // A server on a simulated cloud has no subscription to file with: --apply is refused (409).
+    let out = advise(&s, &["--apply"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("drives a simulated cloud"), "{err}");
+}
+
+/// Regular A100 quota of 96 vCPUs per region (one NC96 VM) and plenty of everything else, on an
+/// emulated Azure that decides quota requests within a second.
+const TIGHT_A100_CLOUD: &str = r#"
+[cloud]
+regions = ["eastus", "westus3"]
+seed = 7
+provisioning_seconds = 1
+eviction_reclaim_seconds = 600
+poll_after_seconds = 1
+default_capacity_vms = 400
+default_spot_eviction_rate_per_hour = 0.0
+
+[cloud.default_quota]
+cores = 20000
+low_priority_cores = 20000
+family = 96
+"#;
+
+/// The A100 family's limit in westus3 as the emulated subscription's Quota API reports it.
+async fn emulated_a100_limit(emu: &Emulator) -> u64 {
+    let url = format!(
+        "{}/subscriptions/00000000-0000-0000-0000-000000000000/providers/Microsoft.Compute/locations/westus3/\
+         providers/Microsoft.Quota/quotas/standardNCADSA100v4Family?api-version=2025-09-01",
+        emu.url
+    );
+    let v: Value =
+        reqwest::Client::new().get(url).bearer_auth(EMULATOR_TOKEN).send().await.unwrap().json().await.unwrap();
+    v["properties"]["limit"]["value"].as_u64().unwrap_or_else(|| panic!("{v}"))
+}
+
+/// `spillway advise --url --apply` against a server driving (emulated) Azure: a submitter's run
+/// is refused (403) and files nothing; the admin's run has the server file the live advice with
+/// the Quota API, one request per call, and reports Azure's answer, which the subscription shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_files_the_live_advice_with_azure_for_an_admin_only() {
+    let dir = temp_dir("advise-live-apply");
+    let emu = Emulator::start(&dir, TIGHT_A100_CLOUD, &["--quota-request-seconds", "1"]);
+    let config = emu.azure_config(&dir, "");
+    let s = Server::start(
+        &dir,
+        &dir.join("data"),
+        0,
+        &["--cloud", "azure", "--config", config.to_str().unwrap(), "--rate-limit", "0"],
+        &[],
+    );
+    let http = reqwest::Client::new();
+    let get = |path: &str| {
+        let req = http.get(format!("{}{path}", s.url)).bearer_auth(&s.admin);
+        async move { req.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while get("/v1/capacity").await["pools"].as_array().is_none_or(Vec::is_empty) {
+        assert!(std::time::Instant::now() < deadline, "no quota read");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // Two NC96 VMs in westus3: 192 vCPUs of a family whose limit is 96.
+    let spec = serde_json::json!({
+        "name": "big", "tenant": "ml", "kind": "training", "gpus": 8, "gpu_models": ["A100-80GB"],
+        "sizes": ["Standard_NC96ads_A100_v4"], "regions": ["westus3"], "spot": "never", "duration_hours": 4.0
+    });
+    let r = http.post(format!("{}/v1/jobs", s.url)).bearer_auth(&s.admin).json(&spec).send().await.unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::CREATED);
+    let advice = get("/v1/advice").await;
+    assert_eq!(advice["requests"][0]["region"], "westus3", "{advice:#}");
+    assert_eq!(advice["requests"][0]["increase_vcpus"], 96, "{advice:#}");
+    assert_eq!(emulated_a100_limit(&emu).await, 96);
+
+    // A submitter may read the advice but not file it: 403, from the API and through the CLI.
+    let r = http
+        .post(format!("{}/v1/tokens", s.url))
+        .bearer_auth(&s.admin)
+        .json(&serde_json::json!({"role": "submitter", "tenant": "ml"}))
+        .send()
+        .await
+        .unwrap();
+    let submitter = r.json::<Value>().await.unwrap()["token"].as_str().unwrap().to_string();
+    let filing = serde_json::json!({"region": "westus3", "resource_name": "standardNCADSA100v4Family",
+                                    "increase_vcpus": 96});
+    let post = |token: &str, body: &Value| {
+        http.post(format!("{}/v1/advice/requests", s.url)).bearer_auth(token).json(body).send()
+    };
+    let r = post(&submitter, &filing).await.unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::FORBIDDEN);
+    let run = |args: Vec<String>| {
+        tokio::task::spawn_blocking(move || spillway(&args.iter().map(String::as_str).collect::<Vec<_>>()))
+    };
+    let as_submitter = ["advise", "--url", &s.url, "--token", &submitter, "--apply"].map(String::from).to_vec();
+    let out = run(as_submitter).await.unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("not allowed: only an admin token may file quota requests"), "{err}");
+    assert_eq!(emulated_a100_limit(&emu).await, 96, "nothing was filed");
+
+    // A bad request names its fields (422), before anything reaches Azure.
+    let bad = serde_json::json!({"region": "mars-1", "resource_name": "standardWarpFamily", "increase_vcpus": 0});
+    let r = post(&s.admin, &bad).await.unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::UNPROCESSABLE_ENTITY);
+    let e: Value = r.json().await.unwrap();
+    let fields: Vec<&str> = e["problems"].as_array().unwrap().iter().filter_map(|p| p["field"].as_str()).collect();
+    assert_eq!(fields, ["region", "resource_name", "increase_vcpus"], "{e:#}");
+
+    // The admin's run: the advised +96 filed over the limit Azure reports, granted, and in effect.
+    let as_admin =
+        ["advise", "--url", &s.url, "--token", &s.admin, "--apply", "--output", "json"].map(String::from).to_vec();
+    let out = run(as_admin).await.unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(err.matches("filing: ").count(), 1, "one request per pool: {err}");
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {err}"));
+    let applied = r["applied"].as_array().unwrap();
+    assert_eq!(applied.len(), 1, "{r:#}");
+    assert_eq!(applied[0]["region"], "westus3");
+    assert_eq!(applied[0]["resource_name"], "standardNCADSA100v4Family");
+    assert_eq!((applied[0]["limit_before"].as_u64(), applied[0]["requested_limit"].as_u64()), (Some(96), Some(192)));
+    assert_eq!(applied[0]["state"], "Succeeded", "{r:#}");
+    assert_eq!(applied[0]["limit_after"], 192);
+    assert_eq!(emulated_a100_limit(&emu).await, 192, "the subscription's limit was raised");
 }

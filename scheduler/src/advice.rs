@@ -106,11 +106,22 @@ impl KnownPools {
         self.regions.iter().any(|r| r == region)
     }
 
-    /// Records a problem for an unknown region or pool, naming it and what is known.
+    /// Records a problem for an unknown region or pool, naming it and what is known: the fields
+    /// `{field}.region` and `{field}.pool`.
     pub fn check(&self, errs: &mut FieldErrors, field: &str, region: &str, pool: &str) {
+        self.check_fields(errs, (&format!("{field}.region"), region), (&format!("{field}.pool"), pool));
+    }
+
+    /// [`KnownPools::check`] with each field named as the input names it: `(field, value)`.
+    pub fn check_fields(
+        &self,
+        errs: &mut FieldErrors,
+        (region_field, region): (&str, &str),
+        (pool_field, pool): (&str, &str),
+    ) {
         if !self.has_region(region) {
             errs.push(
-                format!("{field}.region"),
+                region_field,
                 format!(
                     "{region:?} is not an Azure region spillway knows (its catalog prices {}; add yours with \
                      --catalog)",
@@ -120,7 +131,7 @@ impl KnownPools {
         }
         if self.pool(pool).is_none() {
             errs.push(
-                format!("{field}.pool"),
+                pool_field,
                 format!(
                     "{pool:?} is not a Microsoft.Compute quota pool Azure knows: cores, lowPriorityCores or a VM \
                      family of the catalog ({})",

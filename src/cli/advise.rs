@@ -5,10 +5,11 @@
 //! or, with neither, the running server (`--url`, `--token`: `GET /v1/advice`, the advice on its
 //! own pending work, the quota it last read and the blocks it learnt), shown like a problem's.
 //!
-//! `--apply` (with a problem) files the increases with `Microsoft.Quota` under the `[azure]`
-//! settings `serve --cloud azure` uses, and follows each request to its end. Each pool is raised by
-//! the advised vCPUs over the limit Azure reports *now* (a problem lists free vCPUs, not limits, and
-//! a limit is never lowered by advice).
+//! `--apply` files the increases with `Microsoft.Quota` and follows each request to its end. With
+//! a problem, under the `[azure]` settings `serve --cloud azure` uses; with the server, by the
+//! server under its own (`POST /v1/advice/requests`, admin only, one call per request). Each pool
+//! is raised by the advised vCPUs over the limit Azure reports *now* (a problem lists free vCPUs,
+//! not limits, the server's advice may be minutes old, and a limit is never lowered by advice).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -47,11 +48,14 @@ pub struct AdviseArgs {
     /// `spillway simulate` to see the difference).
     #[arg(long, requires = "scenario")]
     pub write_scenario: Option<PathBuf>,
-    /// With --problem: file every advised increase with Azure (`Microsoft.Quota`) and wait for
-    /// each request's answer. Azure settings come from `[azure]` in --config and `SPILLWAY_AZURE_*`.
+    /// File every advised increase with Azure (`Microsoft.Quota`) and wait for each request's
+    /// answer. With --problem, Azure settings come from `[azure]` in --config and
+    /// `SPILLWAY_AZURE_*`; with the server (--url), the server files them under its own (an admin
+    /// token is needed).
     #[arg(long)]
     pub apply: bool,
-    /// With --apply: a TOML file with an `[azure]` table (the file `serve --cloud azure` takes).
+    /// With --problem --apply: a TOML file with an `[azure]` table (the file `serve --cloud azure`
+    /// takes).
     #[arg(long, requires = "apply")]
     pub config: Option<PathBuf>,
     /// Without --problem and --scenario: the server to ask (`GET /v1/advice`).
@@ -67,9 +71,17 @@ pub struct AdviseArgs {
 /// the server refuses, 2 when a problem file is malformed, 3 when `--apply` filed requests and
 /// Azure did not grant them all.
 pub fn run(catalog: &scheduler::Catalog, args: AdviseArgs) -> ExitCode {
-    if args.apply && args.problem.is_none() {
+    if args.apply && args.scenario.is_some() {
         // Advice on a what-if week describes a simulated cloud: nothing to file with Azure.
-        eprintln!("error: --apply files the advice on a --problem; a --scenario's advice is about a simulated week");
+        eprintln!(
+            "error: --apply files the advice on a --problem or the server's (--url); a --scenario's advice is about \
+             a simulated week"
+        );
+        return ExitCode::from(2);
+    }
+    if args.config.is_some() && args.problem.is_none() {
+        // The server files under the subscription it drives; another one here would mislead.
+        eprintln!("error: --config is for --problem --apply: the server files under its own [azure] settings");
         return ExitCode::from(2);
     }
     if let Some(path) = &args.problem {
@@ -85,19 +97,55 @@ pub fn run(catalog: &scheduler::Catalog, args: AdviseArgs) -> ExitCode {
     super::client::run(run_server(args))
 }
 
-/// Asks a running server for the advice on its pending work.
+/// How long one filing may take the server: its Azure client follows a request for up to 30
+/// minutes (`AzureCloud`'s operation timeout), plus the calls around it.
+const FILING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(31 * 60);
+
+/// Asks a running server for the advice on its pending work; with `--apply`, has the server file
+/// each of its requests.
 async fn run_server(args: AdviseArgs) -> Result<ExitCode, super::client::ClientError> {
+    use super::client::ClientError;
     let client = super::client::Client::from_args(&args.server)?;
     let v = client.get(&format!("/v1/advice?max={}", args.max)).await?;
-    if args.output == Output::Json {
+    if args.output == Output::Json && !args.apply {
         super::client::print_json(&v);
         return Ok(ExitCode::SUCCESS);
     }
-    let report: AdviceReport = serde_json::from_value(v).map_err(|e| {
-        super::client::ClientError(format!("spillway at {} sent advice this client cannot read: {e}", client.base()))
-    })?;
-    print!("{}", render(&report));
-    Ok(ExitCode::SUCCESS)
+    let report: AdviceReport = serde_json::from_value(v)
+        .map_err(|e| ClientError(format!("spillway at {} sent advice this client cannot read: {e}", client.base())))?;
+    if args.output == Output::Table {
+        print!("{}", render(&report));
+    }
+    if !args.apply {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut applied = Vec::new();
+    for f in &report.requests {
+        eprintln!("filing: {} in {}, +{} vCPUs…", f.resource_name, f.region, f.increase_vcpus);
+        // The increase, not the new limit: the server raises the limit Azure reports when it files.
+        let body = serde_json::json!({
+            "region": f.region, "resource_name": f.resource_name, "increase_vcpus": f.increase_vcpus
+        });
+        let answer = client
+            .send_waiting(reqwest::Method::POST, "/v1/advice/requests", Some(&body), &[], FILING_TIMEOUT)
+            .await
+            .and_then(|(_, v)| {
+                serde_json::from_value::<QuotaRequestOutcome>(v).map_err(|e| {
+                    ClientError(format!("spillway at {} sent an answer this client cannot read: {e}", client.base()))
+                })
+            });
+        match answer {
+            Ok(o) => applied.push(o),
+            Err(e) => {
+                // What was filed before stays filed: say so before the error.
+                if !applied.is_empty() {
+                    eprint!("{}", render_applied(&applied));
+                }
+                return Err(ClientError(format!("filing {} in {}: {e}", f.resource_name, f.region)));
+            }
+        }
+    }
+    Ok(report_applied(&args, &report, &applied))
 }
 
 /// The week's advice, ready to file.
@@ -340,6 +388,12 @@ fn run_problem(catalog: &scheduler::Catalog, path: &Path, args: &AdviseArgs) -> 
             return ExitCode::from(1);
         }
     };
+    report_applied(args, &report, &applied)
+}
+
+/// Prints how the filed requests ended (the advice itself is already printed as a table): exit 0
+/// when Azure granted them all, 3 otherwise.
+fn report_applied(args: &AdviseArgs, report: &AdviceReport, applied: &[QuotaRequestOutcome]) -> ExitCode {
     let granted = applied.iter().all(|o| o.state == QuotaRequestState::Succeeded);
     match args.output {
         Output::Json => {
@@ -349,10 +403,11 @@ fn run_problem(catalog: &scheduler::Catalog, path: &Path, args: &AdviseArgs) -> 
                 report: &'a AdviceReport,
                 applied: &'a [QuotaRequestOutcome],
             }
-            let out = Applied { report: &report, applied: &applied };
+            let out = Applied { report, applied };
             println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
         }
-        Output::Table => print!("{}", render_applied(&applied)),
+        Output::Table if applied.is_empty() => println!("\nnothing to file with Azure"),
+        Output::Table => print!("{}", render_applied(applied)),
     }
     if granted { ExitCode::SUCCESS } else { ExitCode::from(3) }
 }
@@ -399,12 +454,8 @@ fn apply(
         let mut out = Vec::new();
         for f in requests {
             eprintln!("filing: {} in {}, +{} vCPUs…", f.resource_name, f.region, f.increase_vcpus);
-            let now = cloud
-                .quota_limit(&f.region, &f.resource_name)
-                .await
-                .map_err(|e| format!("reading the {} limit in {}: {e}", f.resource_name, f.region))?;
             let outcome = cloud
-                .request_quota_limit(&f.region, &f.resource_name, now.saturating_add(f.increase_vcpus))
+                .raise_quota_limit(&f.region, &f.resource_name, f.increase_vcpus)
                 .await
                 .map_err(|e| format!("filing {} in {}: {e}", f.resource_name, f.region))?;
             out.push(outcome);

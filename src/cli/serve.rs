@@ -353,6 +353,8 @@ struct CloudSetup {
     sim: Option<Arc<SimCloud>>,
     /// Azure's management endpoint and subscription, where the advice's requests are filed.
     filing: Option<(String, String)>,
+    /// The Azure client, which also files them (`POST /v1/advice/requests`).
+    azure: Option<Arc<AzureCloud>>,
 }
 
 /// Builds the cloud and the clock for the settings.
@@ -383,16 +385,25 @@ fn cloud_and_clock(
                 SimCloud::new(config, catalog.clone(), clock.clone())
                     .map_err(|e| format!("scenario {origin} does not fit the catalog:\n{e}"))?,
             );
-            Ok(CloudSetup { cloud: cloud.clone(), clock, simulated: true, sim: Some(cloud), filing: None })
+            Ok(CloudSetup { cloud: cloud.clone(), clock, simulated: true, sim: Some(cloud), filing: None, azure: None })
         }
         CloudKind::Azure => {
             let config = AzureConfig::load(settings.config_path.as_deref())
                 .map_err(|e| format!("Azure settings ([azure] in --config, SPILLWAY_AZURE_*):\n{e}"))?;
             let filing = Some((config.endpoint().to_string(), config.subscription_id.clone()));
-            let cloud = AzureCloud::new(config, catalog.clone())
-                .map_err(|e| format!("cannot set up Azure: {e}"))?
-                .with_agent_bootstrap(bootstrap.clone());
-            Ok(CloudSetup { cloud: Arc::new(cloud), clock: Arc::new(SystemClock), simulated: false, sim: None, filing })
+            let azure = Arc::new(
+                AzureCloud::new(config, catalog.clone())
+                    .map_err(|e| format!("cannot set up Azure: {e}"))?
+                    .with_agent_bootstrap(bootstrap.clone()),
+            );
+            Ok(CloudSetup {
+                cloud: azure.clone(),
+                clock: Arc::new(SystemClock),
+                simulated: false,
+                sim: None,
+                filing,
+                azure: Some(azure),
+            })
         }
     }
 }
@@ -459,7 +470,8 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
     let scheme = if tls.is_some() { "https" } else { "http" };
     let keys = AgentKeys::load_or_create(&store).map_err(|e| e.to_string())?;
     let bootstrap = agent_bootstrap(&settings.agent, &format!("{scheme}://{addr}"), keys.clone())?;
-    let CloudSetup { cloud, clock, simulated, sim, filing } = cloud_and_clock(&settings, &catalog, &store, &bootstrap)?;
+    let CloudSetup { cloud, clock, simulated, sim, filing, azure } =
+        cloud_and_clock(&settings, &catalog, &store, &bootstrap)?;
     let catalog = Arc::new(catalog);
     let mut registry = Registry::default();
     let metrics = ControlMetrics::register(&mut registry);
@@ -554,6 +566,9 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
         ApiState::new(jobs, controller, tokens, registry, settings.api, stop_rx.clone()).with_agents(agents);
     if let Some((endpoint, subscription)) = &filing {
         state = state.with_quota_filing(endpoint, subscription);
+    }
+    if let Some(azure) = azure {
+        state = state.with_quota_requests(azure);
     }
     state.set_replica(replica.clone());
     let app = router(state);

@@ -6,20 +6,28 @@
 //! Any token that may read jobs may read it (admin, submitter, viewer). Quota is the cluster's,
 //! so every caller sees the same increases; a tenant-bound token sees only its own jobs among the
 //! jobs each increase would place or move.
+//!
+//! `POST /v1/advice/requests` files one of the advice's requests with Azure (admin only, a
+//! server that drives Azure): the subscription's quota is changed for everyone, and a request
+//! Azure escalates opens a support case, so no other role may.
 
 use axum::Extension;
 use axum::Json;
+use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::ApiState;
 use super::auth::Caller;
 use super::error::{ApiError, ErrorBody, blocking};
-use super::handlers::query;
-use crate::advice::{AdviceReport, MANAGEMENT_ENDPOINT, SUBSCRIPTION_PLACEHOLDER};
+use super::handlers::{parse_json, query, read_body};
+use crate::advice::{AdviceReport, KnownPools, MANAGEMENT_ENDPOINT, SUBSCRIPTION_PLACEHOLDER};
+use crate::cloud::azure::quota::QuotaRequestOutcome;
 use crate::control::DemandPart;
+use crate::model::FieldErrors;
 
 /// Recommendations at most, when `max` is not given (as `spillway advise`).
 const DEFAULT_MAX: usize = 5;
@@ -103,4 +111,133 @@ pub(crate) async fn advice(
         }
     }
     Ok(Json(report).into_response())
+}
+
+/// Body of `POST /v1/advice/requests`: one quota increase to file with Azure, as a request of the
+/// advice names it (`requests[i]` of `GET /v1/advice`).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaRequestBody {
+    /// Region.
+    pub region: String,
+    /// The pool: `cores`, `lowPriorityCores` or a VM family, in any spelling Azure uses (the
+    /// request is filed in the Quota API's).
+    pub resource_name: String,
+    /// vCPUs to add to the limit Azure reports when the request is filed.
+    #[schema(minimum = 1, maximum = 2_147_483_647)]
+    pub increase_vcpus: u64,
+}
+
+/// How one filed quota request ended ([`QuotaRequestOutcome`] on the wire).
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct QuotaRequestView {
+    /// Region.
+    pub region: String,
+    /// The Quota API's resource name.
+    pub resource_name: String,
+    /// The limit before the request, vCPUs (as Azure reported it).
+    pub limit_before: u64,
+    /// The limit asked for, vCPUs.
+    pub requested_limit: u64,
+    /// How the request ended: `Succeeded`, `Failed`, `Invalid`, or Azure's own word (`Escalated`:
+    /// a support ticket is needed).
+    pub state: String,
+    /// Azure's message, when it gave one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The limit in effect afterwards, vCPUs.
+    pub limit_after: u64,
+    /// The request's id at Azure, when it named one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+}
+
+impl From<QuotaRequestOutcome> for QuotaRequestView {
+    fn from(o: QuotaRequestOutcome) -> QuotaRequestView {
+        QuotaRequestView {
+            region: o.region,
+            resource_name: o.resource_name,
+            limit_before: o.limit_before,
+            requested_limit: o.requested_limit,
+            state: o.state.as_str().to_string(),
+            message: o.message,
+            limit_after: o.limit_after,
+            request_id: o.request_id,
+        }
+    }
+}
+
+/// The largest limit the Quota API takes (its limits are int32).
+const MAX_LIMIT: u64 = i32::MAX as u64;
+
+/// Files one quota increase with Azure (`Microsoft.Quota`) under this server's `[azure]`
+/// subscription, admin only: the pool's limit as Azure reports it now, raised by
+/// `increase_vcpus`, and the request followed to its answer (granted, failed, or escalated to a
+/// support ticket). One request per call, so that each increase is confirmed on its own
+/// (`spillway advise --url --apply` sends the advice's requests one by one).
+#[utoipa::path(
+    post, path = "/v1/advice/requests", tag = "cluster", request_body = QuotaRequestBody,
+    responses(
+        (status = 200, description = "Filed; how Azure answered (a refusal or an escalation is an answer, not an error)", body = QuotaRequestView),
+        (status = 400, description = "Empty body or malformed JSON", body = ErrorBody),
+        (status = 403, description = "Not an admin token", body = ErrorBody),
+        (status = 409, description = "This server does not drive Azure (a simulated cloud has no quota to file)", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 422, description = "An unknown region or pool, or a bad increase; every problem names its field", body = ErrorBody),
+        (status = 502, description = "Azure refused or failed the call itself (authorization, transport)", body = ErrorBody),
+    )
+)]
+pub(crate) async fn file_request(
+    State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<QuotaRequestView>, ApiError> {
+    if !caller.is_admin() {
+        return Err(ApiError::forbidden(format!(
+            "only an admin token may file quota requests with Azure (this is a {} token)",
+            caller.role.as_str()
+        )));
+    }
+    let bytes = read_body(&state, &headers, body).await?;
+    let value = parse_json(&bytes)?;
+    let known = KnownPools::from_catalog(&state.controller().catalog);
+    let mut errors = FieldErrors::default();
+    let req = match serde_path_to_error::deserialize::<_, QuotaRequestBody>(value) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            let path = e.path().to_string();
+            errors.push(if path == "." { String::new() } else { path }, e.into_inner().to_string());
+            None
+        }
+    };
+    let mut pool = None;
+    if let Some(r) = &req {
+        known.check_fields(&mut errors, ("region", &r.region), ("resource_name", &r.resource_name));
+        pool = known.pool(&r.resource_name);
+        if !(1..=MAX_LIMIT).contains(&r.increase_vcpus) {
+            errors.push("increase_vcpus", format!("must be a whole number of vCPUs from 1 to {MAX_LIMIT}"));
+        }
+    }
+    let (Some(req), Some(pool), true) = (req, pool, errors.0.is_empty()) else {
+        return Err(ApiError::invalid(&errors));
+    };
+    let Some(azure) = state.quota_requests() else {
+        return Err(ApiError::conflict(
+            "this server drives a simulated cloud: there is no Azure subscription to file quota requests with \
+             (serve --cloud azure files them under its [azure] settings)",
+        ));
+    };
+    let name = pool.name().to_string();
+    tracing::info!(region = %req.region, pool = %name, increase = req.increase_vcpus, by = %caller.token_id,
+        "filing a quota request");
+    let outcome = azure.raise_quota_limit(&req.region, &name, req.increase_vcpus).await.map_err(|e| {
+        ApiError::new(
+            axum::http::StatusCode::BAD_GATEWAY,
+            format!("Azure did not take the request for {name} in {}: {e}", req.region),
+        )
+    })?;
+    tracing::info!(region = %req.region, pool = %name, state = outcome.state.as_str(), limit = outcome.limit_after,
+        "quota request answered");
+    Ok(Json(outcome.into()))
 }

@@ -14,6 +14,7 @@
 //! GET    /v1/capacity             quota pools, blocked offers, unhealthy regions
 //! GET    /v1/plan                 what the solver would do now
 //! GET    /v1/advice[?max=]        which quota increases would place waiting work, ready to file
+//! POST   /v1/advice/requests      file one of them with Azure and follow it to its answer (admin)
 //! GET    /v1/events[?from=&job=&kinds=]   server-sent events, resumable (Last-Event-ID)
 //! GET    /v1/spend[?hours=&tenant=]       spend per tenant and region, budgets, spend over time
 //! PUT    /v1/tenants/{name}/budget   set or clear a tenant's budget, USD (admin)
@@ -150,6 +151,9 @@ struct Inner {
     /// The management endpoint and subscription the advice's requests are filed under (a server
     /// driving Azure); `None`: Azure's public endpoint and a placeholder subscription.
     quota_filing: Option<(String, String)>,
+    /// The Azure client `POST /v1/advice/requests` files quota requests with (a server driving
+    /// Azure); `None`: nothing to file with.
+    quota_requests: Option<Arc<crate::cloud::azure::AzureCloud>>,
 }
 
 /// Everything the handlers share. Cheap to clone.
@@ -197,6 +201,7 @@ impl ApiState {
                 agents: None,
                 replica: std::sync::OnceLock::new(),
                 quota_filing: None,
+                quota_requests: None,
             }),
         }
     }
@@ -215,6 +220,20 @@ impl ApiState {
         Arc::get_mut(&mut self.inner).expect("with_quota_filing is called before the state is shared").quota_filing =
             Some((endpoint.to_string(), subscription.to_string()));
         self
+    }
+
+    /// Files the advice's quota requests with `azure` (`POST /v1/advice/requests`): the server's
+    /// own Azure client. Call before the state is cloned (it panics otherwise).
+    pub fn with_quota_requests(mut self, azure: Arc<crate::cloud::azure::AzureCloud>) -> ApiState {
+        Arc::get_mut(&mut self.inner)
+            .expect("with_quota_requests is called before the state is shared")
+            .quota_requests = Some(azure);
+        self
+    }
+
+    /// The Azure client quota requests are filed with, when set ([`ApiState::with_quota_requests`]).
+    pub fn quota_requests(&self) -> Option<&Arc<crate::cloud::azure::AzureCloud>> {
+        self.inner.quota_requests.as_ref()
     }
 
     /// Where the advice's requests are filed, when set ([`ApiState::with_quota_filing`]).
@@ -334,6 +353,7 @@ fn protected_routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(capacity))
         .routes(routes!(plan))
         .routes(routes!(advice::advice))
+        .routes(routes!(advice::file_request))
         .routes(routes!(events))
         .routes(routes!(spend::spend))
         .routes(routes!(budget::set_budget))

@@ -346,6 +346,19 @@ impl AzureCloud {
         limit_of(&body, &url)
     }
 
+    /// Asks for `increase_vcpus` more on one pool than its limit now (read with `Quota_Get` just
+    /// before): what filing advice means, since advice says how much more is needed, and a limit
+    /// raised meanwhile must not be lowered. See [`AzureCloud::request_quota_limit`].
+    pub async fn raise_quota_limit(
+        &self,
+        region: &str,
+        resource_name: &str,
+        increase_vcpus: u64,
+    ) -> Result<QuotaRequestOutcome, CloudError> {
+        let now = self.quota_limit(region, resource_name).await?;
+        self.request_quota_limit(region, resource_name, now.saturating_add(increase_vcpus)).await
+    }
+
     /// Asks for `new_limit` vCPUs on one pool (`Quota_CreateOrUpdate`) and follows the request to
     /// its end, waiting `Retry-After` between reads, at most the operation timeout. A request Azure
     /// refuses or escalates is an outcome, not an error; errors are the call's own (authorization,
