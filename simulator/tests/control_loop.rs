@@ -1684,3 +1684,47 @@ async fn a_pool_hidden_by_a_learnt_quota_block_counts_toward_quota_exhausted() {
     let since = ev[0].1["since_ms"].as_i64().unwrap();
     assert!(since <= refused_at + 60_000, "the episode runs from the refusal ({refused_at}), not from {since}");
 }
+
+/// Issue #20: the open quota episodes are in the store, so a loop that takes over (a new leader
+/// on the same store) continues them: the pool reported by the first loop is not reported again,
+/// and its `quota_recovered` dates the episode from when it began.
+#[tokio::test]
+async fn a_new_leader_continues_the_open_quota_episodes() {
+    use scheduler::control::PoolLabel;
+    let a100 = QuotaPool::Family("standardNCADSA100v4Family".into());
+    let mut cfg = two_regions();
+    cfg.quota.push(toml::from_str("region = \"westus3\"\n[families]\nstandardNCADSA100v4Family = 96\n").unwrap());
+    let h = harness("quota-watch-leader", cfg);
+    let job = h.submit(WEST_GANG);
+    h.round().await;
+    for _ in 0..16 {
+        h.step(60).await;
+    }
+    let ev = quota_events_of(&h);
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!(ev[0].0, "quota_exhausted");
+    let since = ev[0].1["since_ms"].as_i64().unwrap();
+
+    // Another loop leads from here on, on the same store: longer than the threshold again.
+    let next = controller(&h.store, &h.cloud, &h.clock, config());
+    let west = PoolLabel { region: "westus3".into(), pool: "standardNCADSA100v4Family".into() };
+    for i in 0..20 {
+        h.clock.advance_ms(60_000);
+        next.reconcile().await.expect("round runs");
+        if i == 0 {
+            assert_eq!(next.metrics().quota_exhausted.get_or_create(&west).get(), 1, "still exhausted");
+        }
+    }
+    let ev = quota_events_of(&h);
+    assert_eq!(ev.len(), 1, "reported once, not again by the new leader: {ev:?}");
+
+    // The pool recovers: the new leader ends the episode the first one began.
+    h.cloud.set_quota_limit("westus3", &a100, 192).unwrap();
+    h.clock.advance_ms(181_000);
+    next.reconcile().await.expect("round runs");
+    assert_ne!(h.job(&job.id).state, JobState::Pending);
+    let ev = quota_events_of(&h);
+    let kinds: Vec<&str> = ev.iter().map(|e| e.0.as_str()).collect();
+    assert_eq!(kinds, ["quota_exhausted", "quota_recovered"], "{ev:?}");
+    assert_eq!(ev[1].1["since_ms"], since, "{ev:?}");
+}

@@ -15,8 +15,8 @@ use std::collections::BTreeMap;
 
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use serde::Serialize;
-use state::StoreError;
+use serde::{Deserialize, Serialize};
+use state::{Record, StoreError, TableDef};
 
 use super::metrics::PoolLabel;
 use super::snapshot::Snapshot;
@@ -82,10 +82,48 @@ struct Episode {
     reported: bool,
 }
 
+/// An episode in progress as the store keeps it: the loop that leads next continues it (the same
+/// start, reported or not) instead of starting it again, which would report the pool a second
+/// time and date its `quota_recovered` from the change of leader. Written by the leader only, like
+/// everything the loop writes (its store handle is fenced).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct QuotaEpisode {
+    /// Region.
+    pub region: String,
+    /// The pool as the cloud spells it.
+    pub pool: String,
+    /// When the pool started holding work back, Unix milliseconds.
+    pub since_ms: i64,
+    /// Whether `quota_exhausted` was recorded for it.
+    pub reported: bool,
+}
+
+impl Record for QuotaEpisode {
+    const TABLE: TableDef = TableDef { name: "quota_episodes", indexes: &[] };
+    fn key(&self) -> String {
+        episode_key(&self.region, &self.pool)
+    }
+}
+
+fn episode_key(region: &str, pool: &str) -> String {
+    format!("{region}/{pool}")
+}
+
 /// The episodes in progress, by (region, pool).
 #[derive(Debug, Default)]
 pub(crate) struct QuotaWatch {
     episodes: BTreeMap<(String, String), Episode>,
+    /// Whether the episodes were read from the store in this term (a new leader reads them once).
+    loaded: bool,
+}
+
+/// What a round changes in the stored episodes.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct EpisodeWrites {
+    /// Episodes started or reported.
+    pub put: Vec<QuotaEpisode>,
+    /// Keys of the episodes that ended.
+    pub deleted: Vec<String>,
 }
 
 /// What a round records about quota.
@@ -178,6 +216,46 @@ impl QuotaWatch {
         out
     }
 
+    /// Continues the episodes stored by earlier leaders, once per term.
+    pub fn load(&mut self, store: &state::Store) -> Result<(), StoreError> {
+        if !self.loaded {
+            let stored = store.scan::<QuotaEpisode>()?;
+            self.episodes = stored
+                .into_iter()
+                .map(|e| ((e.region, e.pool), Episode { since_ms: e.since_ms, reported: e.reported }))
+                .collect();
+            self.loaded = true;
+        }
+        Ok(())
+    }
+
+    /// [`QuotaWatch::observe`], and what to write so that the store holds the episodes as they are
+    /// after it.
+    pub fn observe_stored(
+        &mut self,
+        now_ms: i64,
+        blocking: &Blocking,
+        after_ms: i64,
+    ) -> (Vec<QuotaNotice>, EpisodeWrites) {
+        let before = self.episodes.clone();
+        let notices = self.observe(now_ms, blocking, after_ms);
+        let mut writes = EpisodeWrites::default();
+        for (key, e) in &self.episodes {
+            if before.get(key) != Some(e) {
+                writes.put.push(QuotaEpisode {
+                    region: key.0.clone(),
+                    pool: key.1.clone(),
+                    since_ms: e.since_ms,
+                    reported: e.reported,
+                });
+            }
+        }
+        for key in before.keys().filter(|k| !self.episodes.contains_key(*k)) {
+            writes.deleted.push(episode_key(&key.0, &key.1));
+        }
+        (notices, writes)
+    }
+
     /// Whether the pool's episode has passed the threshold (it was reported).
     pub fn exhausted(&self, region: &str, pool: &str) -> bool {
         self.episodes.get(&(region.to_string(), pool.to_string())).is_some_and(|e| e.reported)
@@ -198,7 +276,9 @@ impl Controller {
         let now = snap.now;
         let pools = st.world.pools(&our_usage(snap.active()));
         if let Some(after) = self.config.quota_exhausted_after_ms {
-            let notices = st.quota_watch.observe(now, &st.quota_blocking, after);
+            st.quota_watch.load(&self.store)?;
+            let (notices, writes) = st.quota_watch.observe_stored(now, &st.quota_blocking, after);
+            let mut events = Vec::new();
             for mut n in notices {
                 if let Some(p) = pools.iter().find(|p| p.region == n.region && p.pool == n.pool) {
                     (n.limit_vcpus, n.free_vcpus) = (Some(p.limit), Some(p.free));
@@ -211,15 +291,28 @@ impl Controller {
                     tracing::info!(region = %n.region, pool = %n.pool, "{message}");
                 }
                 let data = serde_json::to_value(&n).unwrap_or_default();
+                events.push(state::EventDraft {
+                    at_ms: now,
+                    kind: kind.as_str().into(),
+                    job_id: None,
+                    tenant: None,
+                    message,
+                    data,
+                });
+            }
+            // The events and the episodes they open or close are written together: a new leader
+            // finds no episode reported without its event, nor an event whose episode it starts again.
+            if !events.is_empty() || !writes.put.is_empty() || !writes.deleted.is_empty() {
                 self.store.transaction(|tx| {
-                    tx.append_event(state::EventDraft {
-                        at_ms: now,
-                        kind: kind.as_str().into(),
-                        job_id: None,
-                        tenant: None,
-                        message: message.clone(),
-                        data: data.clone(),
-                    })?;
+                    for e in &events {
+                        tx.append_event(e.clone())?;
+                    }
+                    for e in &writes.put {
+                        tx.put(e)?;
+                    }
+                    for k in &writes.deleted {
+                        tx.delete::<QuotaEpisode>(k)?;
+                    }
                     Ok(())
                 })?;
             }
