@@ -9,9 +9,10 @@
 //!    moment — and [`solver::advise`] says which pools bind it and by how much. Per pool, those
 //!    increases give candidate levels (their median, 75th and 90th percentiles, rounded to grant
 //!    steps); pools are ranked by the priority weight their increases would have placed.
-//! 3. **Search on the snapshots**: the `probe_snapshots` busiest snapshots (most priority weight
-//!    waiting) are solved again with every candidate at its 90th-percentile level: the weight that
-//!    places beyond the snapshots as they were is the benefit to keep. Then, largest first, each
+//! 3. **Search on the snapshots**: the `probe_snapshots` busiest snapshots (most waiting to save:
+//!    priority × GPUs waiting × the hours to the horizon) are solved again with every candidate at
+//!    its 90th-percentile level: the waiting the plans save beyond the snapshots as they were
+//!    (priority × GPUs placed × hours to the horizon) is the benefit to keep. Then, largest first, each
 //!    pool is tried at 0 and at its lower levels on the same snapshots: the smallest level that
 //!    keeps `1 - tolerance` of the benefit stays (0 drops it). Each trial is a few dozen solves,
 //!    not a simulated week (the search used to simulate the week per trial: 3,089 s of CPU on the
@@ -19,7 +20,9 @@
 //! 4. **Confirmation**: the week runs again with the chosen increases. An increase the confirming
 //!    run does not use (the pool's peak usage never passes the old limit) is dropped. Each remaining
 //!    one is then removed in turn (one more run each): what the week loses without it is what it
-//!    buys, and the ranking; one that buys nothing is dropped too.
+//!    buys, and the ranking; one that buys nothing is dropped too. Each increase dropped makes room
+//!    for the next pool of the evidence (the candidates ranked past the first `max + 2`), at the
+//!    smallest level that keeps what it adds on the snapshots, and the week is confirmed again.
 //! 5. **Alternatives**: the pool the snapshots most often named as an alternative to a
 //!    recommendation is simulated in its place.
 //!
@@ -444,6 +447,9 @@ fn solver_offers(catalog: &Catalog, offers: &[Offer]) -> Vec<solver::Offer> {
         .collect()
 }
 
+/// A snapshot's plan problem and when it was taken (virtual Unix milliseconds).
+type TimedProblem = (solver::Problem, i64);
+
 /// Analyses the snapshots of the first run: per pool, the increases its waiting work asked for.
 fn evidence(
     s: &Scenario,
@@ -452,7 +458,7 @@ fn evidence(
     run: &PolicyRun,
     samples: &[Snapshot],
     max_samples: usize,
-) -> (BTreeMap<(String, String), PoolEvidence>, usize, Vec<solver::Problem>) {
+) -> (BTreeMap<(String, String), PoolEvidence>, usize, Vec<TimedProblem>) {
     let first_running: BTreeMap<&str, Option<i64>> =
         run.jobs.iter().map(|j| (j.id.as_str(), j.first_running_ms)).collect();
     let waiting_at = |t: i64| -> Vec<&TraceJob> {
@@ -497,7 +503,7 @@ fn evidence(
             &AdviseOptions { max_recommendations: 3, max_alternatives: 1, ..Default::default() },
         );
         analysed += 1;
-        problems.push(problem);
+        problems.push((problem, snap.t_ms));
         for rec in &advice.recommendations {
             let share = rec.buys.placed_weight / rec.increases.len().max(1) as f64;
             for inc in &rec.increases {
@@ -518,34 +524,61 @@ fn evidence(
 
 /// The week's busiest snapshots of waiting work (their plan problems), solved again with pools
 /// raised: how the search weighs an increase without simulating the week. A snapshot's value is
-/// the priority weight its plan places; an increase's gain is what it adds over every probe.
+/// the waiting its plan saves over the rest of the week: Σ priority × GPUs placed × the hours
+/// from the snapshot to the horizon (at most what a job kept out then would have waited). Placed
+/// weight alone (what the probes counted first) rated work unblocked at the week's last hours like
+/// work unblocked at its start, and the advice bought the busy moments and not the week's tail
+/// (BENCHMARKS.md, #20: the tight-quota Philly week). Scoring by the placed jobs' run hours was
+/// tried too and did worse on the two-day cut (the waiting the week counts does not grow with a
+/// job's length).
 struct Probes {
-    problems: Vec<solver::Problem>,
+    probes: Vec<Probe>,
     base: f64,
     solves: u32,
 }
 
+/// One snapshot's problem, and the hours from it to the horizon.
+struct Probe {
+    problem: solver::Problem,
+    hours_left: f64,
+}
+
+impl Probe {
+    /// Priority × GPUs × the hours to the horizon, over `jobs` (GPUs given per job).
+    fn work<'a>(&self, jobs: impl Iterator<Item = (&'a str, u32)>) -> f64 {
+        let demand: BTreeMap<&str, &solver::JobDemand> = self.problem.jobs.iter().map(|j| (j.id.as_str(), j)).collect();
+        jobs.filter_map(|(id, gpus)| {
+            let j = demand.get(id)?;
+            Some(f64::from(j.priority) * f64::from(gpus) * self.hours_left)
+        })
+        .sum()
+    }
+}
+
 impl Probes {
-    /// The `k` snapshots with the most priority weight waiting (ties: the earlier).
-    fn new(problems: Vec<solver::Problem>, k: usize) -> Probes {
-        let waiting =
-            |p: &solver::Problem| -> f64 { p.jobs.iter().map(|j| f64::from(j.priority) * f64::from(j.gpus)).sum() };
-        let mut ranked: Vec<(usize, f64)> = problems.iter().enumerate().map(|(i, p)| (i, waiting(p))).collect();
+    /// The `k` snapshots with the most waiting to save (ties: the earlier), each `(problem, when)`.
+    fn new(problems: Vec<TimedProblem>, end_ms: i64, k: usize) -> Probes {
+        let all: Vec<Probe> = problems
+            .into_iter()
+            .map(|(problem, t_ms)| Probe { problem, hours_left: (end_ms - t_ms).max(0) as f64 / 3_600_000.0 })
+            .collect();
+        let waiting = |p: &Probe| p.work(p.problem.jobs.iter().map(|j| (j.id.as_str(), j.gpus)));
+        let mut ranked: Vec<(usize, f64)> = all.iter().enumerate().map(|(i, p)| (i, waiting(p))).collect();
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         let keep: BTreeSet<usize> = ranked.iter().take(k.max(1)).map(|r| r.0).collect();
-        let problems = problems.into_iter().enumerate().filter(|(i, _)| keep.contains(i)).map(|(_, p)| p).collect();
-        let mut probes = Probes { problems, base: 0.0, solves: 0 };
-        probes.base = probes.weight(&[]);
+        let probes = all.into_iter().enumerate().filter(|(i, _)| keep.contains(i)).map(|(_, p)| p).collect();
+        let mut probes = Probes { probes, base: 0.0, solves: 0 };
+        probes.base = probes.value(&[]);
         probes
     }
 
-    /// Σ placed weight over the probes with `incs` applied.
-    fn weight(&mut self, incs: &[Increase]) -> f64 {
+    /// Σ work unblocked over the probes with `incs` applied.
+    fn value(&mut self, incs: &[Increase]) -> f64 {
         // The control loop's method: the week's rounds plan with it.
         let options = solver::SolveOptions { method: solver::Method::Round, time_limit_ms: None };
         let mut total = 0.0;
-        for p in &self.problems {
-            let mut p = p.clone();
+        for probe in &self.probes {
+            let mut p = probe.problem.clone();
             for q in &mut p.quotas {
                 let key = QuotaPool::parse(&q.pool).key();
                 for (region, pool, vcpus) in incs {
@@ -554,7 +587,8 @@ impl Probes {
                     }
                 }
             }
-            total += solver::solve(&p, &options).placed_weight;
+            let plan = solver::solve(&p, &options);
+            total += probe.work(plan.placements.iter().map(|pl| (pl.job.as_str(), pl.gpus)));
             self.solves += 1;
         }
         total
@@ -562,7 +596,7 @@ impl Probes {
 
     /// What `incs` add over the probes as they were.
     fn gain(&mut self, incs: &[Increase]) -> f64 {
-        self.weight(incs) - self.base
+        self.value(incs) - self.base
     }
 }
 
@@ -590,8 +624,51 @@ fn level(levels: &[u64], p: f64, step: u64) -> u64 {
     x.div_ceil(step.max(1)) * step.max(1)
 }
 
-/// Probe gains below this are rounding (placed weight is a sum of integers).
+/// Probe gains below this are rounding: less than half a GPU-hour of priority-1 work.
 const PROBE_EPS: f64 = 0.5;
+
+/// The increases of `cands` that are not zero.
+fn incs(cands: &[Cand]) -> Vec<Increase> {
+    cands.iter().filter(|c| c.level > 0).map(|c| (c.region.clone(), c.pool.clone(), c.level)).collect()
+}
+
+/// After the confirmation dropped `dropped` increases: as many of the next pools of the evidence
+/// (`spares`, best first) as there is room for, each at the smallest of its levels that keeps
+/// `1 - tolerance` of what it adds on the probes to the increases kept; a pool that adds nothing
+/// there is passed over. Without this the confirmation could only shrink the advice: a pool
+/// dropped because the week did not use it left its place empty, though the snapshots named
+/// others (BENCHMARKS.md, #20: the tight-quota Philly week).
+fn refill(
+    cands: &mut Vec<Cand>,
+    spares: &mut std::collections::VecDeque<Cand>,
+    dropped: usize,
+    probes: &mut Probes,
+    options: &WeekAdviceOptions,
+) {
+    let mut added = 0;
+    while added < dropped && cands.len() < options.max_recommendations {
+        let Some(mut c) = spares.pop_front() else { break };
+        let kept = incs(cands);
+        let base = probes.value(&kept);
+        let with = |probes: &mut Probes, l: u64| {
+            let mut v = kept.clone();
+            v.push((c.region.clone(), c.pool.clone(), l));
+            probes.value(&v) - base
+        };
+        let top = with(probes, c.level);
+        if top < PROBE_EPS {
+            continue;
+        }
+        // Levels ascend and end at the highest (the one just weighed).
+        let lower: Vec<u64> = c.levels.iter().copied().filter(|&l| l < c.level).collect();
+        let chosen = lower.into_iter().find(|&l| with(probes, l) >= top * (1.0 - options.tolerance));
+        if let Some(l) = chosen {
+            c.level = l;
+        }
+        cands.push(c);
+        added += 1;
+    }
+}
 
 /// Advises on a week: see the module documentation.
 pub fn advise_week(s: &Scenario, options: &WeekAdviceOptions) -> Result<WeekAdvice, WhatIfError> {
@@ -611,7 +688,8 @@ pub fn advise_week(s: &Scenario, options: &WeekAdviceOptions) -> Result<WeekAdvi
     pools.sort_by(|a, b| b.1.weight.total_cmp(&a.1.weight).then(a.0.cmp(b.0)));
     let total: f64 = pools.iter().map(|p| p.1.weight).sum();
     pools.retain(|p| p.1.weight >= total * 0.01);
-    pools.truncate(options.max_recommendations + 2);
+    // The next pools wait their turn: the confirmation tries them when it drops one of the first.
+    let next_pools = pools.split_off(pools.len().min(options.max_recommendations + 2));
     let pool_of = |key: &(String, String)| -> QuotaPool {
         let quotas = first.samples.iter().flat_map(|x| &x.quotas);
         quotas
@@ -620,18 +698,14 @@ pub fn advise_week(s: &Scenario, options: &WeekAdviceOptions) -> Result<WeekAdvi
             .next()
             .unwrap_or_else(|| QuotaPool::parse(&key.1))
     };
-    let mut cands: Vec<Cand> = pools
-        .iter()
-        .map(|(k, e)| {
-            let mut levels: Vec<u64> = [50.0, 75.0, 90.0].iter().map(|&p| level(&e.levels, p, e.step)).collect();
-            levels.dedup();
-            Cand { region: k.0.clone(), pool: pool_of(k), level: *levels.last().unwrap_or(&0), levels, step: e.step }
-        })
-        .filter(|c| c.level > 0)
-        .collect();
-    let incs = |cands: &[Cand]| -> Vec<Increase> {
-        cands.iter().filter(|c| c.level > 0).map(|c| (c.region.clone(), c.pool.clone(), c.level)).collect()
+    let cand = |(k, e): &(&(String, String), &PoolEvidence)| {
+        let mut levels: Vec<u64> = [50.0, 75.0, 90.0].iter().map(|&p| level(&e.levels, p, e.step)).collect();
+        levels.dedup();
+        Cand { region: k.0.clone(), pool: pool_of(k), level: *levels.last().unwrap_or(&0), levels, step: e.step }
     };
+    let mut cands: Vec<Cand> = pools.iter().map(cand).filter(|c| c.level > 0).collect();
+    let mut spares: std::collections::VecDeque<Cand> =
+        next_pools.iter().take(options.max_recommendations).map(cand).filter(|c| c.level > 0).collect();
 
     let empty = |simulations: u32| WeekAdvice {
         scenario: s.name.clone(),
@@ -647,7 +721,7 @@ pub fn advise_week(s: &Scenario, options: &WeekAdviceOptions) -> Result<WeekAdvi
         return Ok(empty(simulations));
     }
     // The benefit to keep, on the probes: every candidate at its highest level.
-    let mut probes = Probes::new(problems, options.probe_snapshots);
+    let mut probes = Probes::new(problems, end_ms, options.probe_snapshots);
     let goal = probes.gain(&incs(&cands));
     if goal < PROBE_EPS {
         return Ok(WeekAdvice { probe_solves: probes.solves, ..empty(simulations) });
@@ -683,10 +757,12 @@ pub fn advise_week(s: &Scenario, options: &WeekAdviceOptions) -> Result<WeekAdvi
             let limit = s.cloud.quota_limit(&c.region, &c.pool);
             confirm.peak.get(&(c.region.clone(), c.pool.key())).copied().unwrap_or(0) > limit
         });
-        if cands.is_empty() {
-            return Ok(WeekAdvice { probe_solves: probes.solves, ..empty(simulations) });
-        }
         if cands.len() != before {
+            let dropped = before - cands.len();
+            refill(&mut cands, &mut spares, dropped, &mut probes, options);
+            if cands.is_empty() {
+                return Ok(WeekAdvice { probe_solves: probes.solves, ..empty(simulations) });
+            }
             continue;
         }
         let all = measure(&confirm.run, &priority, end_ms);
@@ -736,12 +812,15 @@ pub fn advise_week(s: &Scenario, options: &WeekAdviceOptions) -> Result<WeekAdvi
             .map(|a| WeekAdvice { probe_solves, ..a });
         }
         let mut kept = Vec::new();
+        let before = cands.len();
         for (i, c) in cands.into_iter().enumerate() {
             if keep.contains(&i) {
                 kept.push(c);
             }
         }
         cands = kept;
+        let dropped = before - cands.len();
+        refill(&mut cands, &mut spares, dropped, &mut probes, options);
         if cands.is_empty() {
             return Ok(WeekAdvice { probe_solves: probes.solves, ..empty(simulations) });
         }
@@ -1057,4 +1136,73 @@ fn relative(base: &Path, target: &Path) -> std::path::PathBuf {
         out.push(c.as_os_str());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One snapshot: an 8-GPU gang that fits only on two NC96 VMs in eastus, whose A100 family
+    /// has no room (192 vCPUs needed), 24 hours before the horizon.
+    fn snapshot_problem() -> solver::Problem {
+        solver::Problem::from_json_str(
+            r#"{"offers": [{"region": "eastus", "size": "Standard_NC96ads_A100_v4", "priority": "regular",
+                 "gpu_model": "A100-80GB", "gpus_per_vm": 4, "vcpus_per_vm": 96,
+                 "family": "standardNCADSA100v4Family", "price_per_hour": 14.7, "capacity_vms": 8}],
+                "quotas": [{"region": "eastus", "pool": "standardNCADSA100v4Family", "vcpus": 0},
+                           {"region": "eastus", "pool": "cores", "vcpus": 10000}],
+                "jobs": [{"id": "big", "gpus": 8, "priority": 2, "duration_hours": 3.0}]}"#,
+        )
+        .expect("valid problem")
+    }
+
+    fn cand(region: &str, pool: &str, levels: &[u64]) -> Cand {
+        Cand {
+            region: region.into(),
+            pool: QuotaPool::parse(pool),
+            levels: levels.to_vec(),
+            level: *levels.last().unwrap(),
+            step: 96,
+        }
+    }
+
+    #[test]
+    fn a_probe_is_worth_the_waiting_it_saves_until_the_horizon() {
+        let end = 100 * 3_600_000;
+        let mut probes = Probes::new(vec![(snapshot_problem(), end - 24 * 3_600_000)], end, 4);
+        assert_eq!(probes.base, 0.0, "nothing fits as the snapshot was");
+        let raised = [("eastus".to_string(), QuotaPool::parse("standardNCADSA100v4Family"), 192)];
+        // Priority 2 × 8 GPUs × the 24 hours the job would otherwise have waited at most.
+        assert_eq!(probes.gain(&raised), 2.0 * 8.0 * 24.0);
+    }
+
+    #[test]
+    fn a_dropped_increase_makes_room_for_the_next_pool_that_helps_at_its_smallest_level() {
+        let end = 48 * 3_600_000;
+        let mut probes = Probes::new(vec![(snapshot_problem(), 0)], end, 4);
+        let options = WeekAdviceOptions { max_recommendations: 2, ..WeekAdviceOptions::default() };
+        // The first spare adds nothing on the probes (no offer draws from it): passed over. The
+        // second places the job from 192 vCPUs on; 96 would not, 288 is more than it needs.
+        let mut spares: std::collections::VecDeque<Cand> =
+            [cand("westus3", "cores", &[96, 192]), cand("eastus", "standardNCADSA100v4Family", &[96, 192, 288])]
+                .into_iter()
+                .collect();
+        let mut cands = vec![cand("eastus", "lowPriorityCores", &[96])];
+        refill(&mut cands, &mut spares, 1, &mut probes, &options);
+        let got: Vec<(String, String, u64)> =
+            cands.iter().map(|c| (c.region.clone(), c.pool.name().to_string(), c.level)).collect();
+        assert_eq!(
+            got,
+            [
+                ("eastus".to_string(), "lowPriorityCores".to_string(), 96),
+                ("eastus".to_string(), "standardNCADSA100v4Family".to_string(), 192)
+            ]
+        );
+        assert!(spares.is_empty());
+        // No room left: nothing more is tried.
+        let mut more: std::collections::VecDeque<Cand> =
+            [cand("eastus", "standardNCADSA100v4Family", &[96])].into_iter().collect();
+        refill(&mut cands, &mut more, 1, &mut probes, &options);
+        assert_eq!((cands.len(), more.len()), (2, 1));
+    }
 }
