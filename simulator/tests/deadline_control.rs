@@ -135,6 +135,24 @@ async fn a_deadline_job_on_spot_meets_its_deadline_for_less_than_the_same_job_on
     assert!(done.cost_usd < 0.5 * baseline.cost_usd, "spot ${} vs regular ${}", done.cost_usd, baseline.cost_usd);
 }
 
+/// A job's own fleet does not count against the room its policy sees for it: with spot quota for
+/// one VM a region, the job placed on spot stays where it runs. Counted, its own VM filled the
+/// region, which then looked unavailable: the job hopped to the other region every round (and a
+/// pipeline stage paid its input's egress at every hop: issue #23, `pipelines-week`).
+#[tokio::test]
+async fn a_job_is_not_crowded_out_of_its_region_by_its_own_fleet() {
+    let mut c = cloud(8);
+    c.default_quota.low_priority_cores = 24;
+    let h = harness("own-room", c, DeadlinePolicyKind::Spillway);
+    let job = h.submit("allowed", 2.0, 8.0);
+    let done = h.run_until_done(&job.id, 8.0).await;
+    let d = h.detail(&job.id);
+    let placed: Vec<String> = d.attempts.iter().map(|a| format!("{} {}", a.priority, a.region)).collect();
+    assert_eq!(done.state, JobState::Succeeded, "{placed:?}");
+    assert_eq!(placed.len(), 1, "one placement, kept: {placed:?}");
+    assert_eq!(d.attempts[0].priority, Priority::Spot, "{placed:?}");
+}
+
 #[tokio::test]
 async fn a_job_without_slack_for_a_spot_loss_is_placed_on_regular() {
     // 2 h of work, deadline in 2 h 8 min: losing 10 min of unsaved work plus a 6 min restart would

@@ -60,11 +60,15 @@ impl Controller {
         if jobs.is_empty() {
             return Ok(());
         }
-        let ours = our_usage(snap.active());
         let policy = (self.config.deadline_policy, tick_ms);
         for (job, data) in &jobs {
             let attempts: Vec<Attempt> = snap.attempts_of(&job.id).cloned().collect();
             let refs: Vec<&Attempt> = attempts.iter().collect();
+            // The room the job's policy sees leaves out the job's own fleets: where it runs it
+            // needs no more. Counted, they filled the region it held (its spot or regular offer
+            // there no longer fit a whole job), so it moved, paid its input's egress again, and
+            // moved on the next round from the region its new fleet now filled.
+            let ours = our_usage(snap.active().filter(|a| a.job_id != job.id));
             let Some(choice) = deadline::choose(st, &self.catalog, policy, job, &refs, &ours, data.as_ref(), now)
             else {
                 continue;
