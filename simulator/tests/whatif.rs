@@ -313,6 +313,14 @@ fn philly_week_reads_the_real_trace_or_says_clearly_that_it_is_absent() {
     assert!(jobs.iter().any(|j| j.spec.gpus >= 8), "multi-GPU jobs keep their size");
     let long = jobs.iter().find(|j| j.spec.duration_hours.unwrap() > 4.0).unwrap();
     assert_eq!(long.spec.spot, Some(scheduler::model::SpotPolicy::Never), "long jobs stay off spot");
+    // The same week with a fifth of its jobs chained into pipelines within one virtual cluster.
+    let s = Scenario::load(&scenarios().join("philly-pipelines-week.toml")).unwrap();
+    let chained = load_workload(&s).expect("the week with pipelines loads");
+    assert_eq!(chained.len(), jobs.len(), "the same jobs");
+    let stages: Vec<_> = chained.iter().filter_map(|j| j.pipeline.as_ref().map(|st| (j, st))).collect();
+    let share = stages.len() as f64 / chained.len() as f64;
+    assert!((0.15..0.25).contains(&share), "{share} of the jobs chained");
+    assert!(stages.iter().all(|(j, st)| j.spec.tenant == st.spec.tenant && (2..=4).contains(&st.spec.jobs.len())));
 }
 
 #[test]
@@ -367,7 +375,15 @@ async fn the_html_report_is_self_contained_with_the_policies_compared_and_two_ch
 
 #[test]
 fn every_bundled_scenario_parses_and_the_default_is_the_embedded_one() {
-    for name in ["default", "region-outage", "spot-storm", "philly-week", "philly-full", "pipelines-week"] {
+    for name in [
+        "default",
+        "region-outage",
+        "spot-storm",
+        "philly-week",
+        "philly-full",
+        "pipelines-week",
+        "philly-pipelines-week",
+    ] {
         Scenario::load(&scenarios().join(format!("{name}.toml"))).unwrap_or_else(|e| panic!("{name}: {e}"));
     }
     let on_disk = std::fs::read_to_string(scenarios().join("default.toml")).unwrap();
