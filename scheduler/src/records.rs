@@ -25,6 +25,9 @@ impl Record for Job {
     fn key(&self) -> String {
         self.id.clone()
     }
+    fn index_values(&self) -> Option<Vec<Option<String>>> {
+        Some(vec![Some(self.state.as_str().to_string()), Some(self.spec.tenant.clone())])
+    }
 }
 
 impl Record for Attempt {
@@ -32,12 +35,18 @@ impl Record for Attempt {
     fn key(&self) -> String {
         attempt_key(&self.job_id, self.number)
     }
+    fn index_values(&self) -> Option<Vec<Option<String>>> {
+        Some(vec![Some(self.job_id.clone()), Some(self.state.as_str().to_string())])
+    }
 }
 
 impl Record for JobEvent {
     const TABLE: TableDef = TableDef { name: "job_events", indexes: &[EVENT_JOB] };
     fn key(&self) -> String {
         format!("{}/{:012}", self.job_id, self.seq)
+    }
+    fn index_values(&self) -> Option<Vec<Option<String>>> {
+        Some(vec![Some(self.job_id.clone())])
     }
 }
 

@@ -133,6 +133,14 @@ pub trait Record: serde::Serialize + serde::de::DeserializeOwned + Clone + Send 
     const TABLE: TableDef;
     /// The primary key; unique within the table.
     fn key(&self) -> String;
+    /// The values of `TABLE.indexes`, in their order, read off the record itself; `None` (the
+    /// default): read by each index's JSON pointer from the encoded record. Every write keeps the
+    /// indexes in step, and walking the JSON once per index was the larger part of a write of a
+    /// big record (a job and its spec). Must equal what the pointers read; debug builds check it
+    /// on every write.
+    fn index_values(&self) -> Option<Vec<Option<String>>> {
+        None
+    }
 }
 
 /// An entry of the append-only event log (audit, `GET /v1/events`, `spillway status`).

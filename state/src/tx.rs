@@ -128,7 +128,18 @@ impl<'a> Tx<'a> {
         let old = if replaces { self.view.get(h.tree, key.as_bytes())? } else { None };
         let mut values = Vec::new();
         if !h.indexes.is_empty() {
-            let new_values = index_values(&h.def, &key, &json)?;
+            let new_values = match record.index_values() {
+                Some(values) => {
+                    debug_assert_eq!(
+                        values,
+                        index_values(&h.def, &key, &json)?,
+                        "{}: Record::index_values disagrees with the index pointers",
+                        h.def.name
+                    );
+                    values
+                }
+                None => index_values(&h.def, &key, &json)?,
+            };
             let old_values = match &old {
                 Some(old) => self.stored_index_values::<R>(&h.def, &key, old)?,
                 None => vec![None; h.indexes.len()],

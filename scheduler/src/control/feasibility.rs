@@ -142,6 +142,7 @@ impl<'a> Feasibility<'a> {
             ours,
             listed,
             verdicts: RefCell::new(HashMap::new()),
+            by_shape: RefCell::new(HashMap::new()),
         }
     }
 }
@@ -172,6 +173,21 @@ pub(crate) struct JobCounter<'a> {
     listed: HashMap<(&'a str, &'a str, Priority), &'a Offer>,
     /// Verdicts worked out so far, by (the offer's address in the round's list, VMs).
     verdicts: RefCell<HashMap<(usize, u32), Result<(), OfferFilter>>>,
+    /// Counts worked out so far, by the candidates they cover: most waiting jobs of a round share
+    /// their regions, sizes and shape with others, and each candidate cost a hashed look-up.
+    by_shape: RefCell<HashMap<Shape, OfferFilterCounts>>,
+}
+
+/// What a job's counts depend on: its candidates (allowed regions × acceptable sizes × the
+/// priorities its spot policy allows) and how many VMs each asks for (all its GPUs for a gang, one
+/// VM otherwise).
+#[derive(PartialEq, Eq, Hash)]
+struct Shape {
+    regions: Vec<String>,
+    sizes: Vec<String>,
+    priorities: &'static [Priority],
+    /// The GPUs a gang needs at once; `None` for work that may be split.
+    gang_gpus: Option<u32>,
 }
 
 impl JobCounter<'_> {
@@ -186,11 +202,21 @@ impl JobCounter<'_> {
         };
         let catalog = self.chain.catalog;
         let sizes = job.spec.acceptable_sizes(catalog);
+        let gang_gpus = job.spec.is_gang().then(|| job.wanted_gpus());
+        let shape = Shape {
+            regions: job.spec.allowed_regions(catalog),
+            sizes: sizes.iter().map(|s| s.name.clone()).collect(),
+            priorities,
+            gang_gpus,
+        };
+        if let Some(counts) = self.by_shape.borrow().get(&shape) {
+            return counts.clone();
+        }
         let mut counts = OfferFilterCounts::default();
         let mut verdicts = self.verdicts.borrow_mut();
-        for region in job.spec.allowed_regions(catalog) {
+        for region in &shape.regions {
             for size in &sizes {
-                let vms = if job.spec.is_gang() { job.wanted_gpus().div_ceil(size.gpus.max(1)) } else { 1 };
+                let vms = gang_gpus.map_or(1, |g| g.div_ceil(size.gpus.max(1)));
                 for &p in priorities {
                     let listed: &HashMap<(&str, &str, Priority), &Offer> = &self.listed;
                     let verdict = match listed.get(&(region.as_str(), size.name.as_str(), p)) {
@@ -204,6 +230,7 @@ impl JobCounter<'_> {
                 }
             }
         }
+        self.by_shape.borrow_mut().insert(shape, counts.clone());
         counts
     }
 }
