@@ -145,9 +145,11 @@ impl Controller {
         };
         // Why each job waits is decided for all of them first (from the same view of the world),
         // then written together: one change per job whose reasons changed.
-        let ours = our_usage(snap.active());
         let chain = Feasibility { world: &st.world, breakers: &st.breakers, catalog: &self.catalog, now };
-        let counter = chain.job_counter(&ours);
+        // Built on first use: most rounds change no job's reasons, and the counter indexes every
+        // listed offer.
+        let ours = std::cell::OnceCell::new();
+        let counter = std::cell::OnceCell::new();
         let mut waiting = Vec::new();
         for job in input.jobs.iter().filter(|j| placement::is_waiting(j)) {
             let why = reasons.remove(&job.id).unwrap_or_default();
@@ -158,7 +160,8 @@ impl Controller {
             if why.is_empty() || why == job.pending_reasons {
                 continue;
             }
-            let counts = counter.counts(job);
+            let counts =
+                counter.get_or_init(|| chain.job_counter(ours.get_or_init(|| our_usage(snap.active())))).counts(job);
             if let Some(change) = placement::waiting_change(job, why, counts) {
                 waiting.push(Action::Record(change));
             }
