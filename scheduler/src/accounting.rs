@@ -75,6 +75,33 @@ pub fn moved_gb(data_gb: f64, gang: bool, gpus: u32, wanted_gpus: u32) -> f64 {
     if gang { data_gb } else { data_gb * (f64::from(gpus) / f64::from(wanted_gpus.max(1))).min(1.0) }
 }
 
+/// The GB of its job's input (`data_gb` in all) a placement of `gpus` of the job's `wanted_gpus`
+/// moves to a region, and is billed for, when the job's earlier attempts already moved
+/// `already_gb` there. Data moved once to a region is there: a later attempt of the job in that
+/// region (after a loss, or a deadline policy's move back) reads it there and pays only for what
+/// is not yet there, so that all the job's attempts together never pay for more than the whole
+/// input per region. `already_gb` is the GB the job's earlier attempts that ran in the region were
+/// billed (their `Attempt::egress_gb`), counted from the stored attempts so that it survives a
+/// restart of the loop; an attempt that never ran moved nothing.
+pub fn to_move_gb(data_gb: f64, gang: bool, gpus: u32, wanted_gpus: u32, already_gb: f64) -> f64 {
+    moved_gb(data_gb, gang, gpus, wanted_gpus).min((data_gb - already_gb).max(0.0)).max(0.0)
+}
+
+/// The GB of its job's input the job's earlier attempts moved to `region`: the sum of what each of
+/// them that ran there was billed ([`to_move_gb`]'s `already_gb`). `number` is the attempt being
+/// placed, left out.
+pub fn already_moved_gb<'a>(
+    attempts: impl IntoIterator<Item = &'a crate::model::Attempt>,
+    region: &str,
+    number: u32,
+) -> f64 {
+    attempts
+        .into_iter()
+        .filter(|a| a.number != number && a.region == region && a.running_since_ms.is_some())
+        .map(|a| a.egress_gb)
+        .sum()
+}
+
 /// USD of moving `gb` at `usd_per_gb`: what the job (and its tenant's budget) pays for it.
 pub fn egress_usd(gb: f64, usd_per_gb: f64) -> f64 {
     gb.max(0.0) * usd_per_gb.max(0.0)
@@ -145,6 +172,15 @@ mod tests {
         let rate = (a.progress_fraction(false, 16) + b.progress_fraction(false, 16)) * scale;
         assert!((rate - 1.0).abs() < 1e-12, "22 GPUs for a 16-GPU job progress at full size, not {rate}");
         assert_eq!(overlap_scale(10.0 / 16.0), 1.0, "10 of 16 GPUs progress at 10/16");
+    }
+
+    #[test]
+    fn data_moved_once_to_a_region_is_not_paid_for_again() {
+        assert_eq!(to_move_gb(400.0, true, 8, 8, 0.0), 400.0, "the first move pays for all of a gang's input");
+        assert_eq!(to_move_gb(400.0, true, 8, 8, 400.0), 0.0, "a later gang attempt there reads it there");
+        assert_eq!(to_move_gb(400.0, false, 4, 8, 200.0), 200.0, "the other half of a split job is not there yet");
+        assert_eq!(to_move_gb(400.0, false, 4, 8, 300.0), 100.0, "only what is missing");
+        assert_eq!(to_move_gb(400.0, false, 16, 8, 0.0), 400.0, "never more than the input");
     }
 
     #[test]

@@ -1398,6 +1398,73 @@ async fn a_stage_whose_data_region_is_full_runs_elsewhere_and_pays_the_egress_wi
     }
 }
 
+/// Issue #23: data moved once to a region is there. A stage that runs away from its input (its data
+/// region has no quota) pays the egress when its first attempt runs; when that attempt's VMs are
+/// lost and a new attempt runs in the same region, the input is not billed again: the job, its
+/// attempts and its tenant pay for it once.
+#[tokio::test]
+async fn a_moved_stage_placed_again_in_the_region_its_data_was_moved_to_pays_the_egress_once() {
+    let cfg = ControlConfig { auto_complete: true, ..config() };
+    let h = harness_with("pipeline-egress-once", two_regions(), cfg);
+    let mut prep = a100_stage("prep", &[], 1.0);
+    prep["regions"] = serde_json::json!(["westus3"]);
+    prep["output_gb"] = serde_json::json!(500);
+    let ids = submit_pipeline(
+        &h,
+        serde_json::json!({"name": "two", "tenant": "research", "jobs": [prep, a100_stage("train", &["prep"], 4.0)]}),
+    );
+    h.round().await;
+    h.step(61).await;
+    // westus3 has no A100 quota beyond what prep holds: train may only run in eastus.
+    h.cloud.set_quota_limit("westus3", &QuotaPool::Family("standardNCADSA100v4Family".into()), 0).unwrap();
+    for _ in 0..20 {
+        if h.job(&ids["train"]).state == JobState::Running {
+            break;
+        }
+        h.step(300).await;
+    }
+    let first = h.detail(&ids["train"]).attempts.last().unwrap().clone();
+    assert_eq!((first.region.as_str(), first.running_since_ms.is_some()), ("eastus", true), "{first:?}");
+    assert!((first.egress_usd - 10.0).abs() < 1e-9, "the first move pays for the 500 GB: {first:?}");
+    // Its VMs are lost and eastus has no room for a while: past the grace period the stage waits
+    // for a new placement, which comes in eastus again when room does (westus3 has no quota).
+    let size = "Standard_NC96ads_A100_v4";
+    h.cloud.set_capacity("eastus", size, Priority::Regular, first.vms).unwrap();
+    h.cloud.evict(&first.fleet_name, first.vms).unwrap();
+    h.cloud.set_capacity("eastus", size, Priority::Regular, 0).unwrap();
+    h.step(1).await;
+    h.step(181).await;
+    h.cloud.set_capacity("eastus", size, Priority::Regular, 2 * first.vms).unwrap();
+    let ran_in_eastus = || {
+        h.detail(&ids["train"])
+            .attempts
+            .into_iter()
+            .filter(|a| a.region == "eastus" && a.running_since_ms.is_some())
+            .count()
+    };
+    for _ in 0..60 {
+        if ran_in_eastus() >= 2 {
+            break;
+        }
+        h.step(60).await;
+    }
+    let d = h.detail(&ids["train"]);
+    let ran: Vec<&Attempt> = d.attempts.iter().filter(|a| a.running_since_ms.is_some()).collect();
+    assert!(ran.len() >= 2 && ran.iter().all(|a| a.region == "eastus"), "{:?}", d.attempts);
+    let billed: f64 = ran.iter().map(|a| a.egress_usd).sum();
+    assert!((billed - 10.0).abs() < 1e-9, "the input is billed once, not at every attempt: {billed} over {ran:?}");
+    assert_eq!(ran.iter().map(|a| a.egress_gb).sum::<f64>(), 500.0, "{ran:?}");
+    let billed_events = d.events.iter().filter(|e| e.message.contains("billed for its input")).count();
+    assert_eq!(billed_events, 1, "{:?}", d.events);
+    let placed: Vec<&str> =
+        d.events.iter().filter(|e| e.kind.to_string() == "placed").map(|e| e.message.as_str()).collect();
+    assert!(placed.last().unwrap().contains("data from westus3 already moved to eastus"), "{placed:?}");
+    // The tenant paid what its jobs cost, the one egress included, to the cent.
+    let spent = h.store.get::<scheduler::records::Tenant>("research").unwrap().map_or(0.0, |t| t.spent_usd);
+    let jobs_cost = h.job(&ids["prep"]).cost_usd + h.job(&ids["train"]).cost_usd;
+    assert!((spent - jobs_cost).abs() < 0.01, "tenant {spent} against jobs {jobs_cost}");
+}
+
 /// The simulated cloud with one hook: the first read of a named fleet runs a callback first, so a
 /// test can act between the round's read of the store and its decisions (a user's cancel that
 /// comes while the round looks at the cloud).

@@ -212,7 +212,10 @@ pub(crate) fn waiting_change(job: &Job, why: Vec<String>, offers: OfferFilterCou
 /// One placement of the plan as an attempt's intent: the attempt (its number the job's next, its
 /// fleet name deterministic, the fleet's alternative sizes ranked) and the job's `Placed` edit.
 /// `price` is the cloud's price per VM-hour; `cap` the spot cap per VM the solver planned within.
-pub(crate) fn intent(
+/// `earlier` are the job's attempts so far (stored, so a restart sees them): what those that ran
+/// in the placement's region moved there is not billed again.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn intent<'a>(
     st: &LoopState,
     catalog: &Catalog,
     now: i64,
@@ -220,6 +223,7 @@ pub(crate) fn intent(
     p: &solver::Placement,
     (price, cap): (f64, Option<f64>),
     data: Option<&(String, Option<f64>)>,
+    earlier: impl IntoIterator<Item = &'a Attempt>,
 ) -> Option<(Attempt, Change)> {
     let size = catalog.size(&p.size)?;
     let priority = p.priority;
@@ -268,8 +272,9 @@ pub(crate) fn intent(
         "attempt {number}: {} × {} {} in {} at ${:.3}/VM-hour, fleet {}",
         p.vms, size.name, priority, p.region, price, attempt.fleet_name
     );
+    let already_gb = accounting::already_moved_gb(earlier, &p.region, number);
     let (note, egress_gb, egress_usd) =
-        data_note(catalog, data, &p.region, job.spec.is_gang(), p.gpus, job.wanted_gpus());
+        data_note(catalog, data, &p.region, (job.spec.is_gang(), p.gpus, job.wanted_gpus()), already_gb);
     message.push_str(&note);
     let attempt = Attempt { egress_gb, egress_usd, ..attempt };
     let edit = JobEdit::Placed {
@@ -286,21 +291,24 @@ pub(crate) fn intent(
 
 /// Where the placement's data comes from, and the GB it moves and the egress it bills: `, data in
 /// eastus` when it runs there, `, 120 GB of data moved from eastus: egress $2.40` when it does not
-/// (at the catalog's transfer price, the solver's; its share of the data for a part of a split job).
+/// (at the catalog's transfer price, the solver's; its share of the data for a part of a split job),
+/// `, data already moved to westus3` when the job's earlier attempts there (`already_gb`) moved it.
 fn data_note(
     catalog: &Catalog,
     data: Option<&(String, Option<f64>)>,
     region: &str,
-    gang: bool,
-    gpus: u32,
-    wanted: u32,
+    (gang, gpus, wanted): (bool, u32, u32),
+    already_gb: f64,
 ) -> (String, f64, f64) {
     match data {
         None => (String::new(), 0.0, 0.0),
         Some((from, _)) if from == region => (format!(", data in {from}"), 0.0, 0.0),
         Some((from, None)) => (format!(", data in {from} (size not declared)"), 0.0, 0.0),
         Some((from, Some(gb))) => {
-            let gb = accounting::moved_gb(*gb, gang, gpus, wanted);
+            let gb = accounting::to_move_gb(*gb, gang, gpus, wanted, already_gb);
+            if gb <= 0.0 && already_gb > 0.0 {
+                return (format!(", data from {from} already moved to {region}"), 0.0, 0.0);
+            }
             let usd = accounting::egress_usd(gb, catalog.egress_usd_per_gb(from, region));
             (format!(", {gb:.0} GB of data moved from {from}: egress ${usd:.2}"), gb, usd)
         }

@@ -14,6 +14,7 @@ use super::snapshot::Snapshot;
 use super::world::our_usage;
 use super::{Controller, LoopState, cleanup, dependencies, growth, placement, quota_watch, stage_deadlines};
 use crate::model::{Attempt, EventKind, Job};
+use crate::records::{AttemptsBy, Lookup};
 
 impl Controller {
     /// Step 6: each deadline job's policy chooses what the job holds this round (recorded in
@@ -179,10 +180,18 @@ impl Controller {
             // Where the job already runs a fleet of that offer, the fleet grows instead.
             let action = match growth::fleet_to_grow(snap, st, &job, p, price.0) {
                 Some(a) => Action::Grow(growth::grow(a, p)),
-                None => match placement::intent(st, &self.catalog, now, &job, p, price, data.get(job_id)) {
-                    Some((_, change)) => Action::Place(change),
-                    None => continue,
-                },
+                None => {
+                    // The job's attempts that ended are not in the snapshot (it holds the active
+                    // ones); the store has them all, and with them where its input was moved.
+                    let earlier: Vec<Attempt> = match data.get(job_id) {
+                        Some((from, Some(_))) if *from != p.region => self.store.find(AttemptsBy::Job(job_id))?,
+                        _ => Vec::new(),
+                    };
+                    match placement::intent(st, &self.catalog, now, &job, p, price, data.get(job_id), &earlier) {
+                        Some((_, change)) => Action::Place(change),
+                        None => continue,
+                    }
+                }
             };
             let no = self.act(st, snap, report, vec![action]).await?;
             refused += self.fail_refused(st, snap, report, no).await?;

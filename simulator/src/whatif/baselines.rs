@@ -517,8 +517,16 @@ impl Driver for Broker {
                         let (moved_gb, egress) = match &self.jobs[idx].input {
                             Some((from, Some(gb))) if *from != self.jobs[idx].candidates[cand].region => {
                                 let (j, c) = (&self.jobs[idx], &self.jobs[idx].candidates[cand]);
-                                let moved =
-                                    accounting::moved_gb(*gb, j.spec.is_gang(), c.vms * c.gpus_per_vm, j.spec.gpus);
+                                // Earlier attempts that ran in the region moved data there (the
+                                // last span is this attempt's, not yet running).
+                                let already: f64 = j
+                                    .spans
+                                    .iter()
+                                    .filter(|s| s.region == c.region && s.running_ms.is_some())
+                                    .map(|s| s.egress_gb)
+                                    .sum();
+                                let gpus = c.vms * c.gpus_per_vm;
+                                let moved = accounting::to_move_gb(*gb, j.spec.is_gang(), gpus, j.spec.gpus, already);
                                 (moved, accounting::egress_usd(moved, self.catalog.egress_usd_per_gb(from, &c.region)))
                             }
                             _ => (0.0, 0.0),
