@@ -209,6 +209,28 @@ impl Client {
 }
 
 impl Client {
+    /// A listing (`/v1/jobs`, `/v1/pipelines`) under `key`: the newest page of `path?query`, or with
+    /// `all` every page back to the oldest, merged in the API's order with `truncated: false`.
+    pub async fn list(&self, path: &str, key: &str, query: &[String], all: bool) -> Result<Value, ClientError> {
+        let q = query.join("&");
+        let mut page = self.get(&format!("{path}?{q}")).await?;
+        if all {
+            // Pages come newest first, each oldest first: prepend each older page.
+            let mut items = page[key].as_array().cloned().unwrap_or_default();
+            while let Some(next) = page["next"].as_str().map(str::to_string) {
+                page = self.get(&format!("{path}?{q}&cursor={}", encode(&next))).await?;
+                let mut older = page[key].as_array().cloned().unwrap_or_default();
+                older.append(&mut items);
+                items = older;
+            }
+            page[key] = Value::Array(items);
+            page["truncated"] = false.into();
+        }
+        Ok(page)
+    }
+}
+
+impl Client {
     /// Opens a server-sent event stream at `path` (resuming after `last_event_id`), for readers
     /// that need each event's `id` and `event` as well as its `data` ([`SseReader`]).
     pub async fn stream(&self, path: &str, last_event_id: Option<&str>) -> Result<SseReader, ClientError> {

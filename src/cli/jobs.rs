@@ -52,19 +52,7 @@ async fn list(args: JobsArgs) -> Result<ExitCode, ClientError> {
     if let Some(t) = &args.tenant {
         q.push(format!("tenant={}", encode(t)));
     }
-    let mut page = client.get(&format!("/v1/jobs?{}", q.join("&"))).await?;
-    if args.all {
-        // Pages come newest first, each oldest first: prepend each older page.
-        let mut jobs = page["jobs"].as_array().cloned().unwrap_or_default();
-        while let Some(next) = page["next"].as_str().map(str::to_string) {
-            page = client.get(&format!("/v1/jobs?{}&cursor={}", q.join("&"), encode(&next))).await?;
-            let mut older = page["jobs"].as_array().cloned().unwrap_or_default();
-            older.append(&mut jobs);
-            jobs = older;
-        }
-        page["jobs"] = serde_json::Value::Array(jobs);
-        page["truncated"] = false.into();
-    }
+    let page = client.list("/v1/jobs", "jobs", &q, args.all).await?;
     if args.client.output == Output::Json {
         print_json(&page);
         return Ok(ExitCode::SUCCESS);

@@ -51,19 +51,7 @@ async fn list(args: PipelinesArgs) -> Result<ExitCode, ClientError> {
     if let Some(t) = &args.tenant {
         q.push(format!("tenant={}", encode(t)));
     }
-    let mut page = client.get(&format!("/v1/pipelines?{}", q.join("&"))).await?;
-    if args.all {
-        // Pages come newest first, each oldest first: prepend each older page.
-        let mut pipelines = page["pipelines"].as_array().cloned().unwrap_or_default();
-        while let Some(next) = page["next"].as_str().map(str::to_string) {
-            page = client.get(&format!("/v1/pipelines?{}&cursor={}", q.join("&"), encode(&next))).await?;
-            let mut older = page["pipelines"].as_array().cloned().unwrap_or_default();
-            older.append(&mut pipelines);
-            pipelines = older;
-        }
-        page["pipelines"] = Value::Array(pipelines);
-        page["truncated"] = false.into();
-    }
+    let page = client.list("/v1/pipelines", "pipelines", &q, args.all).await?;
     if args.client.output == Output::Json {
         print_json(&page);
         return Ok(ExitCode::SUCCESS);
