@@ -2,7 +2,7 @@
 
 mod e2e_support;
 
-use e2e_support::{EMULATOR_TOKEN, Emulator, Server, temp_dir};
+use e2e_support::{EMULATOR_TOKEN, Emulator, FAST_SCENARIO, Server, temp_dir};
 use std::process::Command;
 
 use serde_json::Value;
@@ -358,22 +358,13 @@ async fn the_live_server_advises_on_its_pending_work_and_refuses_a_bad_max() {
 }
 
 /// Regular A100 quota of 96 vCPUs per region (one NC96 VM) and plenty of everything else, on an
-/// emulated Azure that decides quota requests within a second.
-const TIGHT_A100_CLOUD: &str = r#"
-[cloud]
-regions = ["eastus", "westus3"]
-seed = 7
-provisioning_seconds = 1
-eviction_reclaim_seconds = 600
-poll_after_seconds = 1
-default_capacity_vms = 400
-default_spot_eviction_rate_per_hour = 0.0
-
-[cloud.default_quota]
-cores = 20000
-low_priority_cores = 20000
-family = 96
-"#;
+/// emulated Azure that decides quota requests within a second: the shared fast scenario with the
+/// family pools tightened.
+fn tight_a100_cloud() -> String {
+    let tight = FAST_SCENARIO.replace("family = 20000", "family = 96");
+    assert_ne!(tight, FAST_SCENARIO, "the fast scenario's family quota moved");
+    tight
+}
 
 /// The A100 family's limit in westus3 as the emulated subscription's Quota API reports it.
 async fn emulated_a100_limit(emu: &Emulator) -> u64 {
@@ -393,7 +384,7 @@ async fn emulated_a100_limit(emu: &Emulator) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_files_the_live_advice_with_azure_for_an_admin_only() {
     let dir = temp_dir("advise-live-apply");
-    let emu = Emulator::start(&dir, TIGHT_A100_CLOUD, &["--quota-request-seconds", "1"]);
+    let emu = Emulator::start(&dir, &tight_a100_cloud(), &["--quota-request-seconds", "1"]);
     let config = emu.azure_config(&dir, "");
     let s = Server::start(
         &dir,
