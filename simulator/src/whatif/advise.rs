@@ -20,9 +20,12 @@
 //! 4. **Confirmation**: the week runs again with the chosen increases. An increase the confirming
 //!    run does not use (the pool's peak usage never passes the old limit) is dropped. Each remaining
 //!    one is then removed in turn (one more run each): what the week loses without it is what it
-//!    buys, and the ranking; one that buys nothing is dropped too. Each increase dropped makes room
-//!    for the next pool of the evidence (the candidates ranked past the first `max + 2`), at the
-//!    smallest level that keeps what it adds on the snapshots, and the week is confirmed again.
+//!    buys, and the ranking; one that buys nothing is dropped too, and so is, while the confirming
+//!    week leaves more jobs pending at the horizon than the week as configured, the one without
+//!    which the fewest stay pending (the advice never leaves more work open than it found). Each
+//!    increase dropped makes room for the next pool of the evidence (the candidates ranked past
+//!    the first `max + 2`), at the smallest level that keeps what it adds on the snapshots, and the
+//!    week is confirmed again.
 //! 5. **Alternatives**: the pool the snapshots most often named as an alternative to a
 //!    recommendation is simulated in its place.
 //!
@@ -96,6 +99,23 @@ pub struct WeekAdvice {
     pub simulations: u32,
     /// Plan problems solved to weigh increases on the busiest snapshots (the search).
     pub probe_solves: u32,
+    /// Increases the search chose and the confirmation dropped, in the order it dropped them, and
+    /// why: what a reader needs to trust that the advice is not simply smaller than it could be.
+    #[serde(default)]
+    pub dropped: Vec<DroppedIncrease>,
+}
+
+/// An increase the confirmation dropped.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DroppedIncrease {
+    /// Region.
+    pub region: String,
+    /// Pool.
+    pub pool: String,
+    /// vCPUs it would have added.
+    pub increase_vcpus: u64,
+    /// Why, in words.
+    pub reason: String,
 }
 
 /// How a week went for the `spillway` policy.
@@ -670,6 +690,45 @@ fn refill(
     }
 }
 
+/// Which of the confirmed increases stay, best first (indices into `gains`): those that buy
+/// something (`gains[i]`: the priority-weighted waiting the week loses without increase `i`), at
+/// most `max` of them. And the advice must not leave more work waiting than it found: when the
+/// confirming week (`all`) ends with more jobs pending than the week as configured (`base`), the
+/// increase without which the fewest jobs stay pending (`without[i]`; ties: the one that buys the
+/// least) goes too, and the week is confirmed again. The waiting a week saves is weighted by
+/// priority × GPUs, so an increase that lets a few large jobs start sooner can win on it while
+/// the work they crowd out stays open at the horizon (BENCHMARKS.md, #20: the tight-quota Philly
+/// week, 237 jobs pending against 216 as configured). The second value is the increase dropped
+/// for the jobs left pending, if one was.
+fn kept_increases(
+    base: &WeekOutcome,
+    all: &WeekOutcome,
+    without: &[&WeekOutcome],
+    gains: &[f64],
+    max: usize,
+) -> (Vec<usize>, Option<usize>) {
+    let mut keep: Vec<usize> = (0..gains.len()).filter(|&i| gains[i] > 0.0).collect();
+    keep.sort_by(|&a, &b| gains[b].total_cmp(&gains[a]).then(a.cmp(&b)));
+    keep.truncate(max);
+    if keep.len() == gains.len() && all.jobs_pending_at_end > base.jobs_pending_at_end {
+        // Only when nothing else was dropped: a week confirmed without those tells what is left.
+        let worst = keep
+            .iter()
+            .copied()
+            .min_by(|&a, &b| {
+                without[a]
+                    .jobs_pending_at_end
+                    .cmp(&without[b].jobs_pending_at_end)
+                    .then(gains[a].total_cmp(&gains[b]))
+                    .then(a.cmp(&b))
+            })
+            .expect("every increase is kept, and there is one at least");
+        keep.retain(|&i| i != worst);
+        return (keep, Some(worst));
+    }
+    (keep, None)
+}
+
 /// Advises on a week: see the module documentation.
 pub fn advise_week(s: &Scenario, options: &WeekAdviceOptions) -> Result<WeekAdvice, WhatIfError> {
     let jobs = load_workload(s)?;
@@ -716,6 +775,7 @@ pub fn advise_week(s: &Scenario, options: &WeekAdviceOptions) -> Result<WeekAdvi
         samples,
         simulations,
         probe_solves: 0,
+        dropped: Vec::new(),
     };
     if cands.is_empty() {
         return Ok(empty(simulations));
@@ -749,19 +809,30 @@ pub fn advise_week(s: &Scenario, options: &WeekAdviceOptions) -> Result<WeekAdvi
     // Confirmation: drop what the confirming run does not use, then what buys nothing, until stable.
     let mut confirm;
     let mut ablations: Vec<Measured>;
+    let mut dropped_log: Vec<DroppedIncrease> = Vec::new();
+    let drop_note = |c: &Cand, reason: String| DroppedIncrease {
+        region: c.region.clone(),
+        pool: c.pool.name().to_string(),
+        increase_vcpus: c.level,
+        reason,
+    };
     loop {
         confirm = simulate(s, &jobs, &incs(&cands), 0)?;
         simulations += 1;
         let before = cands.len();
-        cands.retain(|c| {
+        let (used, unused): (Vec<Cand>, Vec<Cand>) = cands.into_iter().partition(|c| {
             let limit = s.cloud.quota_limit(&c.region, &c.pool);
             confirm.peak.get(&(c.region.clone(), c.pool.key())).copied().unwrap_or(0) > limit
         });
+        cands = used;
+        for c in &unused {
+            dropped_log.push(drop_note(c, "the confirming week never used it".into()));
+        }
         if cands.len() != before {
             let dropped = before - cands.len();
             refill(&mut cands, &mut spares, dropped, &mut probes, options);
             if cands.is_empty() {
-                return Ok(WeekAdvice { probe_solves: probes.solves, ..empty(simulations) });
+                return Ok(WeekAdvice { probe_solves: probes.solves, dropped: dropped_log, ..empty(simulations) });
             }
             continue;
         }
@@ -782,10 +853,9 @@ pub fn advise_week(s: &Scenario, options: &WeekAdviceOptions) -> Result<WeekAdvi
             .iter()
             .map(|m| m.outcome.waiting_weight_gpu_hours - all.outcome.waiting_weight_gpu_hours)
             .collect();
-        // Keep those that buy something, at most `max_recommendations` of them (the best).
-        let mut keep: Vec<usize> = (0..cands.len()).filter(|&i| gains[i] > 0.0).collect();
-        keep.sort_by(|&a, &b| gains[b].total_cmp(&gains[a]).then(a.cmp(&b)));
-        keep.truncate(options.max_recommendations);
+        let without: Vec<&WeekOutcome> = ablations.iter().map(|m| &m.outcome).collect();
+        let (keep, for_pending) =
+            kept_increases(&base.outcome, &all.outcome, &without, &gains, options.max_recommendations);
         if keep.len() == cands.len() {
             let mut sorted: Vec<(Cand, Measured, f64)> = Vec::new();
             let mut drained: Vec<Option<(Cand, Measured)>> =
@@ -809,20 +879,33 @@ pub fn advise_week(s: &Scenario, options: &WeekAdviceOptions) -> Result<WeekAdvi
                 samples,
                 simulations,
             )
-            .map(|a| WeekAdvice { probe_solves, ..a });
+            .map(|a| WeekAdvice { probe_solves, dropped: dropped_log, ..a });
         }
         let mut kept = Vec::new();
         let before = cands.len();
         for (i, c) in cands.into_iter().enumerate() {
             if keep.contains(&i) {
                 kept.push(c);
+                continue;
             }
+            let reason = if for_pending == Some(i) {
+                format!(
+                    "with every increase the week ends with {} jobs pending against {} as configured; without this \
+                     one, {}",
+                    all.outcome.jobs_pending_at_end, base.outcome.jobs_pending_at_end, without[i].jobs_pending_at_end
+                )
+            } else if gains[i] <= 0.0 {
+                "the week waits no longer without it".to_string()
+            } else {
+                format!("ranked past the {} recommendations asked for", options.max_recommendations)
+            };
+            dropped_log.push(drop_note(&c, reason));
         }
         cands = kept;
         let dropped = before - cands.len();
         refill(&mut cands, &mut spares, dropped, &mut probes, options);
         if cands.is_empty() {
-            return Ok(WeekAdvice { probe_solves: probes.solves, ..empty(simulations) });
+            return Ok(WeekAdvice { probe_solves: probes.solves, dropped: dropped_log, ..empty(simulations) });
         }
     }
 
@@ -943,6 +1026,7 @@ pub fn advise_week(s: &Scenario, options: &WeekAdviceOptions) -> Result<WeekAdvi
             samples,
             simulations,
             probe_solves: 0,
+            dropped: Vec::new(),
         })
     }
 }
@@ -1164,6 +1248,41 @@ mod tests {
             level: *levels.last().unwrap(),
             step: 96,
         }
+    }
+
+    fn week(pending: u64) -> WeekOutcome {
+        WeekOutcome {
+            jobs_submitted: 1000,
+            jobs_completed: 1000 - pending,
+            jobs_pending_at_end: pending,
+            wait_p50_hours: 0.0,
+            wait_p95_hours: 0.0,
+            wait_p99_hours: 0.0,
+            waiting_gpu_hours: 0.0,
+            waiting_weight_gpu_hours: 0.0,
+            total_cost_usd: 0.0,
+            gpu_hours: 0.0,
+            cost_per_gpu_hour: None,
+        }
+    }
+
+    #[test]
+    fn advice_that_leaves_more_jobs_pending_than_it_found_drops_the_increase_behind_them() {
+        let base = week(216);
+        // Two increases, both saving waiting; with both the week ends with 237 pending. Without
+        // the first (the larger gain) 214 stay pending, without the second 240.
+        let (with_both, without_0, without_1) = (week(237), week(214), week(240));
+        let without = [&without_0, &without_1];
+        assert_eq!(kept_increases(&base, &with_both, &without, &[900.0, 100.0], 5), (vec![1], Some(0)));
+        // Fewer pending than found: both stay, best first.
+        assert_eq!(kept_increases(&base, &week(210), &without, &[100.0, 900.0], 5), (vec![1, 0], None));
+        // As many pending as found is not more.
+        assert_eq!(kept_increases(&base, &week(216), &without, &[900.0, 100.0], 5), (vec![0, 1], None));
+        // One that buys nothing goes first; the week is confirmed again before judging the rest.
+        assert_eq!(kept_increases(&base, &with_both, &without, &[900.0, 0.0], 5), (vec![0], None));
+        // Ties on what is left pending: the one that buys the least goes.
+        let same = [&without_0, &without_0];
+        assert_eq!(kept_increases(&base, &with_both, &same, &[900.0, 100.0], 5), (vec![0], Some(1)));
     }
 
     #[test]
