@@ -479,6 +479,8 @@ async fn openapi_lists_every_route() {
         ("get", "/v1/plan"),
         ("get", "/v1/advice"),
         ("post", "/v1/advice/requests"),
+        ("get", "/v1/advice/requests"),
+        ("get", "/v1/advice/requests/{id}"),
         ("get", "/v1/events"),
         ("get", "/v1/spend"),
         ("put", "/v1/tenants/{name}/budget"),

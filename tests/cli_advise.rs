@@ -378,31 +378,103 @@ async fn emulated_a100_limit(emu: &Emulator) -> u64 {
     v["properties"]["limit"]["value"].as_u64().unwrap_or_else(|| panic!("{v}"))
 }
 
-/// `spillway advise --url --apply` against a server driving (emulated) Azure: a submitter's run
-/// is refused (403) and files nothing; the admin's run has the server file the live advice with
-/// the Quota API, one request per call, and reports Azure's answer, which the subscription shows.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_server_files_the_live_advice_with_azure_for_an_admin_only() {
-    let dir = temp_dir("advise-live-apply");
-    let emu = Emulator::start(&dir, &tight_a100_cloud(), &["--quota-request-seconds", "1"]);
-    let config = emu.azure_config(&dir, "");
+/// The first `n` events of `kinds` in the server's log (admin), waiting up to 30 s for them.
+async fn events(s: &Server, kinds: &str, n: usize) -> Vec<Value> {
+    let url = format!("{}/v1/events?from=0&kinds={kinds}", s.url);
+    let mut resp = reqwest::Client::new().get(url).bearer_auth(&s.admin).send().await.unwrap();
+    assert_eq!(resp.status(), reqwest::StatusCode::OK);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let (mut buf, mut out) = (String::new(), Vec::new());
+    while out.len() < n {
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            let data: String = block.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim).collect();
+            if !data.is_empty() {
+                out.push(serde_json::from_str(&data).unwrap());
+            }
+        }
+        if out.len() >= n {
+            break;
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let chunk = tokio::time::timeout(left, resp.chunk())
+            .await
+            .unwrap_or_else(|_| panic!("only {} of {n} {kinds} events: {out:#?}", out.len()))
+            .unwrap();
+        buf.push_str(&String::from_utf8_lossy(&chunk.expect("stream open")));
+    }
+    out
+}
+
+/// `GET /v1/advice/requests/{id}` until the request is no longer `submitted` (30 s at most).
+async fn request_end(s: &Server, id: &str) -> Value {
+    let http = reqwest::Client::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let r = http.get(format!("{}/v1/advice/requests/{id}", s.url)).bearer_auth(&s.admin).send().await.unwrap();
+        assert_eq!(r.status(), reqwest::StatusCode::OK);
+        let v: Value = r.json().await.unwrap();
+        if v["state"] != "submitted" {
+            return v;
+        }
+        assert!(std::time::Instant::now() < deadline, "still submitted: {v:#}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// Starts an emulated Azure whose quota requests take `seconds` to decide, a server driving it
+/// (on `data`), and waits for the server's first quota read.
+async fn azure_server(dir: &std::path::Path, seconds: &str) -> (Emulator, Server) {
+    let emu = Emulator::start(dir, &tight_a100_cloud(), &["--quota-request-seconds", seconds]);
+    let s = start_azure_server(dir, &emu, 0).await;
+    (emu, s)
+}
+
+async fn start_azure_server(dir: &std::path::Path, emu: &Emulator, run: usize) -> Server {
+    let config = emu.azure_config(dir, "");
     let s = Server::start(
-        &dir,
+        dir,
         &dir.join("data"),
-        0,
+        run,
         &["--cloud", "azure", "--config", config.to_str().unwrap(), "--rate-limit", "0"],
         &[],
     );
+    let http = reqwest::Client::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let cap: Value = http
+            .get(format!("{}/v1/capacity", s.url))
+            .bearer_auth(&s.admin)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if cap["pools"].as_array().is_some_and(|p| !p.is_empty()) {
+            return s;
+        }
+        assert!(std::time::Instant::now() < deadline, "no quota read: {cap}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// `spillway advise --url --apply` against a server driving (emulated) Azure: a submitter's run
+/// is refused (403) and files nothing; the admin's run has the server file the live advice with
+/// the Quota API, one request per call, and follows it until Azure's answer, which the
+/// subscription shows. The server answers each filing at once (202, `submitted`), drives it in
+/// the background, and records who filed what and how it ended as events; Azure's refusal (an
+/// escalation) is a `failed` request carrying Azure's message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_files_the_live_advice_with_azure_for_an_admin_only() {
+    let dir = temp_dir("advise-live-apply");
+    // Azure takes 2 s to decide each request: the server must not wait for it to answer.
+    let (emu, s) = azure_server(&dir, "2").await;
     let http = reqwest::Client::new();
     let get = |path: &str| {
         let req = http.get(format!("{}{path}", s.url)).bearer_auth(&s.admin);
         async move { req.send().await.unwrap().json::<Value>().await.unwrap() }
     };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while get("/v1/capacity").await["pools"].as_array().is_none_or(Vec::is_empty) {
-        assert!(std::time::Instant::now() < deadline, "no quota read");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
     // Two NC96 VMs in westus3: 192 vCPUs of a family whose limit is 96.
     let spec = serde_json::json!({
         "name": "big", "tenant": "ml", "kind": "training", "gpus": 8, "gpu_models": ["A100-80GB"],
@@ -440,6 +512,9 @@ async fn the_server_files_the_live_advice_with_azure_for_an_admin_only() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("not allowed: only an admin token may file quota requests"), "{err}");
     assert_eq!(emulated_a100_limit(&emu).await, 96, "nothing was filed");
+    // A tenant-bound token does not read the cluster's requests either.
+    let r = http.get(format!("{}/v1/advice/requests", s.url)).bearer_auth(&submitter).send().await.unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::FORBIDDEN);
 
     // A bad request names its fields (422), before anything reaches Azure.
     let bad = serde_json::json!({"region": "mars-1", "resource_name": "standardWarpFamily", "increase_vcpus": 0});
@@ -449,13 +524,15 @@ async fn the_server_files_the_live_advice_with_azure_for_an_admin_only() {
     let fields: Vec<&str> = e["problems"].as_array().unwrap().iter().filter_map(|p| p["field"].as_str()).collect();
     assert_eq!(fields, ["region", "resource_name", "increase_vcpus"], "{e:#}");
 
-    // The admin's run: the advised +96 filed over the limit Azure reports, granted, and in effect.
+    // The admin's run: the advised +96 filed over the limit Azure reports, followed until Azure
+    // granted it, and in effect.
     let as_admin =
         ["advise", "--url", &s.url, "--token", &s.admin, "--apply", "--output", "json"].map(String::from).to_vec();
     let out = run(as_admin).await.unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert_eq!(err.matches("filing: ").count(), 1, "one request per pool: {err}");
+    assert!(err.contains("filed as q-"), "{err}");
     let r: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {err}"));
     let applied = r["applied"].as_array().unwrap();
     assert_eq!(applied.len(), 1, "{r:#}");
@@ -465,4 +542,92 @@ async fn the_server_files_the_live_advice_with_azure_for_an_admin_only() {
     assert_eq!(applied[0]["state"], "Succeeded", "{r:#}");
     assert_eq!(applied[0]["limit_after"], 192);
     assert_eq!(emulated_a100_limit(&emu).await, 192, "the subscription's limit was raised");
+
+    // Filed directly: answered at once, 202 and `submitted`, while Azure has not decided yet.
+    // Azure grants at most 1,000 vCPUs automatically: +2,000 is escalated, and the request fails
+    // with Azure's words.
+    let big = serde_json::json!({"region": "westus3", "resource_name": "standardNCADSA100v4Family",
+                                 "increase_vcpus": 2000});
+    let r = post(&s.admin, &big).await.unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::ACCEPTED);
+    let location = r.headers()["location"].to_str().unwrap().to_string();
+    let filed: Value = r.json().await.unwrap();
+    assert_eq!(filed["state"], "submitted", "{filed:#}");
+    let id = filed["id"].as_str().unwrap().to_string();
+    assert_eq!(location, format!("/v1/advice/requests/{id}"));
+    assert_eq!((filed["region"].as_str(), filed["increase_vcpus"].as_u64()), (Some("westus3"), Some(2000)));
+    assert!(filed["requested_by"].as_str().unwrap().starts_with("admin token "), "{filed:#}");
+    let ended = request_end(&s, &id).await;
+    assert_eq!(ended["state"], "failed", "{ended:#}");
+    assert_eq!(ended["azure_state"], "Escalated", "{ended:#}");
+    assert!(ended["error"].as_str().unwrap().contains("support ticket"), "{ended:#}");
+    assert_eq!((ended["limit_before"].as_u64(), ended["new_limit"].as_u64()), (Some(192), Some(2192)));
+    assert_eq!(emulated_a100_limit(&emu).await, 192, "nothing changed");
+    // Both requests are listed, newest first.
+    let list = get("/v1/advice/requests").await;
+    let states: Vec<&str> = list.as_array().unwrap().iter().filter_map(|r| r["state"].as_str()).collect();
+    assert_eq!(states, ["failed", "granted"], "{list:#}");
+
+    // Every filing, grant and failure is an event: who, what, when.
+    let filed_events = events(&s, "quota_requested", 2).await;
+    for e in &filed_events {
+        assert!(e["message"].as_str().unwrap().contains("filed by admin token"), "{e:#}");
+        assert!(e["data"]["requested_by"].as_str().unwrap().starts_with("admin token "), "{e:#}");
+        assert!(e["at_ms"].as_i64().unwrap() > 0);
+        assert!(e["job_id"].is_null() && e["tenant"].is_null(), "a cluster event: {e:#}");
+    }
+    let granted = events(&s, "quota_granted", 1).await;
+    assert!(granted[0]["message"].as_str().unwrap().contains("96 -> 192 vCPUs"), "{granted:#?}");
+    let failed = events(&s, "quota_request_failed", 1).await;
+    assert_eq!(failed[0]["data"]["id"], id.as_str());
+    assert!(failed[0]["message"].as_str().unwrap().contains("support ticket"), "{failed:#?}");
+}
+
+/// A server that stops while Azure decides a request: the next one, leading the same store,
+/// resumes it (the new limit was recorded before the request was sent, so it is asked for again,
+/// not raised twice) and it ends granted, the limit raised once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_left_submitted_by_a_stopped_server_is_resumed_by_the_next_leader() {
+    let dir = temp_dir("advise-request-restart");
+    // Azure takes 4 s to decide: the server is killed meanwhile.
+    let (emu, mut s) = azure_server(&dir, "4").await;
+    let filing = serde_json::json!({"region": "westus3", "resource_name": "standardNCADSA100v4Family",
+                                    "increase_vcpus": 96});
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/advice/requests", s.url))
+        .bearer_auth(&s.admin)
+        .json(&filing)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::ACCEPTED);
+    let id = r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_string();
+    // Killed once the request is filed with Azure (its new limit recorded), before Azure decides.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let v: Value = reqwest::Client::new()
+            .get(format!("{}/v1/advice/requests/{id}", s.url))
+            .bearer_auth(&s.admin)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(v["state"], "submitted", "decided before the kill: {v:#}");
+        if v["new_limit"].as_u64().is_some() {
+            assert_eq!(v["new_limit"], 192);
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{v:#}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    s.kill();
+    let s = start_azure_server(&dir, &emu, 1).await;
+    let ended = request_end(&s, &id).await;
+    assert_eq!(ended["state"], "granted", "{ended:#}");
+    assert_eq!(ended["new_limit"], 192);
+    assert_eq!(emulated_a100_limit(&emu).await, 192, "raised once, not twice");
+    let granted = events(&s, "quota_granted", 1).await;
+    assert_eq!(granted[0]["data"]["id"], id.as_str());
 }

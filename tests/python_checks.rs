@@ -169,6 +169,8 @@ async fn live_responses_match_the_openapi_schemas() {
     r.call(Method::POST, "/v1/advice/requests", "/v1/advice/requests", &admin, Some(filing)).await; // 409: simulated
     let bad = json!({"region": "mars-1", "resource_name": "cores", "increase_vcpus": 0});
     r.call(Method::POST, "/v1/advice/requests", "/v1/advice/requests", &admin, Some(bad)).await; // 422
+    r.call(Method::GET, "/v1/advice/requests", "/v1/advice/requests", &admin, None).await; // 409: simulated
+    r.call(Method::GET, "/v1/advice/requests/{id}", "/v1/advice/requests/q-nope", &alpha, None).await; // 403
     r.call(Method::POST, "/v1/jobs/{id}/complete", &format!("/v1/jobs/{l}/complete"), &alpha, None).await;
     r.call(Method::POST, "/v1/jobs/{id}/complete", &format!("/v1/jobs/{l}/complete"), &alpha, None).await; // 409
     let mut third = quick_job("third", "alpha");

@@ -16,6 +16,7 @@ pub mod deadline;
 pub mod jobs;
 pub mod leader;
 pub mod model;
+pub mod quota_requests;
 pub mod records;
 
 pub use catalog::{Catalog, PriceRow};

@@ -7,7 +7,8 @@
 //!
 //! `--apply` files the increases with `Microsoft.Quota` and follows each request to its end. With
 //! a problem, under the `[azure]` settings `serve --cloud azure` uses; with the server, by the
-//! server under its own (`POST /v1/advice/requests`, admin only, one call per request). Each pool
+//! server under its own (`POST /v1/advice/requests`, admin only, one call per request, answered at
+//! once; the command polls `GET /v1/advice/requests/{id}` until Azure has answered). Each pool
 //! is raised by the advised vCPUs over the limit Azure reports *now* (a problem lists free vCPUs,
 //! not limits, the server's advice may be minutes old, and a limit is never lowered by advice).
 
@@ -20,6 +21,7 @@ use scheduler::cloud::azure::AzureCloud;
 use scheduler::cloud::azure::AzureConfig;
 use scheduler::cloud::azure::quota::{QuotaRequestOutcome, QuotaRequestState};
 use scheduler::model::FieldErrors;
+use scheduler::quota_requests::{QuotaRequest, RequestState};
 use simulator::whatif::advise::{WeekAdvice, WeekAdviceOptions, advise_week, write_advised_scenario};
 
 use super::table;
@@ -97,9 +99,68 @@ pub fn run(catalog: &scheduler::Catalog, args: AdviseArgs) -> ExitCode {
     super::client::run(run_server(args))
 }
 
-/// How long one filing may take the server: its Azure client follows a request for up to 30
-/// minutes (`AzureCloud`'s operation timeout), plus the calls around it.
+/// How long `--apply` follows one request the server filed: Azure may take up to 30 minutes to
+/// decide (`AzureCloud`'s operation timeout), plus the calls around it.
 const FILING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(31 * 60);
+
+/// How often `--apply` asks the server how a filed request stands.
+const POLL_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// A request the server filed, as `--apply` reports it: the same answer as a request filed with
+/// `--problem`, so that both show and exit alike. A request that failed without an answer from
+/// Azure (the call itself failed) shows as `Failed` with the error.
+fn outcome_of(r: &QuotaRequest) -> QuotaRequestOutcome {
+    let state = match (r.state, &r.azure_state) {
+        (RequestState::Granted, _) => QuotaRequestState::Succeeded,
+        (_, Some(s)) => QuotaRequestState::parse(s),
+        _ => QuotaRequestState::Failed,
+    };
+    QuotaRequestOutcome {
+        region: r.region.clone(),
+        resource_name: r.resource_name.clone(),
+        limit_before: r.limit_before.unwrap_or_default(),
+        requested_limit: r.new_limit.unwrap_or_default(),
+        state,
+        message: r.error.clone(),
+        limit_after: r.limit_after.or(r.limit_before).unwrap_or_default(),
+        request_id: r.azure_request_id.clone(),
+    }
+}
+
+/// Has the server file one request (`POST /v1/advice/requests`, answered 202 at once) and polls
+/// it (`GET /v1/advice/requests/{id}`) until Azure's answer is in.
+async fn file_and_follow(
+    client: &super::client::Client,
+    f: &Filing,
+) -> Result<QuotaRequest, super::client::ClientError> {
+    use super::client::ClientError;
+    let read = |v: serde_json::Value| {
+        serde_json::from_value::<QuotaRequest>(v).map_err(|e| {
+            ClientError(format!("spillway at {} sent a quota request this client cannot read: {e}", client.base()))
+        })
+    };
+    // The increase, not the new limit: the server raises the limit Azure reports when it files.
+    let body = serde_json::json!({
+        "region": f.region, "resource_name": f.resource_name, "increase_vcpus": f.increase_vcpus
+    });
+    let (_, v) = client.send(reqwest::Method::POST, "/v1/advice/requests", Some(&body), &[]).await?;
+    let mut r = read(v)?;
+    eprintln!("filed as {}; waiting for Azure's answer…", r.id);
+    let deadline = std::time::Instant::now() + FILING_TIMEOUT;
+    while r.state == RequestState::Submitted {
+        if std::time::Instant::now() > deadline {
+            return Err(ClientError(format!(
+                "request {} is still submitted after {} minutes; `GET /v1/advice/requests/{}` shows how it ends",
+                r.id,
+                FILING_TIMEOUT.as_secs() / 60,
+                r.id
+            )));
+        }
+        tokio::time::sleep(POLL_EVERY).await;
+        r = read(client.get(&format!("/v1/advice/requests/{}", super::client::encode(&r.id))).await?)?;
+    }
+    Ok(r)
+}
 
 /// Asks a running server for the advice on its pending work; with `--apply`, has the server file
 /// each of its requests.
@@ -122,20 +183,8 @@ async fn run_server(args: AdviseArgs) -> Result<ExitCode, super::client::ClientE
     let mut applied = Vec::new();
     for f in &report.requests {
         eprintln!("filing: {} in {}, +{} vCPUs…", f.resource_name, f.region, f.increase_vcpus);
-        // The increase, not the new limit: the server raises the limit Azure reports when it files.
-        let body = serde_json::json!({
-            "region": f.region, "resource_name": f.resource_name, "increase_vcpus": f.increase_vcpus
-        });
-        let answer = client
-            .send_waiting(reqwest::Method::POST, "/v1/advice/requests", Some(&body), &[], FILING_TIMEOUT)
-            .await
-            .and_then(|(_, v)| {
-                serde_json::from_value::<QuotaRequestOutcome>(v).map_err(|e| {
-                    ClientError(format!("spillway at {} sent an answer this client cannot read: {e}", client.base()))
-                })
-            });
-        match answer {
-            Ok(o) => applied.push(o),
+        match file_and_follow(&client, f).await {
+            Ok(r) => applied.push(outcome_of(&r)),
             Err(e) => {
                 // What was filed before stays filed: say so before the error.
                 if !applied.is_empty() {

@@ -155,20 +155,7 @@ impl Client {
         body: Option<&Value>,
         headers: &[(&str, &str)],
     ) -> Result<(StatusCode, Value), ClientError> {
-        self.send_waiting(method, path, body, headers, Duration::from_secs(60)).await
-    }
-
-    /// [`Client::send`] waiting up to `timeout` for the answer: for calls the server answers only
-    /// once something slow outside it has (a quota request followed to Azure's decision).
-    pub async fn send_waiting(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<&Value>,
-        headers: &[(&str, &str)],
-        timeout: Duration,
-    ) -> Result<(StatusCode, Value), ClientError> {
-        let mut req = self.request(method, path).timeout(timeout);
+        let mut req = self.request(method, path).timeout(Duration::from_secs(60));
         for (k, v) in headers {
             req = req.header(*k, *v);
         }

@@ -568,7 +568,16 @@ async fn serve(catalog: scheduler::Catalog, settings: Settings) -> Result<(), St
         state = state.with_quota_filing(endpoint, subscription);
     }
     if let Some(azure) = azure {
-        state = state.with_quota_requests(azure);
+        let requests = scheduler::quota_requests::QuotaRequests::new(store.clone(), clock.clone(), azure);
+        // Quota requests are driven by the leader, through its fence: a request left `submitted`
+        // by a server that stopped is resumed by the next leader (see `quota_requests`).
+        tokio::spawn(scheduler::quota_requests::drive_quota_requests(
+            requests.clone(),
+            store.fenced(replica.fence()),
+            replica.clone(),
+            stop_rx.clone(),
+        ));
+        state = state.with_quota_requests(requests);
     }
     state.set_replica(replica.clone());
     let app = router(state);

@@ -9,25 +9,28 @@
 //!
 //! `POST /v1/advice/requests` files one of the advice's requests with Azure (admin only, a
 //! server that drives Azure): the subscription's quota is changed for everyone, and a request
-//! Azure escalates opens a support case, so no other role may.
+//! Azure escalates opens a support case, so no other role may. It answers 202 at once with the
+//! request's record; the leader drives it to its end in the background
+//! ([`crate::quota_requests`]), and `GET /v1/advice/requests[/{id}]` reads it.
 
 use axum::Extension;
 use axum::Json;
 use axum::body::Body;
+use axum::extract::rejection::PathRejection;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
-use axum::http::HeaderMap;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::ApiState;
 use super::auth::Caller;
 use super::error::{ApiError, ErrorBody, blocking};
-use super::handlers::{parse_json, query, read_body};
+use super::handlers::{parse_json, path_id, query, read_body};
 use crate::advice::{AdviceReport, KnownPools, MANAGEMENT_ENDPOINT, SUBSCRIPTION_PLACEHOLDER};
-use crate::cloud::azure::quota::QuotaRequestOutcome;
 use crate::control::DemandPart;
 use crate::model::FieldErrors;
+use crate::quota_requests::{QuotaRequest, QuotaRequests};
 
 /// Recommendations at most, when `max` is not given (as `spillway advise`).
 const DEFAULT_MAX: usize = 5;
@@ -128,63 +131,29 @@ pub struct QuotaRequestBody {
     pub increase_vcpus: u64,
 }
 
-/// How one filed quota request ended ([`QuotaRequestOutcome`] on the wire).
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct QuotaRequestView {
-    /// Region.
-    pub region: String,
-    /// The Quota API's resource name.
-    pub resource_name: String,
-    /// The limit before the request, vCPUs (as Azure reported it).
-    pub limit_before: u64,
-    /// The limit asked for, vCPUs.
-    pub requested_limit: u64,
-    /// How the request ended: `Succeeded`, `Failed`, `Invalid`, or Azure's own word (`Escalated`:
-    /// a support ticket is needed).
-    pub state: String,
-    /// Azure's message, when it gave one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-    /// The limit in effect afterwards, vCPUs.
-    pub limit_after: u64,
-    /// The request's id at Azure, when it named one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub request_id: Option<String>,
-}
-
-impl From<QuotaRequestOutcome> for QuotaRequestView {
-    fn from(o: QuotaRequestOutcome) -> QuotaRequestView {
-        QuotaRequestView {
-            region: o.region,
-            resource_name: o.resource_name,
-            limit_before: o.limit_before,
-            requested_limit: o.requested_limit,
-            state: o.state.as_str().to_string(),
-            message: o.message,
-            limit_after: o.limit_after,
-            request_id: o.request_id,
-        }
-    }
-}
-
 /// The largest limit the Quota API takes (its limits are int32).
 const MAX_LIMIT: u64 = i32::MAX as u64;
 
 /// Files one quota increase with Azure (`Microsoft.Quota`) under this server's `[azure]`
-/// subscription, admin only: the pool's limit as Azure reports it now, raised by
-/// `increase_vcpus`, and the request followed to its answer (granted, failed, or escalated to a
-/// support ticket). One request per call, so that each increase is confirmed on its own
-/// (`spillway advise --url --apply` sends the advice's requests one by one).
+/// subscription, admin only, and answers at once (202) with the request's record in state
+/// `submitted`: Azure may take up to half an hour to decide. The leader then reads the pool's limit,
+/// asks for it raised by `increase_vcpus`, and follows the request to `granted` or `failed`
+/// (refused, escalated to a support ticket, or Azure could not be asked; `error` says why, in
+/// Azure's words); `GET /v1/advice/requests/{id}` reads it. The filing, the grant and the failure
+/// are each a cluster event (`quota_requested`, `quota_granted`, `quota_request_failed`) naming who
+/// filed it. One request per call, so that each increase is confirmed on its own (`spillway
+/// advise --url --apply` sends the advice's requests one by one).
 #[utoipa::path(
     post, path = "/v1/advice/requests", tag = "cluster", request_body = QuotaRequestBody,
     responses(
-        (status = 200, description = "Filed; how Azure answered (a refusal or an escalation is an answer, not an error)", body = QuotaRequestView),
+        (status = 202, description = "Accepted: the request's record, `submitted`; poll `GET /v1/advice/requests/{id}` for Azure's answer", body = QuotaRequest,
+         headers(("Location" = String, description = "The request's URL"))),
         (status = 400, description = "Empty body or malformed JSON", body = ErrorBody),
         (status = 403, description = "Not an admin token", body = ErrorBody),
         (status = 409, description = "This server does not drive Azure (a simulated cloud has no quota to file)", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 422, description = "An unknown region or pool, or a bad increase; every problem names its field", body = ErrorBody),
-        (status = 502, description = "Azure refused or failed the call itself (authorization, transport)", body = ErrorBody),
+        (status = 503, body = ErrorBody),
     )
 )]
 pub(crate) async fn file_request(
@@ -192,7 +161,7 @@ pub(crate) async fn file_request(
     Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<QuotaRequestView>, ApiError> {
+) -> Result<Response, ApiError> {
     if !caller.is_admin() {
         return Err(ApiError::forbidden(format!(
             "only an admin token may file quota requests with Azure (this is a {} token)",
@@ -222,22 +191,75 @@ pub(crate) async fn file_request(
     let (Some(req), Some(pool), true) = (req, pool, errors.0.is_empty()) else {
         return Err(ApiError::invalid(&errors));
     };
-    let Some(azure) = state.quota_requests() else {
+    let Some(requests) = state.quota_requests().cloned() else {
         return Err(ApiError::conflict(
             "this server drives a simulated cloud: there is no Azure subscription to file quota requests with \
              (serve --cloud azure files them under its [azure] settings)",
         ));
     };
     let name = pool.name().to_string();
-    tracing::info!(region = %req.region, pool = %name, increase = req.increase_vcpus, by = %caller.token_id,
-        "filing a quota request");
-    let outcome = azure.raise_quota_limit(&req.region, &name, req.increase_vcpus).await.map_err(|e| {
-        ApiError::new(
-            axum::http::StatusCode::BAD_GATEWAY,
-            format!("Azure did not take the request for {name} in {}: {e}", req.region),
-        )
-    })?;
-    tracing::info!(region = %req.region, pool = %name, state = outcome.state.as_str(), limit = outcome.limit_after,
-        "quota request answered");
-    Ok(Json(outcome.into()))
+    let by = caller.describe();
+    let filed =
+        blocking(move || requests.submit(&req.region, &name, req.increase_vcpus, &by).map_err(ApiError::from)).await?;
+    tracing::info!(request = %filed.id, region = %filed.region, pool = %filed.resource_name,
+        increase = filed.increase_vcpus, by = %caller.token_id, "quota request filed");
+    let location = format!("/v1/advice/requests/{}", filed.id);
+    Ok((StatusCode::ACCEPTED, [(axum::http::header::LOCATION, location)], Json(filed)).into_response())
+}
+
+/// The quota requests of this server, or 403 for a tenant-bound token: they are the cluster's,
+/// like the `quota_*` events only unbound tokens see.
+fn readable_requests(state: &ApiState, caller: &Caller) -> Result<QuotaRequests, ApiError> {
+    if caller.tenant.is_some() {
+        return Err(ApiError::forbidden(
+            "quota requests are the cluster's: a token bound to a tenant may not read them",
+        ));
+    }
+    state.quota_requests().cloned().ok_or_else(|| {
+        ApiError::conflict("this server drives a simulated cloud: it files no quota requests with Azure")
+    })
+}
+
+/// The quota requests filed with Azure, newest first, each as `GET /v1/advice/requests/{id}`
+/// shows it (tokens bound to no tenant).
+#[utoipa::path(
+    get, path = "/v1/advice/requests", tag = "cluster",
+    responses(
+        (status = 200, description = "Every request, newest first", body = [QuotaRequest]),
+        (status = 403, description = "A tenant-bound token", body = ErrorBody),
+        (status = 409, description = "This server does not drive Azure", body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    )
+)]
+pub(crate) async fn list_requests(
+    State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<Vec<QuotaRequest>>, ApiError> {
+    let requests = readable_requests(&state, &caller)?;
+    Ok(Json(blocking(move || requests.list().map_err(ApiError::from)).await?))
+}
+
+/// One quota request: `submitted` while Azure decides, then `granted` (with the limit now in
+/// effect) or `failed` (with Azure's message in `error`).
+#[utoipa::path(
+    get, path = "/v1/advice/requests/{id}", tag = "cluster",
+    params(("id" = String, Path, description = "The request's id (`q-…`), as `POST /v1/advice/requests` answered")),
+    responses(
+        (status = 200, description = "The request", body = QuotaRequest),
+        (status = 403, description = "A tenant-bound token", body = ErrorBody),
+        (status = 404, body = ErrorBody),
+        (status = 409, description = "This server does not drive Azure", body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    )
+)]
+pub(crate) async fn get_request(
+    State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Json<QuotaRequest>, ApiError> {
+    let id = path_id(id)?;
+    let requests = readable_requests(&state, &caller)?;
+    let key = id.clone();
+    let found = blocking(move || requests.get(&key).map_err(ApiError::from)).await?;
+    found.map(Json).ok_or_else(|| ApiError::not_found(format!("no quota request {id}")))
 }

@@ -14,7 +14,8 @@
 //! GET    /v1/capacity             quota pools, blocked offers, unhealthy regions
 //! GET    /v1/plan                 what the solver would do now
 //! GET    /v1/advice[?max=]        which quota increases would place waiting work, ready to file
-//! POST   /v1/advice/requests      file one of them with Azure and follow it to its answer (admin)
+//! POST   /v1/advice/requests      file one of them with Azure: 202, driven to its answer (admin)
+//! GET    /v1/advice/requests[/ID] the requests filed and how Azure answered (unbound tokens)
 //! GET    /v1/events[?from=&job=&kinds=]   server-sent events, resumable (Last-Event-ID)
 //! GET    /v1/spend[?hours=&tenant=]       spend per tenant and region, budgets, spend over time
 //! PUT    /v1/tenants/{name}/budget   set or clear a tenant's budget, USD (admin)
@@ -151,9 +152,9 @@ struct Inner {
     /// The management endpoint and subscription the advice's requests are filed under (a server
     /// driving Azure); `None`: Azure's public endpoint and a placeholder subscription.
     quota_filing: Option<(String, String)>,
-    /// The Azure client `POST /v1/advice/requests` files quota requests with (a server driving
-    /// Azure); `None`: nothing to file with.
-    quota_requests: Option<Arc<crate::cloud::azure::AzureCloud>>,
+    /// The quota requests `POST /v1/advice/requests` files with Azure (a server driving Azure);
+    /// `None`: nothing to file with.
+    quota_requests: Option<crate::quota_requests::QuotaRequests>,
 }
 
 /// Everything the handlers share. Cheap to clone.
@@ -222,17 +223,19 @@ impl ApiState {
         self
     }
 
-    /// Files the advice's quota requests with `azure` (`POST /v1/advice/requests`): the server's
-    /// own Azure client. Call before the state is cloned (it panics otherwise).
-    pub fn with_quota_requests(mut self, azure: Arc<crate::cloud::azure::AzureCloud>) -> ApiState {
+    /// Files the advice's quota requests (`POST /v1/advice/requests`) as `requests`: records
+    /// driven to their end with the server's own Azure client by
+    /// [`crate::quota_requests::drive_quota_requests`]. Call before the state is cloned (it panics
+    /// otherwise).
+    pub fn with_quota_requests(mut self, requests: crate::quota_requests::QuotaRequests) -> ApiState {
         Arc::get_mut(&mut self.inner)
             .expect("with_quota_requests is called before the state is shared")
-            .quota_requests = Some(azure);
+            .quota_requests = Some(requests);
         self
     }
 
-    /// The Azure client quota requests are filed with, when set ([`ApiState::with_quota_requests`]).
-    pub fn quota_requests(&self) -> Option<&Arc<crate::cloud::azure::AzureCloud>> {
+    /// The quota requests, when this server files them ([`ApiState::with_quota_requests`]).
+    pub fn quota_requests(&self) -> Option<&crate::quota_requests::QuotaRequests> {
         self.inner.quota_requests.as_ref()
     }
 
@@ -353,7 +356,8 @@ fn protected_routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(capacity))
         .routes(routes!(plan))
         .routes(routes!(advice::advice))
-        .routes(routes!(advice::file_request))
+        .routes(routes!(advice::file_request, advice::list_requests))
+        .routes(routes!(advice::get_request))
         .routes(routes!(events))
         .routes(routes!(spend::spend))
         .routes(routes!(budget::set_budget))

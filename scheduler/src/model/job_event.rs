@@ -73,11 +73,19 @@ pub enum EventKind {
     QuotaExhausted,
     /// A pool that was exhausted keeps no waiting work out any more (a cluster event).
     QuotaRecovered,
+    /// An admin filed a quota increase with Azure (`POST /v1/advice/requests`; a cluster event
+    /// naming who, what and when).
+    QuotaRequested,
+    /// Azure granted a quota request: the new limit is in effect (a cluster event).
+    QuotaGranted,
+    /// A quota request ended without the increase: Azure refused or escalated it, or could not be
+    /// asked (a cluster event, with Azure's message).
+    QuotaRequestFailed,
 }
 
 impl EventKind {
     /// Every kind, in the order above.
-    pub const ALL: [EventKind; 27] = [
+    pub const ALL: [EventKind; 30] = [
         EventKind::Submitted,
         EventKind::Placed,
         EventKind::Failover,
@@ -105,6 +113,9 @@ impl EventKind {
         EventKind::WorldChanged,
         EventKind::QuotaExhausted,
         EventKind::QuotaRecovered,
+        EventKind::QuotaRequested,
+        EventKind::QuotaGranted,
+        EventKind::QuotaRequestFailed,
     ];
 
     /// The name stored in the log and shown in APIs.
@@ -137,6 +148,9 @@ impl EventKind {
             EventKind::WorldChanged => "world_changed",
             EventKind::QuotaExhausted => "quota_exhausted",
             EventKind::QuotaRecovered => "quota_recovered",
+            EventKind::QuotaRequested => "quota_requested",
+            EventKind::QuotaGranted => "quota_granted",
+            EventKind::QuotaRequestFailed => "quota_request_failed",
         }
     }
 
