@@ -196,6 +196,8 @@ impl QuotaRequests {
             tx.append_event(request.event(now))?;
             Ok(())
         })?;
+        // On disk before the 202: an accepted request survives a crash, to be resumed.
+        self.store.flush()?;
         self.wake.notify_one();
         Ok(request)
     }
@@ -263,7 +265,10 @@ pub async fn drive_quota_requests(
     }
 }
 
-/// Writes `r` (and, when it ended, its event) through the fenced handle, on a blocking thread.
+/// Writes `r` (and, when it ended, its event) through the fenced handle, on a blocking thread,
+/// and flushes it to disk: the new limit must be durable before the PUT goes out, or a server
+/// killed after sending it would leave a record without it, and the next leader would read the
+/// limit afresh and, if the first request was granted meanwhile, ask for the increase twice.
 async fn write(fenced: &Store, r: &QuotaRequest, now_ms: i64) -> Result<(), StoreError> {
     let (store, r) = (fenced.clone(), r.clone());
     tokio::task::spawn_blocking(move || {
@@ -273,7 +278,8 @@ async fn write(fenced: &Store, r: &QuotaRequest, now_ms: i64) -> Result<(), Stor
                 tx.append_event(r.event(now_ms))?;
             }
             Ok(())
-        })
+        })?;
+        store.flush()
     })
     .await
     .map_err(|e| StoreError::Storage(format!("writing the quota request: {e}")))?
