@@ -5,9 +5,10 @@
 //! file's header). Users load their own file to replace it or extend it (new regions, negotiated
 //! prices). A price the source does not know stays `None`: an unknown price is never invented.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+use rustc_hash::FxHashMap as HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{FieldErrors, Priority, SizeCatalog, VmSize};
@@ -207,8 +208,12 @@ impl Catalog {
     }
 
     fn from_parts(sizes: Vec<VmSize>, prices: Vec<PriceRow>) -> Catalog {
-        let mut cat =
-            Catalog { sizes: Vec::new(), by_name: HashMap::new(), prices: BTreeMap::new(), egress: BTreeMap::new() };
+        let mut cat = Catalog {
+            sizes: Vec::new(),
+            by_name: HashMap::default(),
+            prices: BTreeMap::new(),
+            egress: BTreeMap::new(),
+        };
         cat.extend(sizes, prices);
         cat
     }

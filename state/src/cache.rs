@@ -11,8 +11,9 @@
 //! find it without parsing. An entry for bytes a failed transaction never wrote is never hit.
 
 use std::any::Any;
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::{Record, StoreError};
 

@@ -1,7 +1,7 @@
 //! The tables known to this process and the trees a transaction spans: the meta, event and
 //! settings trees first, then each table's tree followed by its index trees.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::StoreError;
 use crate::encoding::{EVENTS_TREE, META_TREE, SETTINGS_TREE, StoredTable, index_tree, table_tree};
@@ -34,7 +34,7 @@ impl Registry {
         // Index entries change only with their record, and event numbers are written once: only
         // records, settings and meta values need their writers kept apart (see `kv::TreeSet`).
         let mut locked = vec![true, false, true];
-        let mut tables = HashMap::new();
+        let mut tables = HashMap::default();
         for def in defs {
             let tree = trees.len();
             trees.push(db.open_tree(table_tree(&def.name))?);

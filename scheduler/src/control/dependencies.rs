@@ -55,8 +55,9 @@ pub(crate) fn gate(snap: &Snapshot, job: &Job) -> Gate {
 
 /// The gates of `jobs` (open jobs of the snapshot), with failures carried all the way down in
 /// one round: a job the gate fails counts as failed for its own dependants, and theirs, so a
-/// failed stage fails every stage below it at once (not one level per round).
-pub(crate) fn gates(snap: &Snapshot, jobs: &[Job]) -> BTreeMap<String, Gate> {
+/// failed stage fails every stage below it at once (not one level per round). Only pipeline jobs
+/// have an entry: a job without one is [`Gate::Ready`] with no input data.
+pub(crate) fn gates(snap: &Snapshot, jobs: &[&Job]) -> BTreeMap<String, Gate> {
     let mut dependants: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, j) in jobs.iter().enumerate() {
         for d in j.pipeline.iter().flat_map(|l| &l.depends_on) {
@@ -65,7 +66,8 @@ pub(crate) fn gates(snap: &Snapshot, jobs: &[Job]) -> BTreeMap<String, Gate> {
     }
     let mut failing: BTreeSet<String> = BTreeSet::new();
     let mut out = BTreeMap::new();
-    let mut queue: VecDeque<usize> = (0..jobs.len()).collect();
+    // A job outside a pipeline is always ready: it gets no entry (most jobs, every round).
+    let mut queue: VecDeque<usize> = (0..jobs.len()).filter(|&i| jobs[i].pipeline.is_some()).collect();
     while let Some(i) = queue.pop_front() {
         let job = &jobs[i];
         let g = gate_failing(snap, &failing, job);

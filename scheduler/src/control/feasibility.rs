@@ -10,14 +10,16 @@
 //! expected cost always see real prices.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap as HashMap;
 
 use super::breaker::RegionBreakers;
 use super::world::WorldView;
 use crate::catalog::Catalog;
 use crate::model::{
     Attempt, AttemptState, BlockedOffer, FailureClass, Job, Offer, OfferFilter, OfferFilterCounts, Priority, QuotaPool,
-    SpotPolicy, VmSize,
+    SpotPolicy, VmSize, Workload,
 };
 
 /// vCPUs our active attempts hold per (region, pool key): (held, of which still provisioning).
@@ -141,8 +143,8 @@ impl<'a> Feasibility<'a> {
             chain: Feasibility { world: self.world, breakers: self.breakers, catalog, now: self.now },
             ours,
             listed,
-            verdicts: RefCell::new(HashMap::new()),
-            by_shape: RefCell::new(HashMap::new()),
+            verdicts: RefCell::new(HashMap::default()),
+            by_shape: RefCell::new(HashMap::default()),
         }
     }
 }
@@ -178,13 +180,19 @@ pub(crate) struct JobCounter<'a> {
     by_shape: RefCell<HashMap<Shape, OfferFilterCounts>>,
 }
 
-/// What a job's counts depend on: its candidates (allowed regions × acceptable sizes × the
-/// priorities its spot policy allows) and how many VMs each asks for (all its GPUs for a gang, one
-/// VM otherwise).
+/// What a job's counts depend on: the spec fields its candidates are made of (allowed regions ×
+/// acceptable sizes: what [`JobSpec::allowed_regions`](crate::model::JobSpec::allowed_regions) and
+/// [`JobSpec::acceptable_sizes`](crate::model::JobSpec::acceptable_sizes) read), the priorities its
+/// spot policy allows, and how many VMs each asks for (all its GPUs for a gang, one VM otherwise).
+/// Copied from the spec rather than worked out: working out the candidates was most of the cost.
 #[derive(PartialEq, Eq, Hash)]
 struct Shape {
-    regions: Vec<String>,
+    regions: Option<Vec<String>>,
+    deny_regions: Vec<String>,
     sizes: Vec<String>,
+    gpu_models: Vec<String>,
+    workload: Workload,
+    min_gpus_per_vm: Option<u32>,
     priorities: &'static [Priority],
     /// The GPUs a gang needs at once; `None` for work that may be split.
     gang_gpus: Option<u32>,
@@ -201,20 +209,25 @@ impl JobCounter<'_> {
             SpotPolicy::Allowed | SpotPolicy::Preferred => &[Priority::Regular, Priority::Spot],
         };
         let catalog = self.chain.catalog;
-        let sizes = job.spec.acceptable_sizes(catalog);
-        let gang_gpus = job.spec.is_gang().then(|| job.wanted_gpus());
+        let spec = &job.spec;
+        let gang_gpus = spec.is_gang().then(|| job.wanted_gpus());
         let shape = Shape {
-            regions: job.spec.allowed_regions(catalog),
-            sizes: sizes.iter().map(|s| s.name.clone()).collect(),
+            regions: spec.regions.clone(),
+            deny_regions: spec.deny_regions.clone(),
+            sizes: spec.sizes.clone(),
+            gpu_models: spec.gpu_models.clone(),
+            workload: spec.kind.workload(),
+            min_gpus_per_vm: spec.min_gpus_per_vm,
             priorities,
             gang_gpus,
         };
         if let Some(counts) = self.by_shape.borrow().get(&shape) {
             return counts.clone();
         }
+        let sizes = spec.acceptable_sizes(catalog);
         let mut counts = OfferFilterCounts::default();
         let mut verdicts = self.verdicts.borrow_mut();
-        for region in &shape.regions {
+        for region in &spec.allowed_regions(catalog) {
             for size in &sizes {
                 let vms = gang_gpus.map_or(1, |g| g.div_ceil(size.gpus.max(1)));
                 for &p in priorities {

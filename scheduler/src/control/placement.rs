@@ -67,7 +67,7 @@ pub(crate) fn plan_input(snap: &Snapshot, st: &LoopState, config: &ControlConfig
     let mut reasons: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut dependency_failures = Vec::new();
     let mut data = BTreeMap::new();
-    let mut gates = dependencies::gates(snap, &jobs);
+    let mut gates = dependencies::gates(snap, &jobs.iter().collect::<Vec<_>>());
     for job in &jobs {
         let input = match gates.remove(&job.id).unwrap_or(Gate::Ready { data: None }) {
             Gate::Ready { data } => data,

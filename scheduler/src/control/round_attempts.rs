@@ -114,29 +114,41 @@ impl Controller {
         report: &mut RoundReport,
         ended: &mut Vec<(Attempt, Option<Job>)>,
     ) -> Result<(), ControlError> {
-        for a in snap.in_state(AttemptState::Running) {
-            let job = match snap.jobs.get(&a.job_id) {
-                Some(job) if !job.state.is_final() => job.clone(),
+        // By key, and watched where the snapshot holds them: an attempt is cloned only to be
+        // written (a round watches every running attempt, and most change nothing). Each step
+        // writes only its own attempt and job, so none finds another's changed under it.
+        let running: Vec<String> =
+            snap.attempts.iter().filter(|(_, a)| a.state == AttemptState::Running).map(|(k, _)| k.clone()).collect();
+        for key in running {
+            let Some(a) = snap.attempts.get(&key) else { continue };
+            match snap.jobs.get(&a.job_id) {
+                Some(job) if !job.state.is_final() => {}
                 other => {
-                    ended.push((a, other.cloned()));
+                    ended.push((a.clone(), other.cloned()));
                     continue;
                 }
-            };
+            }
+            // The job as it was before a resend below (what the watch judges the attempt by).
+            let mut job_before = None;
             if a.growing_to.is_some() && a.operation.is_none() {
                 // A growth written but never sent (a crash, a throttled call): send it again.
-                let refused = self.act(st, snap, report, vec![Action::Resize(a.clone())]).await?;
+                job_before = snap.jobs.get(&a.job_id).cloned();
+                let resend = vec![Action::Resize(a.clone())];
+                let refused = self.act(st, snap, report, resend).await?;
                 self.fail_refused(st, snap, report, refused).await?;
             }
-            let Some(a) = snap.attempts.get(&attempt_key(&a.job_id, a.number)).cloned() else { continue };
-            let w = watch::watch(snap, st, &self.config, &self.catalog, &a, &job);
+            let Some(a) = snap.attempts.get(&key) else { continue };
+            let Some(job) = job_before.as_ref().or_else(|| snap.jobs.get(&a.job_id)) else { continue };
+            let w = watch::watch(snap, st, &self.config, &self.catalog, a, job);
+            let fleet = w.delete_fleet.then(|| a.fleet_name.clone());
             if w.evicted {
                 report.evictions += 1;
                 self.metrics.evictions.inc();
             }
             let Some(change) = w.change else { continue };
             let mut actions = vec![Action::Record(change)];
-            if w.delete_fleet {
-                actions.push(Action::Delete { fleet: a.fleet_name.clone(), then: None });
+            if let Some(fleet) = fleet {
+                actions.push(Action::Delete { fleet, then: None });
             }
             // Written before the fleet is deleted, so a crash in between leaves an ended attempt
             // whose fleet the cloud reconciliation deletes.
@@ -147,8 +159,9 @@ impl Controller {
             }
         }
         // Placements a refilled fleet made surplus go (make before break: what stays runs).
-        for job in snap.open_jobs() {
-            for old in watch::surplus(snap, &self.config, &job) {
+        for id in snap.open_job_ids() {
+            let Some(job) = snap.jobs.get(&id) else { continue };
+            for old in watch::surplus(snap, &self.config, job) {
                 let event = (
                     EventKind::FleetDeleted,
                     format!(
@@ -158,7 +171,7 @@ impl Controller {
                 );
                 let mut actions = cleanup::retire(snap, &old, true);
                 actions.push(Action::Record(Change {
-                    job: Some((job.id.clone(), JobEdit::Note { event })),
+                    job: Some((id.clone(), JobEdit::Note { event })),
                     ..Change::default()
                 }));
                 self.act(st, snap, report, actions).await?;

@@ -31,8 +31,9 @@ impl Controller {
         deadline::observe_spot(st, &self.catalog, now, tick_ms);
         // A pipeline job whose dependencies ended takes its share of what is left of the
         // pipeline's deadline before its policy first plans with it.
-        for job in snap.open_jobs() {
-            let Some((deadline_ms, left_hours)) = stage_deadlines::recomputed(snap, &job) else { continue };
+        for id in snap.open_job_ids() {
+            let Some(job) = snap.jobs.get(&id) else { continue };
+            let Some((deadline_ms, left_hours)) = stage_deadlines::recomputed(snap, job) else { continue };
             let was = job.spec.deadline.map_or_else(|| "none".to_string(), placement::fmt_time_of);
             let at = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(deadline_ms) * 1_000_000);
             let new = at.map(placement::fmt_time_of).unwrap_or_else(|_| deadline_ms.to_string());
@@ -40,19 +41,19 @@ impl Controller {
                 "deadline {new} (was {was}): its share of the {left_hours:.1} h left to the pipeline's deadline when its dependencies ended"
             );
             let edit = JobEdit::Deadline { deadline_ms, message };
-            let change = Change { job: Some((job.id.clone(), edit)), ..Change::default() };
+            let change = Change { job: Some((id, edit)), ..Change::default() };
             self.act(st, snap, report, vec![Action::Record(change)]).await?;
         }
         // A pipeline job waiting for its dependencies holds nothing yet: no policy chooses for it.
         // Each with where its input data lies (and its size), for its policy's egress.
         type WithInput = (Job, Option<(String, Option<f64>)>);
-        let open_jobs = snap.open_jobs();
+        let open_jobs = snap.open_refs();
         let mut gates = dependencies::gates(snap, &open_jobs);
         let jobs: Vec<WithInput> = open_jobs
             .into_iter()
-            .filter(deadline_managed)
-            .filter_map(|j| match gates.remove(&j.id) {
-                Some(dependencies::Gate::Ready { data }) => Some((j, data)),
+            .filter(|j| deadline_managed(j))
+            .filter_map(|j| match gates.remove(&j.id).unwrap_or(dependencies::Gate::Ready { data: None }) {
+                dependencies::Gate::Ready { data } => Some((j.clone(), data)),
                 _ => None,
             })
             .collect();

@@ -85,7 +85,18 @@ impl Snapshot {
 
     /// Jobs not yet final, in planning order: priority first, then submission order.
     pub fn open_jobs(&self) -> Vec<Job> {
-        let mut jobs: Vec<Job> = self.jobs.values().filter(|j| !j.state.is_final()).cloned().collect();
+        self.open_refs().into_iter().cloned().collect()
+    }
+
+    /// The ids of [`Snapshot::open_jobs`], in the same order: for steps that write as they go,
+    /// and so look each job up afresh instead of holding a copy of every open job.
+    pub fn open_job_ids(&self) -> Vec<String> {
+        self.open_refs().into_iter().map(|j| j.id.clone()).collect()
+    }
+
+    /// [`Snapshot::open_jobs`] as they stand in the snapshot.
+    pub fn open_refs(&self) -> Vec<&Job> {
+        let mut jobs: Vec<&Job> = self.jobs.values().filter(|j| !j.state.is_final()).collect();
         jobs.sort_by(|a, b| {
             (std::cmp::Reverse(a.spec.priority), a.submitted_at_ms, &a.id).cmp(&(
                 std::cmp::Reverse(b.spec.priority),
@@ -106,6 +117,11 @@ impl Snapshot {
     /// Records what a write put in the store.
     pub fn put_attempt(&mut self, a: &Attempt) {
         self.attempts.insert(attempt_key(&a.job_id, a.number), a.clone());
+    }
+
+    /// Holds an attempt read from the store.
+    fn hold_attempt(&mut self, a: Attempt) {
+        self.attempts.insert(attempt_key(&a.job_id, a.number), a);
     }
 
     /// Records what a write put in the store.
@@ -218,7 +234,7 @@ impl Controller {
         }
         for s in [AttemptState::Provisioning, AttemptState::Running] {
             for a in self.store.find(AttemptsBy::State(s))? {
-                snap.put_attempt(&a);
+                snap.hold_attempt(a);
             }
         }
         let owners: BTreeSet<String> = snap.active().map(|a| a.job_id.clone()).collect();
@@ -233,7 +249,7 @@ impl Controller {
             snap.jobs.values().filter(|j| !j.state.is_final() && deadline_managed(j)).map(|j| j.id.clone()).collect();
         for id in deadline_jobs {
             for a in self.store.find(AttemptsBy::Job(&id))? {
-                snap.put_attempt(&a);
+                snap.hold_attempt(a);
             }
         }
         for t in self.store.scan::<Tenant>()? {
@@ -285,14 +301,17 @@ impl Controller {
                 snap.upstream.insert(id, job);
             }
         }
-        // What the agents said of running attempts (nothing, where no agents run: the what-if).
-        for a in snap.attempts.values().filter(|a| a.state == AttemptState::Running) {
-            let key = attempt_key(&a.job_id, a.number);
+        // What the agents said of running attempts (nothing, where no agents run: the what-if,
+        // whose rounds then skip a look-up per running attempt).
+        if self.store.last::<AttemptWork>(1)?.is_empty() {
+            return Ok(snap);
+        }
+        for (key, a) in snap.attempts.iter().filter(|(_, a)| a.state == AttemptState::Running) {
             let Some(job) = snap.jobs.get(&a.job_id) else { continue };
-            if let Some(work) = self.store.get::<AttemptWork>(&key)?
+            if let Some(work) = self.store.get::<AttemptWork>(key)?
                 && let Some(why) = replacement_reason(job, &work)
             {
-                snap.agent_trouble.insert(key, why);
+                snap.agent_trouble.insert(key.clone(), why);
             }
         }
         Ok(snap)

@@ -7,7 +7,9 @@
 //! index, then its table) can never deadlock with it.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use sled::IVec;
@@ -51,7 +53,7 @@ impl MemDb {
         f: impl Fn(&TxView) -> Result<T, TxStop<E>>,
     ) -> Result<T, TxFailed<E>> {
         let _one_at_a_time = lock(&self.transactions);
-        let view = TxView::Memory(MemTxView { trees, writes: RefCell::new(vec![HashMap::new(); trees.len()]) });
+        let view = TxView::Memory(MemTxView { trees, writes: RefCell::new(vec![HashMap::default(); trees.len()]) });
         let out = match f(&view) {
             Ok(v) => v,
             Err(TxStop::Abort(e)) => return Err(TxFailed::Abort(e)),
