@@ -69,7 +69,7 @@ fn names_that_are_the_same_in_the_environment_are_refused() {
 
 #[test]
 fn every_problem_is_reported_with_its_path() {
-    let text = "name = \"p q\"\nbudget = 3\n[[jobs]]\nname = \"a\"\nkind = \"batch\"\ngpus = 0\ncolour = 1\n\
+    let text = "name = \"p q\"\nbudget = -3\n[[jobs]]\nname = \"a\"\nkind = \"batch\"\ngpus = 0\ncolour = 1\n\
                 output_gb = -1\non_dependency_failure = \"maybe\"\ntenant = \"other\"\n";
     let e = check(text).unwrap_err();
     let mut f = fields(&e);
@@ -89,6 +89,22 @@ fn every_problem_is_reported_with_its_path() {
     );
     assert!(check("name = \"p\"\njobs = []\n").unwrap_err().0[0].field == "jobs");
     assert!(check("name = \"p\"\n").unwrap_err().0[0].field == "jobs");
+}
+
+/// Issue #23: a budget for the whole pipeline, read as strictly as a job's.
+#[test]
+fn a_pipeline_budget_is_checked_like_a_jobs_and_errors_name_it() {
+    let jobs = format!("{}{}", job("prep", &[]), job("train", &["prep"]));
+    let p = check(&format!("name = \"p\"\nbudget = 250.5\n{jobs}")).unwrap();
+    assert_eq!(p.budget, Some(250.5));
+    let links = p.links("p-1", &Default::default());
+    assert!(links.iter().all(|l| l.budget_usd == Some(250.5)), "every job carries it: {links:?}");
+    for (bad, says) in [("0", "more than 0"), ("-5", "more than 0"), ("2e9", "at most"), ("\"lots\"", "number of USD")]
+    {
+        let e = check(&format!("name = \"p\"\nbudget = {bad}\n{jobs}")).unwrap_err();
+        assert_eq!(fields(&e), ["budget"], "{bad}: {e}");
+        assert!(e.0[0].problem.contains(says), "{bad}: {e}");
+    }
 }
 
 #[test]

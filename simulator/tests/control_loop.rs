@@ -1795,3 +1795,41 @@ async fn a_new_leader_continues_the_open_quota_episodes() {
     assert_eq!(kinds, ["quota_exhausted", "quota_recovered"], "{ev:?}");
     assert_eq!(ev[1].1["since_ms"], since, "{ev:?}");
 }
+
+/// Issue #23: a pipeline's budget for the whole. Nobody completes `a`, so it runs on past its
+/// estimate until the pipeline has spent its budget: `a` then fails and its fleet is deleted, and
+/// `b`, which still waited for it, fails with the same reason (not merely "dependency a failed").
+#[tokio::test]
+async fn a_pipeline_that_spends_its_budget_fails_its_remaining_stages_and_leaves_no_fleet() {
+    let h = harness("pipeline-budget", two_regions());
+    // Each stage: one NC96ads (~$14.69/h) for 0.5 h, ~$7.3 expected. $20 leaves `a` its estimate
+    // after `b`'s reserve, and runs out after about 80 minutes.
+    let stage = |name: &str, after: &[&str]| {
+        let mut s = a100_stage(name, after, 0.5);
+        s["gpus"] = 4.into();
+        s
+    };
+    let ids = submit_pipeline(
+        &h,
+        serde_json::json!({"name": "chain", "tenant": "research", "budget": 20.0,
+            "jobs": [stage("a", &[]), stage("b", &["a"])]}),
+    );
+    let pipeline_id = h.job(&ids["a"]).pipeline.unwrap().pipeline_id;
+    h.round().await;
+    h.step(61).await;
+    assert_eq!(h.job(&ids["a"]).state, JobState::Running);
+    for _ in 0..12 {
+        h.step(600).await;
+    }
+    let why = "pipeline budget of $20.00 exhausted";
+    for name in ["a", "b"] {
+        let j = h.job(&ids[name]);
+        assert_eq!((j.state, j.end_reason.as_deref()), (JobState::Failed, Some(why)), "{name}");
+    }
+    let a = h.job(&ids["a"]);
+    assert!(a.cost_usd >= 20.0 && a.cost_usd < 24.0, "stopped soon after the budget: ${}", a.cost_usd);
+    h.step(1).await;
+    assert!(h.live_fleets().is_empty(), "its fleet is deleted");
+    let detail = h.jobs.pipeline(&pipeline_id).unwrap().unwrap();
+    assert_eq!(detail.pipeline.budget_usd, Some(20.0));
+}

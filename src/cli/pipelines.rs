@@ -182,7 +182,11 @@ pub async fn status(client: &Client, id: &str, output: Output) -> Result<ExitCod
     println!("tenant    {}", cell(&p, "tenant"));
     println!("clock     {}", clock_line(&p));
     println!("submitted {}", when(p["submitted_at_ms"].as_i64()));
-    println!("cost      ${}", usd(p["cost_usd"].as_f64().unwrap_or(0.0)));
+    let spent = usd(p["cost_usd"].as_f64().unwrap_or(0.0));
+    match p["budget_usd"].as_f64() {
+        Some(budget) => println!("cost      ${spent} of its ${} budget", usd(budget)),
+        None => println!("cost      ${spent}"),
+    }
     if let Some(by) = p["cancelled_by"].as_str() {
         println!("cancelled by {by}");
     }

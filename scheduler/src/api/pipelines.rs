@@ -60,8 +60,11 @@ pub struct PipelineView {
     pub submitted_at_ms: i64,
     /// Its jobs, in the order submitted.
     pub jobs: Vec<PipelineJobView>,
-    /// USD accrued by its jobs in all.
+    /// USD accrued by its jobs in all (egress included): what it has spent so far.
     pub cost_usd: f64,
+    /// The most the whole pipeline may cost, USD, when it has a budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_usd: Option<f64>,
     /// Who cancelled it, when someone did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancelled_by: Option<String>,
@@ -103,6 +106,7 @@ impl PipelineView {
             submitted_at_ms: d.pipeline.submitted_at_ms,
             cost_usd: super::views::money(jobs.iter().map(|j| j.cost_usd).sum()),
             jobs,
+            budget_usd: d.pipeline.budget_usd,
             cancelled_by: d.pipeline.cancelled_by.clone(),
             clock,
         }
@@ -128,7 +132,7 @@ pub struct PipelineListView {
 /// for the same pipeline, 200 and the pipeline the first request created.
 #[utoipa::path(
     post, path = "/v1/pipelines", tag = "pipelines",
-    request_body(content = crate::model::PipelineSpec, description = "A pipeline: name, tenant, jobs (job specs with depends_on, on_dependency_failure, output_gb); unknown fields are errors"),
+    request_body(content = crate::model::PipelineSpec, description = "A pipeline: name, tenant, jobs (job specs with depends_on, on_dependency_failure, output_gb), optional deadline and budget; unknown fields are errors"),
     params(("Idempotency-Key" = Option<String>, Header, nullable = false, pattern = "^[!-~]{1,200}$",
         description = "Makes a retried submission return the same pipeline (1 to 200 printable ASCII characters)")),
     responses(

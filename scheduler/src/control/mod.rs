@@ -48,6 +48,7 @@ mod feasibility;
 mod follow;
 mod growth;
 mod metrics;
+mod pipeline_budget;
 mod placement;
 mod quota_watch;
 mod retention;

@@ -10,6 +10,7 @@ use super::deadline::apply_deadline_choice;
 use super::demand::{DemandPart, Held, demands};
 use super::dependencies::{self, Gate};
 use super::feasibility::Feasibility;
+use super::pipeline_budget;
 use super::snapshot::Snapshot;
 use super::world::our_usage;
 use super::{ControlConfig, LoopState, is_degraded};
@@ -32,7 +33,8 @@ pub(crate) struct PlanInput {
     pub reasons: BTreeMap<String, Vec<String>>,
     /// How the cloud's listings fared against the feasibility chain.
     pub offer_counts: OfferFilterCounts,
-    /// Jobs that fail because a dependency failed or was cancelled, with why.
+    /// Jobs that fail before they are placed, with why: a dependency failed or was cancelled, or
+    /// their pipeline spent its budget.
     pub dependency_failures: Vec<(String, String)>,
     /// Where each job's input data lies and its GB, by job id, for the jobs whose demands have it.
     pub data: BTreeMap<String, (String, Option<f64>)>,
@@ -69,6 +71,14 @@ pub(crate) fn plan_input(snap: &Snapshot, st: &LoopState, config: &ControlConfig
     let mut data = BTreeMap::new();
     let mut gates = dependencies::gates(snap, &jobs.iter().collect::<Vec<_>>());
     for job in &jobs {
+        // A pipeline that has spent its budget ends its waiting jobs (its running ones end where
+        // they are watched), whatever their dependencies say.
+        if job.state == JobState::Pending
+            && let Some(why) = pipeline_budget::exhausted(snap, job, job.cost_usd)
+        {
+            dependency_failures.push((job.id.clone(), why));
+            continue;
+        }
         let input = match gates.remove(&job.id).unwrap_or(Gate::Ready { data: None }) {
             Gate::Ready { data } => data,
             Gate::Wait(why) => {
@@ -85,6 +95,11 @@ pub(crate) fn plan_input(snap: &Snapshot, st: &LoopState, config: &ControlConfig
             continue;
         }
         dependencies::apply_input_data(job, &input, &mut d);
+        if let Some(left) = pipeline_budget::left_for(snap, job, &held, catalog, &st.world.offers)
+            && let Some(budget) = job.pipeline.as_ref().and_then(|l| l.budget_usd)
+        {
+            pipeline_budget::cap(&mut d, left, budget);
+        }
         if let Some(first) = d.first()
             && let Some(region) = &first.data_region
         {

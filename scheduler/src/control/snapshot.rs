@@ -60,6 +60,9 @@ pub(crate) struct Snapshot {
     /// The dependencies of open pipeline jobs that retention forgot, as their pipelines kept
     /// them, by id.
     pub forgotten: BTreeMap<String, EndedMember>,
+    /// What the jobs `jobs` does not hold (they ended) cost, by pipeline id, for each pipeline
+    /// with a budget that has an open job (`control::pipeline_budget`).
+    pub pipeline_ended_usd: BTreeMap<String, f64>,
 }
 
 impl Snapshot {
@@ -300,6 +303,30 @@ impl Controller {
             if !snap.jobs.contains_key(&id) {
                 snap.upstream.insert(id, job);
             }
+        }
+        // What the ended jobs of each pipeline with a budget cost: with its open jobs' costs, what
+        // the pipeline has spent (a forgotten job's cost as its pipeline kept it).
+        let budgeted: BTreeSet<String> = snap
+            .jobs
+            .values()
+            .filter(|j| !j.state.is_final())
+            .filter_map(|j| j.pipeline.as_ref())
+            .filter(|l| l.budget_usd.is_some())
+            .map(|l| l.pipeline_id.clone())
+            .collect();
+        for pipeline_id in budgeted {
+            let Some(pipeline) = self.store.get::<Pipeline>(&pipeline_id)? else { continue };
+            let mut ended = 0.0;
+            for m in pipeline.jobs.iter().filter(|m| !snap.jobs.contains_key(&m.job_id)) {
+                ended += match snap.upstream.get(&m.job_id) {
+                    Some(j) => j.cost_usd,
+                    None => match self.store.get::<Job>(&m.job_id)? {
+                        Some(j) => j.cost_usd,
+                        None => m.ended.as_ref().map_or(0.0, |e| e.cost_usd),
+                    },
+                };
+            }
+            snap.pipeline_ended_usd.insert(pipeline_id, ended);
         }
         // What the agents said of running attempts (nothing, where no agents run: the what-if,
         // whose rounds then skip a look-up per running attempt).

@@ -514,6 +514,7 @@ fn stage(id: &str, deps: &[(&str, &str)], run_anyway: bool) -> Job {
         on_dependency_failure: if run_anyway { OnDependencyFailure::Run } else { OnDependencyFailure::Fail },
         output_gb: Some(500.0),
         deadline: None,
+        budget_usd: None,
     });
     j
 }
@@ -593,4 +594,62 @@ fn a_pipeline_job_waits_for_its_dependencies_and_fails_with_a_failed_one() {
     done.state = JobState::Succeeded;
     snap.upstream.insert("prep".into(), done);
     assert_eq!(gate(&snap, &train), Gate::Ready { data: Some(("westus3".into(), Some(500.0))) });
+}
+
+/// Issue #23: a pipeline's budget. An early stage may spend only what leaves the stages not yet
+/// started their cheapest expected cost, so it waits rather than take an offer that would leave
+/// them unaffordable; once the pipeline has spent its budget, its waiting stages fail.
+#[test]
+fn a_pipeline_budget_keeps_a_reserve_for_later_stages_and_fails_waiting_stages_once_spent() {
+    let offer = |region: &str, price: f64, capacity| Offer {
+        region: region.into(),
+        size: SIZE.into(),
+        priority: Priority::Regular,
+        price_per_hour: Some(price),
+        capacity_vms: capacity,
+        eviction_rate_per_hour: 0.0,
+        eviction_band: None,
+        placement_score: None,
+    };
+    let world = || {
+        let mut st = LoopState::default();
+        // eastus is cheapest but full right now; westus3 has room at $5 per VM-hour.
+        st.world.offers = vec![offer("eastus", 3.0, Some(0)), offer("westus3", 5.0, None)];
+        st
+    };
+    let budgeted = |budget: f64| {
+        let mut prep = stage("prep", &[], false);
+        let mut train = stage("train", &[("prep", "prep")], false);
+        for j in [&mut prep, &mut train] {
+            j.pipeline.as_mut().unwrap().budget_usd = Some(budget);
+            // All or nothing: a splittable stage would start on the one VM the budget allows.
+            Arc::make_mut(&mut j.spec).gang = Some(true);
+        }
+        snapshot(&[prep, train], &[])
+    };
+    let catalog = Catalog::builtin();
+    let placed = |snap: &Snapshot| {
+        let mut st = world();
+        let input = placement::plan_input(snap, &st, &ControlConfig::default(), &catalog);
+        let prep = input.problem.jobs.iter().find(|d| d.id == "prep").expect("prep is asked for").clone();
+        let (plan, _) = placement::solve(&mut st, input.problem, None);
+        (prep.budget, plan.placements.iter().filter(|p| p.job == "prep").map(|p| p.region.clone()).collect::<Vec<_>>())
+    };
+    // Each stage: 2 one-GPU VMs for 10 h. prep in westus3 is expected to cost $100; train's
+    // cheapest is eastus, $60. Of $150, prep may spend $90: it waits rather than leave train $50.
+    let (budget, regions) = placed(&budgeted(150.0));
+    assert_eq!(budget, Some(90.0));
+    assert!(regions.is_empty(), "prep would leave train less than its cheapest cost: {regions:?}");
+    // With $170 prep may spend $110: it runs in westus3 and leaves train its $60.
+    let (budget, regions) = placed(&budgeted(170.0));
+    assert_eq!(budget, Some(110.0));
+    assert_eq!(regions, ["westus3"]);
+
+    // The pipeline has spent its budget (on a stage that ended): its waiting stages fail, with why.
+    let mut spent = budgeted(170.0);
+    spent.pipeline_ended_usd.insert("p-1".into(), 170.0);
+    let input = placement::plan_input(&spent, &world(), &ControlConfig::default(), &catalog);
+    let why = "pipeline budget of $170.00 exhausted".to_string();
+    assert_eq!(input.dependency_failures, [("prep".to_string(), why.clone()), ("train".to_string(), why)]);
+    assert!(input.problem.jobs.is_empty());
 }

@@ -1,8 +1,8 @@
 //! Decisions about running attempts: accrue their cost and their job's progress, notice VMs lost
 //! (evictions roll work back to the last checkpoint), migrate a fleet below its minimum past the
 //! grace period or whose agents reported trouble (a preemption notice, a lost VM, agents that never
-//! registered), end an attempt that lost every VM, finish a job whose budget ran out or whose work
-//! is done, and re-price running VMs when the cloud's prices moved. Pure: they read the snapshot
+//! registered), end an attempt that lost every VM, finish a job whose budget (or its pipeline's)
+//! ran out or whose work is done, and re-price running VMs when the cloud's prices moved. Pure: they read the snapshot
 //! and the loop's memory and return what to write.
 
 use super::accounts::{accrue, overlap_scale, roll_back};
@@ -158,7 +158,8 @@ pub(crate) fn watch(
         a.failure = Some("all VMs lost".into());
         a.failure_class = Some(FailureClass::Capacity);
     }
-    let finished = finish(config, &job);
+    let finished = finish(config, &job)
+        .or_else(|| super::pipeline_budget::exhausted(snap, &job, job.cost_usd).map(|why| (JobState::Failed, why)));
     if out.delete_fleet && finished.is_none() && !snap.others_active(&a.job_id, a.number) {
         job.set_state(JobState::Pending, now);
     }

@@ -106,6 +106,7 @@ impl JobService {
             name: spec.name.clone(),
             tenant: spec.tenant.clone(),
             submitted_at_ms: now,
+            budget_usd: spec.budget,
             jobs: spec
                 .jobs
                 .iter()

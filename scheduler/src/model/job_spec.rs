@@ -634,7 +634,15 @@ pub const MAX_PRICE_PER_HOUR: f64 = 1_000_000.0;
 pub const MAX_BUDGET_USD: f64 = 1_000_000_000.0;
 
 /// Checks a number against `(min, max]` (`exclusive_min`) or `[min, max]`.
-fn bounded(errs: &mut FieldErrors, field: &str, v: f64, min: f64, exclusive_min: bool, max: f64, unit: &str) {
+pub(super) fn bounded(
+    errs: &mut FieldErrors,
+    field: &str,
+    v: f64,
+    min: f64,
+    exclusive_min: bool,
+    max: f64,
+    unit: &str,
+) {
     if !v.is_finite() {
         errs.push(field, format!("must be a finite number (got {v})"));
     } else if exclusive_min && v <= min {

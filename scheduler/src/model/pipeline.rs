@@ -16,7 +16,7 @@ use time::format_description::well_known::Rfc3339;
 
 use super::field_error::{FieldError, FieldErrors};
 use super::job::JobState;
-use super::job_spec::{JobSpec, MAX_DATA_GB, SpecFormat, check_label};
+use super::job_spec::{JobSpec, MAX_BUDGET_USD, MAX_DATA_GB, SpecFormat, bounded, check_label};
 use super::size::SizeCatalog;
 use super::spec_reader::{got, parse_value};
 
@@ -73,13 +73,19 @@ pub struct PipelineSpec {
     #[serde(default, skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub deadline: Option<OffsetDateTime>,
+    /// The most the whole pipeline may cost, USD (every job's `cost_usd`, egress included): once
+    /// spent, its unfinished jobs fail; while placing, a stage may spend only what leaves the
+    /// stages not yet started their cheapest expected cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(exclusive_minimum = 0, maximum = 1000000000)]
+    pub budget: Option<f64>,
     /// Its jobs, each a job spec with `depends_on`.
     #[schema(min_items = 1, max_items = 100)]
     pub jobs: Vec<PipelineJobSpec>,
 }
 
 /// The fields a pipeline accepts at its top level.
-const PIPELINE_FIELDS: &[&str] = &["name", "tenant", "deadline", "jobs"];
+const PIPELINE_FIELDS: &[&str] = &["name", "tenant", "deadline", "budget", "jobs"];
 /// The fields a pipeline's job accepts beyond a job spec's.
 const GRAPH_FIELDS: &[&str] = &["depends_on", "on_dependency_failure", "output_gb"];
 
@@ -147,6 +153,21 @@ impl PipelineSpec {
                 parsed
             }
         };
+        // As strict as a job's budget: a positive finite number of USD, at most the same maximum.
+        let budget = match obj.get("budget") {
+            None | Some(Value::Null) => None,
+            Some(v) => match v.as_f64() {
+                Some(b) => {
+                    let before = errs.0.len();
+                    bounded(&mut errs, "budget", b, 0.0, true, MAX_BUDGET_USD, "USD");
+                    (errs.0.len() == before).then_some(b)
+                }
+                None => {
+                    errs.push("budget", format!("must be a number of USD (got {})", got(v)));
+                    None
+                }
+            },
+        };
         let entries: &[Value] = match obj.get("jobs") {
             Some(Value::Array(a)) if a.is_empty() => {
                 errs.push("jobs", "must hold at least one job");
@@ -181,7 +202,7 @@ impl PipelineSpec {
         if readable.iter().all(|r| *r) {
             check_graph(&jobs, &mut errs);
         }
-        let spec = PipelineSpec { name, tenant, deadline, jobs };
+        let spec = PipelineSpec { name, tenant, deadline, budget, jobs };
         if let Some(deadline) = deadline
             && errs.is_empty()
         {
@@ -334,6 +355,7 @@ impl PipelineSpec {
                 on_dependency_failure: j.on_dependency_failure.unwrap_or_default(),
                 output_gb: j.output_gb,
                 deadline: None,
+                budget_usd: self.budget,
             })
             .zip(self.stage_deadlines())
             .map(|(link, deadline)| PipelineLink { deadline, ..link })
@@ -565,6 +587,10 @@ pub struct PipelineLink {
     /// With a pipeline deadline: what the job's share of it is computed from, when it may start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<StageDeadline>,
+    /// The pipeline's budget, USD, when it has one: the loop holds the job to it
+    /// (`control::pipeline_budget`) from the job alone, as it gates it by its dependencies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_usd: Option<f64>,
 }
 
 /// A job's share of its pipeline's deadline. The time from when the job may start to the
@@ -625,6 +651,9 @@ pub struct Pipeline {
     pub tenant: String,
     /// Submission time, Unix milliseconds.
     pub submitted_at_ms: i64,
+    /// The most the whole pipeline may cost, USD, when it has a budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_usd: Option<f64>,
     /// Its jobs, in the order submitted.
     pub jobs: Vec<PipelineMember>,
     /// Who cancelled it, when someone did.

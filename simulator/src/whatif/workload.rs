@@ -259,7 +259,13 @@ fn chain_pipelines(
             let ms = s.start_ms + at_ms + (hours * slack * 3_600_000.0).ceil() as i64 + 1000;
             OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000).ok()
         });
-        let raw = PipelineSpec { name: pipeline_id.clone(), tenant: first.spec.tenant.clone(), deadline, jobs: stages };
+        let raw = PipelineSpec {
+            name: pipeline_id.clone(),
+            tenant: first.spec.tenant.clone(),
+            deadline,
+            budget: None,
+            jobs: stages,
+        };
         let value =
             serde_json::to_value(&raw).map_err(|e| WhatIfError::Control(format!("pipeline {pipeline_id}: {e}")))?;
         let spec = match PipelineSpec::from_value_checked(value, catalog, now) {
