@@ -2,7 +2,7 @@
 
 mod e2e_support;
 
-use e2e_support::{EMULATOR_TOKEN, Emulator, FAST_SCENARIO, Server, temp_dir};
+use e2e_support::{EMULATOR_TOKEN, Emulator, FAST_SCENARIO, Server, admin_get, temp_dir};
 use std::process::Command;
 
 use serde_json::Value;
@@ -439,18 +439,9 @@ async fn start_azure_server(dir: &std::path::Path, emu: &Emulator, run: usize) -
         &["--cloud", "azure", "--config", config.to_str().unwrap(), "--rate-limit", "0"],
         &[],
     );
-    let http = reqwest::Client::new();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
-        let cap: Value = http
-            .get(format!("{}/v1/capacity", s.url))
-            .bearer_auth(&s.admin)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let cap = admin_get(&s, "/v1/capacity").await;
         if cap["pools"].as_array().is_some_and(|p| !p.is_empty()) {
             return s;
         }
@@ -605,15 +596,7 @@ async fn a_request_left_submitted_by_a_stopped_server_is_resumed_by_the_next_lea
     // Killed once the request is filed with Azure (its new limit recorded), before Azure decides.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
-        let v: Value = reqwest::Client::new()
-            .get(format!("{}/v1/advice/requests/{id}", s.url))
-            .bearer_auth(&s.admin)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v = admin_get(&s, &format!("/v1/advice/requests/{id}")).await;
         assert_eq!(v["state"], "submitted", "decided before the kill: {v:#}");
         if v["new_limit"].as_u64().is_some() {
             assert_eq!(v["new_limit"], 192);
