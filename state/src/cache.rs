@@ -11,9 +11,8 @@
 //! find it without parsing. An entry for bytes a failed transaction never wrote is never hit.
 
 use std::any::Any;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-
-use rustc_hash::FxHashMap as HashMap;
 
 use crate::{Record, StoreError};
 
@@ -28,7 +27,9 @@ struct Cached {
     pointers: Vec<(&'static str, Option<String>)>,
 }
 
-/// Bytes held in total, and per table, per key: the last decoded record.
+/// Bytes held in total, and per table, per key: the last decoded record. Keyed with std's seeded
+/// hasher, not the faster one the store's other maps use: record keys include what clients send
+/// (`Idempotency-Key`), and a predictable hash would let a client pile its keys into one bucket.
 type Tables = (usize, HashMap<&'static str, HashMap<String, Cached>>);
 
 /// Decoded records by table and key (see the module doc).
