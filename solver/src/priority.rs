@@ -62,3 +62,14 @@ pub enum SpotPolicy {
     /// for (also what a deadline policy asks for while the job has slack to ride spot).
     Only,
 }
+
+impl SpotPolicy {
+    /// The priorities a job with this policy may run at: the one home of "spot never / only".
+    pub fn priorities(self) -> &'static [Priority] {
+        match self {
+            SpotPolicy::Never => &[Priority::Regular],
+            SpotPolicy::Only => &[Priority::Spot],
+            SpotPolicy::Allowed | SpotPolicy::Preferred => &[Priority::Regular, Priority::Spot],
+        }
+    }
+}

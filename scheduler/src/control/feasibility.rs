@@ -19,7 +19,7 @@ use super::world::WorldView;
 use crate::catalog::Catalog;
 use crate::model::{
     Attempt, AttemptState, BlockedOffer, FailureClass, Job, Offer, OfferFilter, OfferFilterCounts, Priority, QuotaPool,
-    SpotPolicy, VmSize, Workload,
+    VmSize, Workload,
 };
 
 /// vCPUs our active attempts hold per (region, pool key): (held, of which still provisioning).
@@ -203,11 +203,7 @@ impl JobCounter<'_> {
     /// policy allows) fare against the whole chain, each sized for the job: all its GPUs for a gang,
     /// one VM for work that may be split.
     pub fn counts(&self, job: &Job) -> OfferFilterCounts {
-        let priorities: &[Priority] = match job.spec.spot_policy() {
-            SpotPolicy::Never => &[Priority::Regular],
-            SpotPolicy::Only => &[Priority::Spot],
-            SpotPolicy::Allowed | SpotPolicy::Preferred => &[Priority::Regular, Priority::Spot],
-        };
+        let priorities = job.spec.spot_policy().priorities();
         let catalog = self.chain.catalog;
         let spec = &job.spec;
         let gang_gpus = spec.is_gang().then(|| job.wanted_gpus());

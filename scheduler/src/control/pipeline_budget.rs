@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use super::demand::Held;
 use super::snapshot::Snapshot;
 use crate::catalog::Catalog;
-use crate::model::{Job, JobState, Offer, Priority};
+use crate::model::{Job, JobState, Offer};
 
 /// Why a pipeline's unfinished jobs end when it has spent its budget.
 pub(crate) fn exhausted_reason(budget: f64) -> String {
@@ -58,10 +58,7 @@ pub(crate) fn cheapest_expected_usd(job: &Job, catalog: &Catalog, offers: &[Offe
     offers
         .iter()
         .filter(|o| regions.contains(&o.region))
-        .filter(|o| match o.priority {
-            Priority::Spot => policy != solver::SpotPolicy::Never,
-            Priority::Regular => policy != solver::SpotPolicy::Only,
-        })
+        .filter(|o| policy.priorities().contains(&o.priority))
         .filter_map(|o| {
             let size = sizes.iter().find(|s| s.name == o.size)?;
             let vms = gpus.div_ceil(size.gpus.max(1));
