@@ -36,7 +36,7 @@ fn the_advice_places_more_work_every_increase_is_used_and_the_written_scenario_r
     let (b, a) = (&advice.before, &advice.after);
     assert!(a.waiting_weight_gpu_hours < b.waiting_weight_gpu_hours, "less waiting: {b:?} -> {a:?}");
     assert!(a.wait_p95_hours < b.wait_p95_hours, "a shorter tail: {b:?} -> {a:?}");
-    assert!(a.jobs_pending_at_end <= b.jobs_pending_at_end && a.gpu_hours > b.gpu_hours, "more work: {b:?} -> {a:?}");
+    assert!(a.jobs_never_started <= b.jobs_never_started && a.gpu_hours > b.gpu_hours, "more work: {b:?} -> {a:?}");
     for r in &advice.recommendations {
         assert!(r.buys.waiting_weight_gpu_hours_saved > 0.0, "rank {} buys nothing: {r:#?}", r.rank);
         assert_eq!(r.increase.increase_vcpus % r.increase.step_vcpus, 0, "grant-sized: {r:#?}");
