@@ -37,6 +37,18 @@ fn the_advice_places_more_work_every_increase_is_used_and_the_written_scenario_r
     assert!(a.waiting_weight_gpu_hours < b.waiting_weight_gpu_hours, "less waiting: {b:?} -> {a:?}");
     assert!(a.wait_p95_hours < b.wait_p95_hours, "a shorter tail: {b:?} -> {a:?}");
     assert!(a.jobs_never_started <= b.jobs_never_started && a.gpu_hours > b.gpu_hours, "more work: {b:?} -> {a:?}");
+    // Alternatives (none in this week: each advised pool is the other's alternative) are
+    // simulated in place of their recommendation and save waiting there.
+    for r in &advice.recommendations {
+        for alt in &r.alternatives {
+            assert!(alt.waiting_weight_gpu_hours_saved > 0.0, "{alt:#?}");
+            let advised = advice.increases();
+            assert!(
+                !advised.iter().any(|(region, pool, _)| *region == alt.region && pool.name() == alt.pool),
+                "an alternative is not an increase already advised: {alt:#?}"
+            );
+        }
+    }
     for r in &advice.recommendations {
         assert!(r.buys.waiting_weight_gpu_hours_saved > 0.0, "rank {} buys nothing: {r:#?}", r.rank);
         assert_eq!(r.increase.increase_vcpus % r.increase.step_vcpus, 0, "grant-sized: {r:#?}");

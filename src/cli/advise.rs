@@ -323,8 +323,10 @@ fn render_week(r: &ScenarioReport) -> String {
                 lines.push(format!("note: {n}"));
             }
             for alt in &rec.alternatives {
+                let with: String =
+                    alt.with.iter().map(|w| format!(" with +{} vCPUs of {}", w.increase_vcpus, w.pool)).collect();
                 lines.push(format!(
-                    "or +{} vCPUs of {} in {} ({:.1} GPU-h less waiting, {:.1} weighted, {} USD)",
+                    "or +{} vCPUs of {} in {}{with} ({:.1} GPU-h less waiting, {:.1} weighted, {} USD)",
                     alt.increase_vcpus,
                     alt.pool,
                     alt.region,

@@ -198,12 +198,24 @@ pub struct WeekAlternative {
     pub pool: String,
     /// vCPUs added.
     pub increase_vcpus: u64,
+    /// Other pools of the same region raised with it (e.g. its regional `cores` for a family).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub with: Vec<AlternativePool>,
     /// Priority-weighted waiting GPU-hours it saves in place of the recommendation.
     pub waiting_weight_gpu_hours_saved: f64,
     /// Waiting GPU-hours it saves in place of the recommendation.
     pub waiting_gpu_hours_saved: f64,
     /// Change of the week's bill against the week without the recommendation (USD).
     pub cost_change_usd: f64,
+}
+
+/// A pool raised together with an alternative's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AlternativePool {
+    /// Pool.
+    pub pool: String,
+    /// vCPUs added.
+    pub increase_vcpus: u64,
 }
 
 impl WeekAdvice {
@@ -448,8 +460,12 @@ struct PoolEvidence {
     /// Priority weight those increases would have placed, summed over snapshots.
     weight: f64,
     step: u64,
-    /// Pools named as alternatives, with the vCPUs each would have needed.
-    alternatives: BTreeMap<(String, String), Vec<u64>>,
+    /// Alternatives the snapshots named, each a set of pools of one region raised together (a
+    /// family and its region's `cores`, for regular VMs): per set, the vCPUs each of its pools
+    /// would have needed, one entry per snapshot. Kept as sets because a family raised alone in
+    /// another region is often no alternative at all: that region's `cores` binds next, and the
+    /// simulated alternative saved nothing (BENCHMARKS.md, #20).
+    alternatives: BTreeMap<Vec<(String, String)>, Vec<Vec<u64>>>,
 }
 
 /// The solver offers of a snapshot, as the control loop builds them (priced, whole GPUs).
@@ -543,9 +559,9 @@ fn evidence(
                 e.weight += share;
                 e.step = inc.step_vcpus;
                 for alt in &rec.alternatives {
-                    for a in &alt.increases {
-                        e.alternatives.entry((a.region.clone(), a.pool.clone())).or_default().push(a.increase_vcpus);
-                    }
+                    let pools = alt.increases.iter().map(|a| (a.region.clone(), a.pool.clone())).collect();
+                    let vcpus = alt.increases.iter().map(|a| a.increase_vcpus).collect();
+                    e.alternatives.entry(pools).or_default().push(vcpus);
                 }
             }
         }
@@ -940,21 +956,16 @@ pub fn advise_week(s: &Scenario, options: &WeekAdviceOptions) -> Result<WeekAdvi
         let chosen: Vec<Increase> =
             ranked.iter().map(|(c, _, _)| (c.region.clone(), c.pool.clone(), c.level)).collect();
         let keys: BTreeSet<(String, String)> = chosen.iter().map(|c| (c.0.clone(), c.1.key())).collect();
-        // One alternative per recommendation: the pool the snapshots named most often in its
-        // place, simulated instead of it.
-        let mut alt_variants: Vec<(usize, Increase, Vec<Increase>)> = Vec::new();
+        // One alternative per recommendation: the set of pools the snapshots named most often in
+        // its place (none of them advised already), each at the 90th percentile of what the
+        // snapshots asked of it, simulated instead of it.
+        let mut alt_variants: Vec<(usize, Vec<Increase>, Vec<Increase>)> = Vec::new();
         for (i, (c, _, _)) in ranked.iter().enumerate() {
             let Some(e) = evidence.get(&(c.region.clone(), c.pool.key())) else { continue };
-            let best = e
-                .alternatives
-                .iter()
-                .filter(|(k, _)| !keys.contains(&(k.0.clone(), normalize_family(&k.1))))
-                .max_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.0.cmp(a.0)));
-            if let Some(((region, pool), levels)) = best {
-                let alt: Increase = (region.clone(), QuotaPool::parse(pool), level(levels, 90.0, 1).max(1));
+            if let Some(alt) = alternative(e, &keys) {
                 let mut v = chosen.clone();
                 v.remove(i);
-                v.push(alt.clone());
+                v.extend(alt.iter().cloned());
                 alt_variants.push((i, alt, v));
             }
         }
@@ -967,10 +978,22 @@ pub fn advise_week(s: &Scenario, options: &WeekAdviceOptions) -> Result<WeekAdvi
             let without = &ranked[i].1;
             let saved = without.outcome.waiting_weight_gpu_hours - m.outcome.waiting_weight_gpu_hours;
             if saved > 0.0 {
+                // The pool of the recommendation's kind leads (a family for a family); the rest
+                // of the set goes with it.
+                let kind = |p: &QuotaPool| std::mem::discriminant(p);
+                let lead = alt.iter().position(|a| kind(&a.1) == kind(&ranked[i].0.pool)).unwrap_or(0);
+                let (region, pool, vcpus) = &alt[lead];
+                let with = alt
+                    .iter()
+                    .enumerate()
+                    .filter(|&(k, _)| k != lead)
+                    .map(|(_, a)| AlternativePool { pool: a.1.name().to_string(), increase_vcpus: a.2 })
+                    .collect();
                 alternatives.entry(i).or_default().push(WeekAlternative {
-                    region: alt.0.clone(),
-                    pool: alt.1.name().to_string(),
-                    increase_vcpus: alt.2,
+                    region: region.clone(),
+                    pool: pool.name().to_string(),
+                    increase_vcpus: *vcpus,
+                    with,
                     waiting_weight_gpu_hours_saved: r4(saved),
                     waiting_gpu_hours_saved: r4(without.outcome.waiting_gpu_hours - m.outcome.waiting_gpu_hours),
                     cost_change_usd: r4(m.outcome.total_cost_usd - without.outcome.total_cost_usd),
@@ -1042,6 +1065,29 @@ pub fn advise_week(s: &Scenario, options: &WeekAdviceOptions) -> Result<WeekAdvi
             dropped: Vec::new(),
         })
     }
+}
+
+/// The alternative to simulate in place of a recommendation: of the sets of pools its snapshots
+/// named in its place, the one named most often (ties: the first by name) with none of its pools
+/// advised already (`advised`: region and normalised pool), each pool at the 90th percentile of
+/// what the snapshots asked of it. The whole set: a family elsewhere needs that region's `cores`
+/// too when they bind.
+fn alternative(e: &PoolEvidence, advised: &BTreeSet<(String, String)>) -> Option<Vec<Increase>> {
+    let (pools, seen) = e
+        .alternatives
+        .iter()
+        .filter(|(pools, _)| pools.iter().all(|k| !advised.contains(&(k.0.clone(), normalize_family(&k.1)))))
+        .max_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.0.cmp(a.0)))?;
+    Some(
+        pools
+            .iter()
+            .enumerate()
+            .map(|(k, (region, pool))| {
+                let asked: Vec<u64> = seen.iter().map(|v| v[k]).collect();
+                (region.clone(), QuotaPool::parse(pool), level(&asked, 90.0, 1).max(1))
+            })
+            .collect(),
+    )
 }
 
 /// "moves work to a pricier region" when the pool's region lists its sizes above the cheapest
@@ -1311,6 +1357,31 @@ mod tests {
         with_it.jobs_pending_at_end = 237;
         let without = week(200);
         assert_eq!(kept_increases(&base, &with_it, &[&without], &[5_000.0], 5), (vec![0], None));
+    }
+
+    #[test]
+    fn an_alternative_is_the_set_of_pools_named_most_often_with_none_advised() {
+        let pools = |v: &[(&str, &str)]| v.iter().map(|(r, p)| (r.to_string(), p.to_string())).collect::<Vec<_>>();
+        let mut e = PoolEvidence::default();
+        let fam = "standardNCADSA100v4Family";
+        // Named three times: westus3's family with its cores; twice: eastus's family alone;
+        // four times: a set with a pool already advised.
+        e.alternatives
+            .insert(pools(&[("westus3", fam), ("westus3", "cores")]), vec![vec![96, 48], vec![192, 96], vec![96, 96]]);
+        e.alternatives.insert(pools(&[("eastus", fam)]), vec![vec![96], vec![96]]);
+        e.alternatives.insert(pools(&[("eastus2", "cores")]), vec![vec![96]; 4]);
+        let advised: BTreeSet<(String, String)> = [("eastus2".to_string(), "cores".to_string())].into();
+        let alt = alternative(&e, &advised).expect("one");
+        assert_eq!(
+            alt,
+            vec![("westus3".to_string(), QuotaPool::parse(fam), 192), ("westus3".to_string(), QuotaPool::Cores, 96)],
+            "the whole set, each pool at the 90th percentile of what was asked"
+        );
+        let all: BTreeSet<(String, String)> = [("westus3", fam), ("eastus", fam), ("eastus2", "cores")]
+            .iter()
+            .map(|(r, p)| (r.to_string(), normalize_family(p)))
+            .collect();
+        assert_eq!(alternative(&e, &all), None);
     }
 
     #[test]
