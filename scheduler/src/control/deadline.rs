@@ -87,6 +87,9 @@ pub(crate) struct DeadlineState {
     pub(crate) history: SpotHistory,
     /// Regions where one of our spot fleets lost VMs in this round.
     pub(crate) evicted_spot: BTreeSet<String>,
+    /// When one of our spot fleets last lost VMs in each region: evidence against spot VMs that
+    /// run there, which a refusal of new ones is not (see [`holding`]).
+    pub(crate) spot_lost_at: BTreeMap<String, i64>,
     policies: BTreeMap<String, JobPolicy>,
     pub(crate) choices: BTreeMap<String, DeadlineChoice>,
 }
@@ -96,6 +99,7 @@ impl std::fmt::Debug for DeadlineState {
         f.debug_struct("DeadlineState")
             .field("history", &self.history)
             .field("evicted_spot", &self.evicted_spot)
+            .field("spot_lost_at", &self.spot_lost_at)
             .field("jobs", &self.policies.keys().collect::<Vec<_>>())
             .field("choices", &self.choices)
             .finish()
@@ -161,7 +165,9 @@ pub(crate) fn observe_spot(st: &mut LoopState, catalog: &Catalog, now: i64, tick
             *up = false;
         }
     }
-    st.deadline.evicted_spot.clear();
+    for region in std::mem::take(&mut st.deadline.evicted_spot) {
+        st.deadline.spot_lost_at.insert(region, now);
+    }
     st.deadline.history.observe(now, tick_ms, &available);
 }
 
@@ -203,11 +209,18 @@ pub(crate) fn choose(
     input: Option<&(String, Option<f64>)>,
     now: i64,
 ) -> Option<DeadlineChoice> {
-    let (names, tiers) = tier_offers(st, catalog, job, ours, now);
+    // Spot VMs lost in the region lately (ours, to an eviction) say what a refusal does not: that
+    // running spot VMs there are being taken; the policy then judges the held spot placement as
+    // any other.
+    let lost_lately = |region: &str| {
+        st.deadline.spot_lost_at.get(region).is_some_and(|&t| now - t < super::error_policy::SPOT_EVICTION_BLOCK_MS)
+    };
+    let held = holding(attempts).filter(|a| a.priority != Priority::Spot || !lost_lately(&a.region));
+    let (names, tiers) = tier_offers(st, catalog, job, ours, held, now);
     if names.is_empty() {
         return None;
     }
-    let histories = histories(&st.deadline.history, &names, &tiers);
+    let histories = histories(&st.deadline.history, &names, &tiers, held);
     let observed = st.deadline.history.observed();
     let regions: Vec<RegionTick<'_>> = names
         .iter()
@@ -244,10 +257,34 @@ pub(crate) fn choose(
     Some(DeadlineChoice { policy: kind.name(), hold })
 }
 
+/// The job's placement that runs whole (every VM it asked for, none lost): the newest such one.
+/// What it holds is there for it: its VMs keep running whatever a new allocation of that offer
+/// would meet (a block learnt from a refusal, an open breaker, a `Low` placement score, a pool the
+/// others filled); only our spot VMs lost in its region lately (`DeadlineState::spot_lost_at`)
+/// count against a held spot placement, as they did before. Judged as a new allocation, the offer the job ran on looked
+/// unusable, its policy moved it, and a pipeline stage paid its input's egress again: on the
+/// Philly pipelines week 2,000 of the 2,543 stage moves were such policy changes, most of them
+/// away from a healthy fleet whose own offer only a block or a breaker had closed.
+fn holding<'a>(attempts: &[&'a Attempt]) -> Option<&'a Attempt> {
+    attempts
+        .iter()
+        .filter(|a| a.state == AttemptState::Running && a.running_vms >= a.vms && a.below_min_since_ms.is_none())
+        .max_by_key(|a| a.number)
+        .copied()
+}
+
 /// Per allowed region with an offer for the job: the cheapest usable (else cheapest) regular and
 /// spot offer, as the feasibility chain judges them for the whole job (a spot offer whose
-/// placement score is `Low` is not usable).
-fn tier_offers(st: &LoopState, catalog: &Catalog, job: &Job, ours: &OurUsage, now: i64) -> (Vec<String>, Vec<Tiers>) {
+/// placement score is `Low` is not usable). The placement the job holds ([`holding`]) is usable
+/// in its region and tier at the price it is billed.
+fn tier_offers(
+    st: &LoopState,
+    catalog: &Catalog,
+    job: &Job,
+    ours: &OurUsage,
+    held: Option<&Attempt>,
+    now: i64,
+) -> (Vec<String>, Vec<Tiers>) {
     let spec = &job.spec;
     let sizes = spec.acceptable_sizes(catalog);
     let wanted = job.wanted_gpus().max(1);
@@ -283,6 +320,16 @@ fn tier_offers(st: &LoopState, catalog: &Catalog, job: &Job, ours: &OurUsage, no
                 *slot = Some(offer);
             }
         }
+        if let Some(a) = held.filter(|a| a.region == region) {
+            let offer = TierOffer { price: a.price_per_hour * a.vms as f64, usable: true };
+            let slot = match a.priority {
+                Priority::Regular => &mut regular,
+                Priority::Spot => &mut spot,
+            };
+            if slot.is_none_or(|s| !s.usable || offer.price < s.price) {
+                *slot = Some(offer);
+            }
+        }
         if regular.is_some() || spot.is_some() {
             names.push(region);
             tiers.push((regular, spot));
@@ -293,13 +340,32 @@ fn tier_offers(st: &LoopState, catalog: &Catalog, job: &Job, ours: &OurUsage, no
 
 /// Each region's spot history as the job sees it: a region whose history says "available" but
 /// whose spot offers this job cannot use now (quota, a block on its sizes) shows this job an
-/// unavailable current tick.
-fn histories<'h>(history: &'h SpotHistory, names: &[String], tiers: &[Tiers]) -> Vec<Cow<'h, [bool]>> {
+/// unavailable current tick; the region where the job's spot placement runs whole ([`holding`])
+/// shows it an available one, whatever a new allocation there would meet.
+fn histories<'h>(
+    history: &'h SpotHistory,
+    names: &[String],
+    tiers: &[Tiers],
+    held: Option<&Attempt>,
+) -> Vec<Cow<'h, [bool]>> {
     names
         .iter()
         .zip(tiers)
         .map(|(name, (_, spot))| match spot {
             None => Cow::Borrowed(&[][..]),
+            Some(_) if held.is_some_and(|a| a.priority == Priority::Spot && &a.region == name) => {
+                let window = history.window(name);
+                match window.last() {
+                    Some(false) => {
+                        let mut owned = window.to_vec();
+                        if let Some(last) = owned.last_mut() {
+                            *last = true;
+                        }
+                        Cow::Owned(owned)
+                    }
+                    _ => Cow::Borrowed(window),
+                }
+            }
             Some(s) => {
                 let window = history.window(name);
                 if !s.usable && window.last() == Some(&true) {

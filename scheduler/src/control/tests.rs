@@ -653,3 +653,76 @@ fn a_pipeline_budget_keeps_a_reserve_for_later_stages_and_fails_waiting_stages_o
     assert_eq!(input.dependency_failures, [("prep".to_string(), why.clone()), ("train".to_string(), why)]);
     assert!(input.problem.jobs.is_empty());
 }
+
+/// A deadline job running whole on spot in eastus stays there when a new allocation of that
+/// offer would meet a block (learnt from another job's refused creation) and the region's spot
+/// history reads "unavailable" this tick: its VMs run. Before, its policy judged the offer it ran on as a
+/// new allocation, saw it closed and moved the job to westus3's spot (a pipeline stage paying its
+/// input's egress again; 2,000 of the Philly pipelines week's 2,543 stage moves).
+#[test]
+fn a_deadline_job_is_not_moved_off_a_healthy_fleet_whose_offer_a_new_allocation_would_not_get() {
+    use crate::deadline::DeadlinePolicyKind;
+    let catalog = Catalog::builtin();
+    let deadline = time::OffsetDateTime::from_unix_timestamp(NOW / 1000 + 48 * 3600).unwrap();
+    let spec = format!(
+        "name = \"s\"\nkind = \"training\"\ngpus = 1\nsizes = [\"{SIZE}\"]\nregions = [\"eastus\", \"westus3\"]\n\
+         spot = \"allowed\"\nduration_hours = 4.0\ncheckpoint_interval_minutes = 30\ndeadline = \"{}\"\n",
+        deadline.format(&time::format_description::well_known::Rfc3339).unwrap()
+    );
+    let mut j = job("j", &spec, JobState::Running);
+    j.progress_hours = 1.0;
+    let mut a = attempt("j", 1, AttemptState::Running, Priority::Spot);
+    (a.vms, a.gpus, a.running_vms, a.vcpus, a.price_per_hour) = (1, 1, 1, 24, 0.40);
+    let offer = |region: &str, priority, price| Offer {
+        region: region.into(),
+        size: SIZE.into(),
+        priority,
+        price_per_hour: Some(price),
+        capacity_vms: None,
+        eviction_rate_per_hour: 0.0,
+        eviction_band: None,
+        placement_score: None,
+    };
+    let tick = 60_000;
+    let choose = |a: &Attempt, evicted_here: bool| {
+        let mut st = LoopState::default();
+        st.world.offers = vec![
+            offer("eastus", Priority::Regular, 3.67),
+            offer("eastus", Priority::Spot, 0.40),
+            offer("westus3", Priority::Regular, 3.67),
+            offer("westus3", Priority::Spot, 0.40),
+        ];
+        for t in 0..60 {
+            let last = t == 59;
+            let up: BTreeMap<String, bool> = [("eastus".to_string(), !last), ("westus3".to_string(), true)].into();
+            st.deadline.history.observe(NOW - (59 - t) * tick, tick, &up);
+        }
+        st.world.add_block(crate::model::BlockedOffer {
+            region: "eastus".into(),
+            size: Some(SIZE.into()),
+            family: None,
+            priority: Some(Priority::Spot),
+            zone: None,
+            class: FailureClass::Capacity,
+            reason: "no capacity: eastus spot".into(),
+            since_ms: NOW - tick,
+            until_ms: NOW + 14 * tick,
+        });
+        if evicted_here {
+            st.deadline.spot_lost_at.insert("eastus".into(), NOW - tick);
+        }
+        let policy = (DeadlinePolicyKind::Spillway, tick);
+        super::deadline::choose(&mut st, &catalog, policy, &j, &[a], &BTreeMap::new(), None, NOW).expect("a choice")
+    };
+    let choice = choose(&a, false);
+    assert_eq!(choice.hold, Some((Priority::Spot, "eastus".to_string())), "{choice:?}");
+    // Our spot VMs lost in eastus a minute ago (another fleet's): evidence against the VMs that
+    // run there, so the job is judged as any new placement and leaves.
+    let choice = choose(&a, true);
+    assert_ne!(choice.hold, Some((Priority::Spot, "eastus".to_string())), "{choice:?}");
+    // Its VMs lost, the job is judged as any new placement: eastus's spot is closed.
+    a.running_vms = 0;
+    a.below_min_since_ms = Some(NOW);
+    let choice = choose(&a, false);
+    assert_ne!(choice.hold, Some((Priority::Spot, "eastus".to_string())), "{choice:?}");
+}
