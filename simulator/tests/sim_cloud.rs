@@ -395,7 +395,9 @@ async fn shrinking_spot_capacity_evicts_but_regular_stays() {
 }
 
 /// Issue #22: offers show what Azure publishes (prices; for spot the eviction-rate band and a
-/// placement score), never the free capacity, the exact rate or an outage as such.
+/// placement score), never the free capacity, the exact rate or an outage as such. Also the guard
+/// on the `bench-oracle` feature (a benchmark instrument that shows the hidden capacity): if
+/// anything in the workspace turned it on, this test fails.
 #[tokio::test]
 async fn offers_carry_prices_and_published_spot_signals_but_hide_capacity_and_outages() {
     let mut cfg = SimCloudConfig::modest(["eastus"]);

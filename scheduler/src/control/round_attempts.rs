@@ -139,7 +139,7 @@ impl Controller {
             }
             let Some(a) = snap.attempts.get(&key) else { continue };
             let Some(job) = job_before.as_ref().or_else(|| snap.jobs.get(&a.job_id)) else { continue };
-            let w = watch::watch(snap, st, &self.config, &self.catalog, a, job);
+            let w = watch::watch(snap, st, &self.config, &self.catalog, (&key, a), job);
             let fleet = w.delete_fleet.then(|| a.fleet_name.clone());
             if w.evicted {
                 report.evictions += 1;

@@ -78,7 +78,13 @@ impl Snapshot {
 
     /// The attempts of one job the snapshot holds, in number order.
     pub fn attempts_of<'a>(&'a self, job_id: &'a str) -> impl Iterator<Item = &'a Attempt> + 'a {
-        self.attempts.range(attempt_key(job_id, 0)..).take_while(move |(_, a)| a.job_id == job_id).map(|(_, a)| a)
+        // Keys are `job/number`: every key of the job starts with its id (so do those of a job whose
+        // id extends this one, hence the filter). No key is formatted: this runs per attempt per round.
+        self.attempts
+            .range::<str, _>((std::ops::Bound::Included(job_id), std::ops::Bound::Unbounded))
+            .take_while(move |(k, _)| k.starts_with(job_id))
+            .filter(move |(_, a)| a.job_id == job_id)
+            .map(|(_, a)| a)
     }
 
     /// Whether the job has an active attempt other than number `but`.
@@ -114,7 +120,10 @@ impl Snapshot {
     /// replaced as a whole, whatever its job's shape (make before break): its GPUs do not count
     /// towards its job's demand, and its job's next placement retires it once it runs.
     pub fn has_agent_trouble(&self, a: &Attempt) -> bool {
-        a.state == AttemptState::Running && self.agent_trouble.contains_key(&attempt_key(&a.job_id, a.number))
+        // Asked per attempt per round: no key is formatted where no agent reported anything.
+        a.state == AttemptState::Running
+            && !self.agent_trouble.is_empty()
+            && self.agent_trouble.contains_key(&attempt_key(&a.job_id, a.number))
     }
 
     /// Records what a write put in the store.
@@ -153,20 +162,20 @@ impl Controller {
         let live: BTreeSet<&str> = snap.active().map(|a| a.fleet_name.as_str()).collect();
         st.deletions.forget_unowned_except(&live);
         let mut cloud_errors = self.refresh_world(st, &snap, now).await;
-        let keys: Vec<String> = snap.active().map(|a| attempt_key(&a.job_id, a.number)).collect();
-        for key in keys {
-            let a = snap.attempts[&key].clone();
+        let mut seen_all = Vec::new();
+        for (key, a) in snap.attempts.iter().filter(|(_, a)| a.is_active()) {
             if snap.jobs.get(&a.job_id).is_none_or(|j| j.state.is_final()) {
                 continue; // the job ended: its fleet is deleted, not read
             }
-            if st.look_again.get(&key).is_some_and(|&at| at > now) {
+            if st.look_again.get(key).is_some_and(|&at| at > now) {
                 continue;
             }
-            st.look_again.remove(&key);
-            let seen = self.look_at(&a).await;
+            st.look_again.remove(key);
+            let seen = self.look_at(a).await;
             cloud_errors += seen_errors(&seen);
-            snap.seen.insert(key, seen);
+            seen_all.push((key.clone(), seen));
         }
+        snap.seen.extend(seen_all);
         if st.cloud_reconciled_at.is_none_or(|at| now - at >= self.config.reconcile_cloud_ms) {
             match self.cloud.list_fleets().await {
                 Ok(fleets) => {

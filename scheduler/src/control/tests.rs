@@ -209,7 +209,7 @@ fn a_spot_eviction_rolls_back_to_the_checkpoint_and_a_lost_fleet_is_failed_over(
     let mut st = LoopState::default();
     let config = ControlConfig::default();
     let catalog = Catalog::builtin();
-    let w = watch::watch(&snap, &mut st, &config, &catalog, &a, &stored_job);
+    let w = watch::watch(&snap, &mut st, &config, &catalog, (&attempt_key(&a.job_id, a.number), &a), &stored_job);
     assert!(w.evicted && !w.delete_fleet);
     let change = w.change.expect("an eviction is written");
     let Some((_, JobEdit::Accounted { job, events })) = &change.job else { panic!("{change:?}") };
@@ -220,7 +220,7 @@ fn a_spot_eviction_rolls_back_to_the_checkpoint_and_a_lost_fleet_is_failed_over(
 
     snap.seen.insert(attempt_key("j", 1), seen_fleet(Err(CloudError::NotFound { what: "fleet".into() })));
     let mut st = LoopState::default();
-    let w = watch::watch(&snap, &mut st, &config, &catalog, &a, &stored_job);
+    let w = watch::watch(&snap, &mut st, &config, &catalog, (&attempt_key(&a.job_id, a.number), &a), &stored_job);
     assert!(w.delete_fleet, "a fleet with nothing left is deleted");
     let change = w.change.unwrap();
     assert_eq!(change.attempts[0].state, AttemptState::Failed);
@@ -237,10 +237,24 @@ fn an_unchanged_running_attempt_is_not_written_until_the_settle_interval() {
     let mut snap = snapshot(std::slice::from_ref(&j), std::slice::from_ref(&a));
     snap.seen.insert(attempt_key("j", 1), seen_fleet(Ok(fleet(&a.fleet_name, ProvisioningState::Succeeded, 2, &[]))));
     let config = ControlConfig::default();
-    let w = watch::watch(&snap, &mut LoopState::default(), &config, &Catalog::builtin(), &a, &j);
+    let w = watch::watch(
+        &snap,
+        &mut LoopState::default(),
+        &config,
+        &Catalog::builtin(),
+        (&attempt_key(&a.job_id, a.number), &a),
+        &j,
+    );
     assert_eq!(w, watch::Watched::default(), "30 s after the last settle: nothing to write");
     a.accounted_until_ms = Some(NOW - 60_000);
-    let w = watch::watch(&snap, &mut LoopState::default(), &config, &Catalog::builtin(), &a, &j);
+    let w = watch::watch(
+        &snap,
+        &mut LoopState::default(),
+        &config,
+        &Catalog::builtin(),
+        (&attempt_key(&a.job_id, a.number), &a),
+        &j,
+    );
     let change = w.change.expect("settled every minute");
     assert_eq!(change.spend, Some(("default".to_string(), 2.0 * 2.0 / 60.0)), "2 VMs × $2 for a minute");
 }
@@ -310,13 +324,15 @@ fn agents_trouble_places_the_job_again_and_retires_the_attempt_once_the_new_one_
         input.problem.jobs.iter().map(|d| d.gpus).sum::<u32>()
     };
     assert_eq!(wanted(&snap), 0, "a healthy placement holds the job's GPUs");
-    let w = watch::watch(&snap, &mut LoopState::default(), &config, &catalog, &a, &j);
+    let w =
+        watch::watch(&snap, &mut LoopState::default(), &config, &catalog, (&attempt_key(&a.job_id, a.number), &a), &j);
     let Some((_, JobEdit::Accounted { job, .. })) = w.change.as_ref().and_then(|c| c.job.as_ref()) else { panic!() };
     assert!(!job.awaiting_failover, "no trouble, no move");
 
     // A preemption notice came while the cloud still counts both VMs.
     snap.agent_trouble.insert(attempt_key("j", 1), "a preemption notice");
-    let w = watch::watch(&snap, &mut LoopState::default(), &config, &catalog, &a, &j);
+    let w =
+        watch::watch(&snap, &mut LoopState::default(), &config, &catalog, (&attempt_key(&a.job_id, a.number), &a), &j);
     assert!(!w.delete_fleet && !w.evicted, "the old VMs keep the work until the new placement runs");
     let change = w.change.expect("the move is written");
     let Some((_, JobEdit::Accounted { job, events })) = &change.job else { panic!("{change:?}") };
@@ -331,7 +347,14 @@ fn agents_trouble_places_the_job_again_and_retires_the_attempt_once_the_new_one_
     let b = attempt("j", 2, AttemptState::Provisioning, Priority::Regular);
     snap.put_job(&moving);
     snap.put_attempt(&b);
-    let w = watch::watch(&snap, &mut LoopState::default(), &config, &catalog, &a, &moving);
+    let w = watch::watch(
+        &snap,
+        &mut LoopState::default(),
+        &config,
+        &catalog,
+        (&attempt_key(&a.job_id, a.number), &a),
+        &moving,
+    );
     let moved_again = w
         .change
         .as_ref()

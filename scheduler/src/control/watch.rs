@@ -41,19 +41,21 @@ pub(crate) fn observed_vms(a: &Attempt, seen: Option<&Seen>) -> u32 {
     }
 }
 
-/// Watches one running attempt of an open job.
+/// Watches one running attempt of an open job; `key` is the attempt's key in the snapshot
+/// ([`crate::records::attempt_key`], passed in rather than formatted again for every running
+/// attempt every round).
 pub(crate) fn watch(
     snap: &Snapshot,
     st: &mut LoopState,
     config: &ControlConfig,
     catalog: &Catalog,
-    attempt: &Attempt,
+    (key, attempt): (&str, &Attempt),
     job: &Job,
 ) -> Watched {
     let now = snap.now;
+    debug_assert_eq!(key, crate::records::attempt_key(&attempt.job_id, attempt.number));
     let (mut a, mut job) = (attempt.clone(), job.clone());
-    let key = crate::records::attempt_key(&a.job_id, a.number);
-    let observed = observed_vms(&a, snap.seen.get(&key));
+    let observed = observed_vms(&a, snap.seen.get(key));
     let settled_until = a.accounted_until_ms.or(a.running_since_ms).unwrap_or(now);
     let before = (a.running_vms, a.below_min_since_ms, job.state, job.awaiting_failover, job.evictions);
     let scale = overlap_scale(&job, snap.attempts_of(&job.id));
@@ -71,7 +73,7 @@ pub(crate) fn watch(
     let mut out = Watched::default();
     let mut events: Vec<(EventKind, String)> = Vec::new();
     // A growth the cloud finished counts from now on (what ran so far was accrued just above).
-    let seen_op = snap.seen.get(&key).and_then(|s| s.operation.as_ref());
+    let seen_op = snap.seen.get(key).and_then(|s| s.operation.as_ref());
     let mut growth_block = None;
     let grew = match super::growth::follow(snap, st, &mut a, seen_op) {
         Some((event, block)) => {
@@ -121,7 +123,7 @@ pub(crate) fn watch(
         a.below_min_since_ms = None;
         events.push((EventKind::Recovered, format!("attempt {} is back to {} VMs", a.number, a.vms)));
     }
-    if let Some(why) = snap.agent_trouble.get(&key).copied()
+    if let Some(why) = snap.agent_trouble.get(key).copied()
         && !job.awaiting_failover
         && !snap.others_active(&a.job_id, a.number)
     {

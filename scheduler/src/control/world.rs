@@ -58,12 +58,21 @@ pub struct WorldView {
 /// vCPUs our active attempts hold per (region, pool key), by the pools each VM draws from
 /// ([`QuotaPool::keys_drawn_by`]).
 pub fn our_usage<'a>(attempts: impl Iterator<Item = &'a Attempt>) -> BTreeMap<(String, String), (u64, u64)> {
-    let mut out: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
+    // Summed per region, priority and family on borrowed keys first, then spread over the pools
+    // each draws from: this runs several times a round over every active attempt, and owned pool
+    // keys made per attempt (the family normalised, region and key copied) were most of its cost.
+    let mut per_offer: BTreeMap<(&str, Priority, &str), (u64, u64)> = BTreeMap::new();
     for a in attempts.filter(|a| a.is_active()) {
         let in_flight = if a.state == crate::model::AttemptState::Provisioning { a.vcpus } else { 0 };
-        for p in QuotaPool::keys_drawn_by(a.priority, &a.family) {
-            let e = out.entry((a.region.clone(), p)).or_default();
-            e.0 += a.vcpus;
+        let e = per_offer.entry((a.region.as_str(), a.priority, a.family.as_str())).or_default();
+        e.0 += a.vcpus;
+        e.1 += in_flight;
+    }
+    let mut out: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
+    for ((region, priority, family), (vcpus, in_flight)) in per_offer {
+        for p in QuotaPool::keys_drawn_by(priority, family) {
+            let e = out.entry((region.to_string(), p)).or_default();
+            e.0 += vcpus;
             e.1 += in_flight;
         }
     }
