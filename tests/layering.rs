@@ -311,4 +311,16 @@ fn what_if_policies_see_the_cloud_only_through_the_trait() {
             "{file} must list offers without their free capacity (Azure never publishes it)"
         );
     }
+    // The one place that may show it: the benchmark instrument, compiled only with a feature that
+    // no manifest but the simulator's own (which declares it) names.
+    let sim = code(&root().join("simulator/src/sim_cloud/mod.rs"));
+    assert!(
+        sim.contains("#[cfg(feature = \"bench-oracle\")]\nmod bench_oracle;"),
+        "simulator/src/sim_cloud/bench_oracle.rs must stay behind the bench-oracle feature"
+    );
+    for manifest in ["Cargo.toml", "scheduler/Cargo.toml", "state/Cargo.toml", "solver/Cargo.toml", "agent/Cargo.toml"]
+    {
+        let text = std::fs::read_to_string(root().join(manifest)).unwrap_or_default();
+        assert!(!text.contains("bench-oracle"), "{manifest} turns on the simulator's bench-oracle feature");
+    }
 }

@@ -29,7 +29,7 @@ pub(crate) fn fleet_to_grow<'a>(
     price: f64,
 ) -> Option<&'a Attempt> {
     let fixed_world = job.spec.runs_work() && !crate::agents::decide::is_elastic(job);
-    if job.spec.is_gang() || fixed_world || super::deadline::deadline_managed(job) || p.vms == 0 {
+    if job.spec.is_gang() || fixed_world || super::deadline_choice::deadline_managed(job) || p.vms == 0 {
         return None;
     }
     snap.attempts_of(&job.id).find(|a| {

@@ -39,6 +39,7 @@ mod advice;
 mod breaker;
 mod cleanup;
 mod deadline;
+mod deadline_choice;
 mod deletions;
 mod demand;
 mod dependencies;
@@ -64,7 +65,7 @@ mod watch;
 mod world;
 
 pub use breaker::{BreakerConfig, BreakerState, RegionBreakers};
-pub use deadline::{DeadlineChoice, apply_deadline_choice, deadline_managed};
+pub use deadline_choice::{DeadlineChoice, apply_deadline_choice, deadline_managed};
 pub use demand::{DemandPart, Held, MIN_REPLICA_BOOST, RESTART_MARGIN_HOURS, demands};
 pub use dependencies::{Gate, Upstream, gate_link};
 pub use driver::{DriverConfig, RoundHealth, RoundStatus, run_forever};

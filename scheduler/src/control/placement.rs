@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::actions::{Change, JobEdit};
-use super::deadline::apply_deadline_choice;
+use super::deadline_choice::apply_deadline_choice;
 use super::demand::{DemandPart, Held, demands};
 use super::dependencies::{self, Gate};
 use super::feasibility::Feasibility;

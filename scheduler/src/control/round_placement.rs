@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::actions::{Action, Change, JobEdit};
-use super::deadline::{self, deadline_managed};
+use super::deadline;
+use super::deadline_choice::deadline_managed;
 use super::demand::DemandPart;
 use super::feasibility::Feasibility;
 use super::metrics::FilterLabel;

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use state::StoreError;
 
-use super::deadline::deadline_managed;
+use super::deadline_choice::deadline_managed;
 use super::world::our_usage;
 use super::{Controller, LoopState};
 use crate::agents::decide::replacement_reason;

@@ -13,7 +13,7 @@ use super::{ControlConfig, LoopState};
 use crate::agents::records::PREEMPTION_NOTICE;
 use crate::catalog::Catalog;
 use crate::cloud::{CloudError, ProvisioningState};
-use crate::model::{Attempt, AttemptState, EventKind, FailureClass, Job, JobState, Priority};
+use crate::model::{Attempt, AttemptState, BlockedOffer, EventKind, FailureClass, Job, JobState, Priority};
 
 /// What watching one running attempt decided.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -86,38 +86,8 @@ pub(crate) fn watch(
     let mut lost_block = None;
     let mut notice_block = None;
     if observed < a.vms {
-        lost_vms(st, &mut a, &mut job, observed, now, &mut events, &mut out);
-        let degraded = observed == 0 || now - a.below_min_since_ms.unwrap_or(now) >= config.below_min_grace_ms;
-        if degraded && (observed == 0 || st.world.block_for(&a.region, &a.size, &a.family, a.priority, now).is_none()) {
-            // The cloud took VMs and did not give them back: the only sign of a shortage or an
-            // outage Azure gives. Block the offer so the job's next placement (or top-up) goes
-            // elsewhere rather than ask the offer that just failed it.
-            let b = error_policy::lost_vms_block(&a.region, &a.size, a.priority, now);
-            st.world.add_block(b.clone());
-            lost_block = Some(b);
-        }
-        // A gang below its minimum does nothing and moves as a whole; a splittable job moves only
-        // when a fleet lost everything and nothing else runs for it (otherwise what it lost is
-        // topped up beside what still runs, and the job keeps running).
-        let moves = job.spec.is_gang() || (observed == 0 && !snap.others_active(&a.job_id, a.number));
-        if degraded && moves && !job.awaiting_failover {
-            job.awaiting_failover = true;
-            job.failover_from = Some(a.region.clone());
-            job.last_failure = Some(format!(
-                "attempt {} lost {} of its {} {} VMs in {} ({})",
-                a.number,
-                a.vms - observed,
-                a.vms,
-                a.size,
-                a.region,
-                if a.priority == Priority::Spot { "spot eviction" } else { "capacity lost" }
-            ));
-            if job.state == JobState::Running {
-                job.set_state(JobState::Migrating, now);
-            }
-            let msg = format!("attempt {} has {observed} of {} VMs; placing the job again", a.number, a.vms);
-            events.push((EventKind::Migrating, msg));
-        }
+        out.evicted = observed < a.running_vms; // VMs lost since the last look
+        lost_block = fewer_vms(snap, st, config, &mut a, &mut job, observed, &mut events);
         out.delete_fleet = observed == 0;
     } else if a.below_min_since_ms.is_some() {
         a.below_min_since_ms = None;
@@ -127,29 +97,7 @@ pub(crate) fn watch(
         && !job.awaiting_failover
         && !snap.others_active(&a.job_id, a.number)
     {
-        // The agents say these VMs cannot carry the work while the cloud still counts them: place
-        // the job again now; this attempt goes once the new one runs (make before break).
-        job.awaiting_failover = true;
-        job.failover_from = Some(a.region.clone());
-        job.last_failure = Some(format!("attempt {} in {} reported {why}", a.number, a.region));
-        if job.state == JobState::Running {
-            job.set_state(JobState::Migrating, now);
-        }
-        let msg = format!(
-            "attempt {} reported {why}; placing the job again (the attempt goes once the new placement runs)",
-            a.number
-        );
-        events.push((EventKind::Migrating, msg));
-        // A preemption notice is Azure taking that spot capacity back: the replacement, placed in
-        // this same round, must not ask the offer being reclaimed (Azure shows no capacity to tell).
-        if why == PREEMPTION_NOTICE
-            && a.priority == Priority::Spot
-            && st.world.block_for(&a.region, &a.size, &a.family, a.priority, now).is_none()
-        {
-            let b = error_policy::spot_eviction_block(&a.region, &a.size, now);
-            st.world.add_block(b.clone());
-            notice_block = Some(b);
-        }
+        notice_block = agent_trouble(snap, st, &a, &mut job, why, &mut events);
     }
     a.running_vms = observed;
     let blocks: Vec<_> = growth_block.into_iter().chain(lost_block).chain(notice_block).collect();
@@ -198,7 +146,7 @@ pub(crate) fn watch(
 /// placement whose GPUs the job's other placements cover without it is retired (billed up to now,
 /// its fleet deleted), so the job pays for what it uses.
 pub(crate) fn surplus(snap: &Snapshot, config: &ControlConfig, job: &Job) -> Vec<Attempt> {
-    if job.spec.is_gang() || job.state.is_final() || super::deadline::deadline_managed(job) {
+    if job.spec.is_gang() || job.state.is_final() || super::deadline_choice::deadline_managed(job) {
         return Vec::new();
     }
     let now = snap.now;
@@ -218,6 +166,91 @@ pub(crate) fn surplus(snap: &Snapshot, config: &ControlConfig, job: &Job) -> Vec
     out
 }
 
+/// The fleet runs fewer VMs than the attempt holds: count what was lost, block the offer once the
+/// shortfall outlasts the grace period (or the fleet is empty), and mark the job for failover when
+/// it must move. Returns the block it added.
+fn fewer_vms(
+    snap: &Snapshot,
+    st: &mut LoopState,
+    config: &ControlConfig,
+    a: &mut Attempt,
+    job: &mut Job,
+    observed: u32,
+    events: &mut Vec<(EventKind, String)>,
+) -> Option<BlockedOffer> {
+    let now = snap.now;
+    lost_vms(st, a, job, observed, now, events);
+    let degraded = observed == 0 || now - a.below_min_since_ms.unwrap_or(now) >= config.below_min_grace_ms;
+    let mut block = None;
+    if degraded && (observed == 0 || st.world.block_for(&a.region, &a.size, &a.family, a.priority, now).is_none()) {
+        // The cloud took VMs and did not give them back: the only sign of a shortage or an
+        // outage Azure gives. Block the offer so the job's next placement (or top-up) goes
+        // elsewhere rather than ask the offer that just failed it.
+        let b = error_policy::lost_vms_block(&a.region, &a.size, a.priority, now);
+        st.world.add_block(b.clone());
+        block = Some(b);
+    }
+    // A gang below its minimum does nothing and moves as a whole; a splittable job moves only
+    // when a fleet lost everything and nothing else runs for it (otherwise what it lost is
+    // topped up beside what still runs, and the job keeps running).
+    let moves = job.spec.is_gang() || (observed == 0 && !snap.others_active(&a.job_id, a.number));
+    if degraded && moves && !job.awaiting_failover {
+        job.awaiting_failover = true;
+        job.failover_from = Some(a.region.clone());
+        job.last_failure = Some(format!(
+            "attempt {} lost {} of its {} {} VMs in {} ({})",
+            a.number,
+            a.vms - observed,
+            a.vms,
+            a.size,
+            a.region,
+            if a.priority == Priority::Spot { "spot eviction" } else { "capacity lost" }
+        ));
+        if job.state == JobState::Running {
+            job.set_state(JobState::Migrating, now);
+        }
+        let msg = format!("attempt {} has {observed} of {} VMs; placing the job again", a.number, a.vms);
+        events.push((EventKind::Migrating, msg));
+    }
+    block
+}
+
+/// The agents say these VMs cannot carry the work while the cloud still counts them: place the
+/// job again now; this attempt goes once the new one runs (make before break). Returns the block
+/// a preemption notice adds.
+fn agent_trouble(
+    snap: &Snapshot,
+    st: &mut LoopState,
+    a: &Attempt,
+    job: &mut Job,
+    why: &str,
+    events: &mut Vec<(EventKind, String)>,
+) -> Option<BlockedOffer> {
+    let now = snap.now;
+    job.awaiting_failover = true;
+    job.failover_from = Some(a.region.clone());
+    job.last_failure = Some(format!("attempt {} in {} reported {why}", a.number, a.region));
+    if job.state == JobState::Running {
+        job.set_state(JobState::Migrating, now);
+    }
+    let msg = format!(
+        "attempt {} reported {why}; placing the job again (the attempt goes once the new placement runs)",
+        a.number
+    );
+    events.push((EventKind::Migrating, msg));
+    // A preemption notice is Azure taking that spot capacity back: the replacement, placed in
+    // this same round, must not ask the offer being reclaimed (Azure shows no capacity to tell).
+    if why == PREEMPTION_NOTICE
+        && a.priority == Priority::Spot
+        && st.world.block_for(&a.region, &a.size, &a.family, a.priority, now).is_none()
+    {
+        let b = error_policy::spot_eviction_block(&a.region, &a.size, now);
+        st.world.add_block(b.clone());
+        return Some(b);
+    }
+    None
+}
+
 /// The fleet has fewer VMs than asked: note since when, and count an eviction (rolling the work
 /// the lost VMs carried back to the last checkpoint) when VMs were lost since the last look.
 fn lost_vms(
@@ -227,7 +260,6 @@ fn lost_vms(
     observed: u32,
     now: i64,
     events: &mut Vec<(EventKind, String)>,
-    out: &mut Watched,
 ) {
     if a.below_min_since_ms.is_some() && observed >= a.running_vms {
         return;
@@ -239,7 +271,6 @@ fn lost_vms(
     if lost_vms == 0 {
         return;
     }
-    out.evicted = true;
     if a.priority == Priority::Spot {
         job.evictions += 1;
         st.deadline.evicted_spot.insert(a.region.clone());

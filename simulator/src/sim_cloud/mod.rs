@@ -43,6 +43,8 @@
 //! - **Delete** is immediate and idempotent and frees the fleet's capacity and quota; deleting a
 //!   fleet still being created cancels its operation.
 
+#[cfg(feature = "bench-oracle")]
+mod bench_oracle;
 mod config;
 pub mod vms;
 mod world;
@@ -399,27 +401,13 @@ impl Cloud for SimCloud {
         // placement score. Free capacity and the exact rate stay hidden (outages and shortages are
         // found by asking, as on Azure).
         let w = self.world();
+        #[cfg(feature = "bench-oracle")]
+        return Ok(bench_oracle::offers(&w));
+        #[cfg_attr(feature = "bench-oracle", allow(unreachable_code))]
         let used = w.capacity_used_by_offer();
         let mut out = Vec::new();
         for (region, name, row) in w.offered() {
             for priority in [Priority::Regular, Priority::Spot] {
-                if cfg!(feature = "bench-oracle") {
-                    // The offers as the simulated cloud gave them before issue #22, no more work:
-                    // the exact free capacity and rate, no published signals.
-                    let key = (region.clone(), name.clone(), priority);
-                    let running = used.get(&(region.as_str(), name.as_str(), priority)).copied().unwrap_or(0);
-                    out.push(Offer {
-                        capacity_vms: Some(w.capacity_free_given(&key, running)),
-                        eviction_rate_per_hour: w.eviction_rate(&key),
-                        region: key.0,
-                        size: key.1,
-                        priority,
-                        price_per_hour: row.for_priority(priority),
-                        eviction_band: None,
-                        placement_score: None,
-                    });
-                    continue;
-                }
                 let (eviction_band, placement_score) = if priority == Priority::Spot {
                     let key = (region.clone(), name.clone(), priority);
                     let running = used.get(&(region.as_str(), name.as_str(), priority)).copied().unwrap_or(0);
