@@ -126,6 +126,12 @@ enum Command {
     Agent(cli::agent::AgentArgs),
 }
 
+/// jemalloc, not the system allocator: a what-if run allocates and frees many small records every
+/// round, and glibc's malloc made the whole Philly trace 1.6-1.75x slower (BENCHMARKS.md).
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let args = Args::parse();
     // A CLI piped into `head` must stop quietly when the pipe closes, not panic in `println!`.

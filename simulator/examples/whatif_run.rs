@@ -7,6 +7,12 @@ use std::path::PathBuf;
 
 use simulator::whatif::{RunOptions, Scenario, run_scenario_blocking};
 
+/// jemalloc, not the system allocator: a what-if run allocates and frees many small records every
+/// round, and glibc's malloc made the whole Philly trace 1.6-1.75x slower (BENCHMARKS.md).
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let file = args.iter().find(|a| a.ends_with(".toml")).map(PathBuf::from);
