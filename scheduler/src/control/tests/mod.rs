@@ -240,24 +240,13 @@ fn an_unchanged_running_attempt_is_not_written_until_the_settle_interval() {
     let mut snap = snapshot(std::slice::from_ref(&j), std::slice::from_ref(&a));
     snap.seen.insert(attempt_key("j", 1), seen_fleet(Ok(fleet(&a.fleet_name, ProvisioningState::Succeeded, 2, &[]))));
     let config = ControlConfig::default();
-    let w = watch::watch(
-        &snap,
-        &mut LoopState::default(),
-        &config,
-        &Catalog::builtin(),
-        (&attempt_key(&a.job_id, a.number), &a),
-        &j,
-    );
-    assert_eq!(w, watch::Watched::default(), "30 s after the last settle: nothing to write");
+    let watch_once = |a: &Attempt| {
+        let key = attempt_key(&a.job_id, a.number);
+        watch::watch(&snap, &mut LoopState::default(), &config, &Catalog::builtin(), (&key, a), &j)
+    };
+    assert_eq!(watch_once(&a), watch::Watched::default(), "30 s after the last settle: nothing to write");
     a.accounted_until_ms = Some(NOW - 60_000);
-    let w = watch::watch(
-        &snap,
-        &mut LoopState::default(),
-        &config,
-        &Catalog::builtin(),
-        (&attempt_key(&a.job_id, a.number), &a),
-        &j,
-    );
+    let w = watch_once(&a);
     let change = w.change.expect("settled every minute");
     assert_eq!(change.spend, Some(("default".to_string(), 2.0 * 2.0 / 60.0)), "2 VMs × $2 for a minute");
 }
