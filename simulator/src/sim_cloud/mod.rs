@@ -370,12 +370,18 @@ fn fleet_of(w: &World, name: &str) -> Result<Fleet, CloudError> {
         .get(name)
         .filter(|f| f.part_of.is_none())
         .ok_or_else(|| CloudError::NotFound { what: format!("fleet {name}") })?;
+    Ok(fleet_record(w, f))
+}
+
+/// A visible fleet as the cloud reports it (the listing calls this on each fleet it walks, without
+/// looking each up again by name).
+fn fleet_record(w: &World, f: &world::SimFleet) -> Fleet {
     let regular = f.base.as_ref().and_then(|k| w.fleets.get(k)).map(|p| FleetPartStatus {
         capacity_vms: p.req.vms,
         min_capacity_vms: p.req.min_vms,
         running_vms: Some(p.running),
     });
-    Ok(Fleet {
+    Fleet {
         name: f.req.name.clone(),
         region: f.req.region.clone(),
         priority: f.req.priority,
@@ -386,7 +392,7 @@ fn fleet_of(w: &World, name: &str) -> Result<Fleet, CloudError> {
         tags: f.req.tags.clone(),
         running_vms: Some(f.running),
         regular,
-    })
+    }
 }
 
 /// A scale set's name: one per size a fleet used or tried, as Azure Fleet makes one per size.
@@ -504,7 +510,7 @@ impl Cloud for SimCloud {
 
     async fn list_fleets(&self) -> Result<Vec<Fleet>, CloudError> {
         let w = self.world();
-        w.visible_fleets().map(|f| fleet_of(&w, &f.req.name)).collect()
+        Ok(w.visible_fleets().map(|f| fleet_record(&w, f)).collect())
     }
 
     async fn fleet_scale_sets(&self, name: &str) -> Result<Vec<ScaleSet>, CloudError> {

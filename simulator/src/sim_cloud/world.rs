@@ -408,20 +408,29 @@ impl World {
     }
 
     /// The usage of each of `pools` in `region`, in one walk over the fleets (a hot path: the
-    /// control loop reads every pool of every region each round).
+    /// control loop reads every pool of every region each round). What the fleets hold is summed per
+    /// tier and family first, then matched against the pools: a region's many fleets share a few
+    /// families, and matching each fleet against each pool normalised a family name per pair.
     pub fn quota_usages(&self, region: &str, pools: &[QuotaPool]) -> Vec<u64> {
-        let mut totals = vec![0; pools.len()];
+        let mut held: BTreeMap<(Priority, std::borrow::Cow<'_, str>), u64> = BTreeMap::new();
         for f in self.fleets.values().filter(|f| f.req.region == region) {
             let Some((size, vcpus)) = self.fleet_holds(f) else { continue };
-            let family: Option<std::borrow::Cow<'_, str>> = match f.req.priority {
+            let family: std::borrow::Cow<'_, str> = match f.req.priority {
                 Priority::Regular => match self.family_keys.get(size) {
-                    Some(k) => Some(k.as_str().into()),
-                    None => self.size(size).map(|s| scheduler::model::normalize_family(&s.family).into()),
+                    Some(k) => k.as_str().into(),
+                    None => self
+                        .size(size)
+                        .map(|s| scheduler::model::normalize_family(&s.family).into())
+                        .unwrap_or_default(),
                 },
-                Priority::Spot => None,
+                Priority::Spot => "".into(),
             };
+            *held.entry((f.req.priority, family)).or_default() += vcpus;
+        }
+        let mut totals = vec![0; pools.len()];
+        for ((priority, family), vcpus) in &held {
             for (pool, total) in pools.iter().zip(totals.iter_mut()) {
-                if pool.is_drawn_by(f.req.priority, family.as_deref().unwrap_or_default()) {
+                if pool.is_drawn_by(*priority, family) {
                     *total += vcpus;
                 }
             }
