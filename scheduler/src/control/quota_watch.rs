@@ -324,19 +324,17 @@ impl Controller {
             }
         }
         let mut now_published = BTreeMap::new();
-        for p in &pools {
-            let key = (p.region.clone(), p.pool.clone());
+        for p in pools {
             let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+            let exhausted = i64::from(st.quota_watch.exhausted(&p.region, &p.pool));
+            let (limit, free) = (p.limit, p.free);
+            // The pool's names move into the key: this runs for every pool every round.
+            let key = (p.region, p.pool);
             let blocked = st.quota_blocking.get(&key).map_or(0, Vec::len);
-            let values = [
-                gauge(p.limit),
-                gauge(p.limit.saturating_sub(p.free)),
-                gauge(p.free),
-                gauge(blocked as u64),
-                i64::from(st.quota_watch.exhausted(&p.region, &p.pool)),
-            ];
+            let values =
+                [gauge(limit), gauge(limit.saturating_sub(free)), gauge(free), gauge(blocked as u64), exhausted];
             if st.quota_gauges.remove(&key) != Some(values) {
-                let label = PoolLabel { region: p.region.clone(), pool: p.pool.clone() };
+                let label = PoolLabel { region: key.0.clone(), pool: key.1.clone() };
                 for (family, v) in self.quota_families().into_iter().zip(values) {
                     family.get_or_create(&label).set(v);
                 }

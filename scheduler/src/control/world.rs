@@ -101,12 +101,10 @@ impl WorldView {
     ) {
         self.pools.retain(|(r, _), _| r != region);
         for q in quotas {
-            let key = q.pool.key();
-            let ours = ours_counted.get(&(region.to_string(), key.clone())).map(|x| x.0).unwrap_or(0);
-            self.pools.insert(
-                (region.to_string(), key),
-                PoolEntry { pool: q.pool.clone(), limit: q.limit, others: q.usage.saturating_sub(ours) },
-            );
+            let key = (region.to_string(), q.pool.key());
+            let ours = ours_counted.get(&key).map(|x| x.0).unwrap_or(0);
+            self.pools
+                .insert(key, PoolEntry { pool: q.pool.clone(), limit: q.limit, others: q.usage.saturating_sub(ours) });
         }
         self.refreshed_at.insert(region.to_string(), now_ms);
     }
@@ -128,8 +126,9 @@ impl WorldView {
     pub fn pools(&self, ours: &BTreeMap<(String, String), (u64, u64)>) -> Vec<PoolView> {
         self.pools
             .iter()
-            .map(|((region, key), e)| {
-                let (us, in_flight) = ours.get(&(region.clone(), key.clone())).copied().unwrap_or((0, 0));
+            .map(|(k, e)| {
+                let region = &k.0;
+                let (us, in_flight) = ours.get(k).copied().unwrap_or((0, 0));
                 PoolView {
                     region: region.clone(),
                     pool: e.pool.name().to_string(),
