@@ -318,9 +318,15 @@ fn what_if_policies_see_the_cloud_only_through_the_trait() {
         sim.contains("#[cfg(feature = \"bench-oracle\")]\nmod bench_oracle;"),
         "simulator/src/sim_cloud/bench_oracle.rs must stay behind the bench-oracle feature"
     );
-    for manifest in ["Cargo.toml", "scheduler/Cargo.toml", "state/Cargo.toml", "solver/Cargo.toml", "agent/Cargo.toml"]
-    {
-        let text = std::fs::read_to_string(root().join(manifest)).unwrap_or_default();
+    // Every manifest of the workspace (the root's and each crate folder's), so a crate added later
+    // is checked too.
+    let crates = std::fs::read_dir(root()).unwrap().filter_map(Result::ok).map(|e| e.path().join("Cargo.toml"));
+    for manifest in std::iter::once(root().join("Cargo.toml")).chain(crates).filter(|m| m.is_file()) {
+        if manifest.starts_with(root().join("simulator")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&manifest).unwrap();
+        let manifest = manifest.display();
         assert!(!text.contains("bench-oracle"), "{manifest} turns on the simulator's bench-oracle feature");
     }
 }

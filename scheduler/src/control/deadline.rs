@@ -298,32 +298,21 @@ fn histories<'h>(
         .map(|(name, (_, spot))| match spot {
             None => Cow::Borrowed(&[][..]),
             Some(_) if held.is_some_and(|a| a.priority == Priority::Spot && &a.region == name) => {
-                let window = history.window(name);
-                match window.last() {
-                    Some(false) => {
-                        let mut owned = window.to_vec();
-                        if let Some(last) = owned.last_mut() {
-                            *last = true;
-                        }
-                        Cow::Owned(owned)
-                    }
-                    _ => Cow::Borrowed(window),
-                }
+                now_reads(history.window(name), true)
             }
-            Some(s) => {
-                let window = history.window(name);
-                if !s.usable && window.last() == Some(&true) {
-                    let mut owned = window.to_vec();
-                    if let Some(last) = owned.last_mut() {
-                        *last = false;
-                    }
-                    Cow::Owned(owned)
-                } else {
-                    Cow::Borrowed(window)
-                }
-            }
+            Some(s) if !s.usable => now_reads(history.window(name), false),
+            Some(_) => Cow::Borrowed(history.window(name)),
         })
         .collect()
+}
+
+/// A region's spot history with its current (last) tick read as `available`: borrowed when it
+/// already reads so (or is empty), copied otherwise.
+fn now_reads(window: &[bool], available: bool) -> Cow<'_, [bool]> {
+    match window.split_last() {
+        Some((&last, before)) if last != available => Cow::Owned([before, &[available]].concat()),
+        _ => Cow::Borrowed(window),
+    }
 }
 
 /// The job's state as the policies see it: work, deadline and progress in milliseconds from its

@@ -162,7 +162,6 @@ impl Controller {
         let live: BTreeSet<&str> = snap.active().map(|a| a.fleet_name.as_str()).collect();
         st.deletions.forget_unowned_except(&live);
         let mut cloud_errors = self.refresh_world(st, &snap, now).await;
-        let mut seen_all = Vec::new();
         for (key, a) in snap.attempts.iter().filter(|(_, a)| a.is_active()) {
             if snap.jobs.get(&a.job_id).is_none_or(|j| j.state.is_final()) {
                 continue; // the job ended: its fleet is deleted, not read
@@ -173,9 +172,8 @@ impl Controller {
             st.look_again.remove(key);
             let seen = self.look_at(a).await;
             cloud_errors += seen_errors(&seen);
-            seen_all.push((key.clone(), seen));
+            snap.seen.insert(key.clone(), seen);
         }
-        snap.seen.extend(seen_all);
         if st.cloud_reconciled_at.is_none_or(|at| now - at >= self.config.reconcile_cloud_ms) {
             match self.cloud.list_fleets().await {
                 Ok(fleets) => {

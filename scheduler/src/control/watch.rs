@@ -195,9 +195,7 @@ fn fewer_vms(
     // topped up beside what still runs, and the job keeps running).
     let moves = job.spec.is_gang() || (observed == 0 && !snap.others_active(&a.job_id, a.number));
     if degraded && moves && !job.awaiting_failover {
-        job.awaiting_failover = true;
-        job.failover_from = Some(a.region.clone());
-        job.last_failure = Some(format!(
+        let failure = format!(
             "attempt {} lost {} of its {} {} VMs in {} ({})",
             a.number,
             a.vms - observed,
@@ -205,12 +203,9 @@ fn fewer_vms(
             a.size,
             a.region,
             if a.priority == Priority::Spot { "spot eviction" } else { "capacity lost" }
-        ));
-        if job.state == JobState::Running {
-            job.set_state(JobState::Migrating, now);
-        }
+        );
         let msg = format!("attempt {} has {observed} of {} VMs; placing the job again", a.number, a.vms);
-        events.push((EventKind::Migrating, msg));
+        place_again(job, a, now, failure, msg, events);
     }
     block
 }
@@ -227,17 +222,12 @@ fn agent_trouble(
     events: &mut Vec<(EventKind, String)>,
 ) -> Option<BlockedOffer> {
     let now = snap.now;
-    job.awaiting_failover = true;
-    job.failover_from = Some(a.region.clone());
-    job.last_failure = Some(format!("attempt {} in {} reported {why}", a.number, a.region));
-    if job.state == JobState::Running {
-        job.set_state(JobState::Migrating, now);
-    }
+    let failure = format!("attempt {} in {} reported {why}", a.number, a.region);
     let msg = format!(
         "attempt {} reported {why}; placing the job again (the attempt goes once the new placement runs)",
         a.number
     );
-    events.push((EventKind::Migrating, msg));
+    place_again(job, a, now, failure, msg, events);
     // A preemption notice is Azure taking that spot capacity back: the replacement, placed in
     // this same round, must not ask the offer being reclaimed (Azure shows no capacity to tell).
     if why == PREEMPTION_NOTICE
@@ -249,6 +239,25 @@ fn agent_trouble(
         return Some(b);
     }
     None
+}
+
+/// Marks the job to be placed again away from attempt `a` (a running job becomes migrating), with
+/// why (`failure`) and the `migrating` event's message.
+fn place_again(
+    job: &mut Job,
+    a: &Attempt,
+    now: i64,
+    failure: String,
+    msg: String,
+    events: &mut Vec<(EventKind, String)>,
+) {
+    job.awaiting_failover = true;
+    job.failover_from = Some(a.region.clone());
+    job.last_failure = Some(failure);
+    if job.state == JobState::Running {
+        job.set_state(JobState::Migrating, now);
+    }
+    events.push((EventKind::Migrating, msg));
 }
 
 /// The fleet has fewer VMs than asked: note since when, and count an eviction (rolling the work
