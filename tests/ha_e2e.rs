@@ -347,6 +347,21 @@ async fn replicas_survive_leader_kills_and_a_frozen_leader_writes_nothing() {
         "the control loop's records changed while only the resumed former leader could run it: {changed:?}\n{}",
         &logs[logs.len().saturating_sub(3000)..]
     );
+    // Stepping down needs the resumed process to run its next renewal; on two loaded cores that can
+    // fall after the fencing window above, which is what had to stay write-free. Give it time.
+    let step_down_by = Instant::now() + Duration::from_secs(15);
+    while !stepped_down
+        && !replicas.servers[frozen].logs().contains("no longer the leader")
+        && Instant::now() < step_down_by
+    {
+        if let Some((r, _)) = role(&frozen_url).await
+            && r == "follower"
+        {
+            stepped_down = true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let logs = replicas.servers[frozen].logs();
     assert!(stepped_down || logs.contains("no longer the leader"), "the resumed former leader did not step down");
     let refused = logs.matches("no longer held by").count();
     signal(replicas.servers[second].child.id(), libc::SIGCONT);
