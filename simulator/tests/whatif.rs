@@ -685,6 +685,73 @@ async fn pipelines_run_in_order_under_every_policy_with_their_egress_counted() {
     assert!(r.to_json().contains("\"egress_usd\""));
 }
 
+#[tokio::test]
+async fn a_pipeline_budget_is_set_from_its_stages_cheapest_cost_and_held_by_every_policy() {
+    use std::collections::BTreeMap;
+    let base = "fraction = 0.6\nstages = [2, 3]\noutput_gb = [100, 400]";
+    let budget_of = |factor: &str| {
+        let s = pipelines_day(&format!("{base}\nbudget_factor = {factor}"));
+        let jobs = load_workload(&s).expect("workload");
+        let budgets: BTreeMap<String, f64> = jobs
+            .iter()
+            .filter_map(|j| j.pipeline.as_ref())
+            .map(|st| (st.link.pipeline_id.clone(), st.spec.budget.expect("every pipeline gets a budget")))
+            .collect();
+        (s, jobs, budgets)
+    };
+    let (_, _, once) = budget_of("1.0");
+    let (_, _, twice) = budget_of("2.0");
+    assert!(!once.is_empty());
+    for (id, b) in &once {
+        // Rounded up to whole cents each: within two cents of double.
+        assert!(*b > 0.0 && (twice[id] - 2.0 * b).abs() <= 0.02, "{id}: {b} then {}", twice[id]);
+    }
+    // Half the cheapest cost: no pipeline can finish within it, every policy stops some.
+    // Half the cheapest cost: no pipeline can finish within it. The brokers start stages and are
+    // stopped once they spent it; the loop does not start what its pipeline cannot afford.
+    let (s, jobs, budgets) = budget_of("0.5");
+    let r = run_scenario(&s, &no_timing()).await.expect("runs");
+    eprintln!("{}", r.to_table());
+    check_conservation(&r, jobs.len());
+    assert!(r.to_table().contains("STOPPED BY BUDGET"));
+    let stage_of: BTreeMap<&str, &str> = jobs
+        .iter()
+        .filter_map(|j| j.pipeline.as_ref().map(|st| (j.id.as_str(), st.link.pipeline_id.as_str())))
+        .collect();
+    for run in &r.runs {
+        let name = run.summary.name.as_str();
+        let p = run.summary.pipelines.as_ref().expect("pipelines");
+        assert_eq!(p.with_budget, p.submitted, "{name}: {p:?}");
+        let mut spent: BTreeMap<&str, f64> = BTreeMap::new();
+        for o in &run.jobs {
+            if let Some(pl) = stage_of.get(o.id.as_str()) {
+                *spent.entry(pl).or_default() += o.cost_usd;
+            }
+        }
+        for o in run.jobs.iter().filter(|o| o.end_reason.as_deref().is_some_and(|r| r.contains("pipeline budget"))) {
+            let pl = stage_of[o.id.as_str()];
+            assert!(spent[pl] >= budgets[pl], "{name}: {} stopped at ${} of ${}", o.id, spent[pl], budgets[pl]);
+            assert_eq!(o.outcome, Outcome::Failed, "{name}: {}", o.id);
+            assert!(o.attempts.iter().all(|a| a.ended_ms.is_some()), "{name}: {} stopped with a fleet left", o.id);
+        }
+        match name {
+            "spillway" | "regular-only" => {
+                assert_eq!(p.over_budget, 0, "{name}: {p:?}");
+                assert!(spent.values().all(|&usd| usd == 0.0), "{name} started a stage it could not afford: {spent:?}");
+            }
+            _ => assert!(p.stopped_by_budget > 0, "{name}: {p:?}"),
+        }
+    }
+    // A fifth above the cheapest cost: the loop plans within it, the brokers overrun.
+    let (s, _, _) = budget_of("1.2");
+    let r = run_scenario(&s, &no_timing()).await.expect("runs");
+    eprintln!("{}", r.to_table());
+    let sp = r.policy("spillway").unwrap().summary.pipelines.clone().unwrap();
+    let gr = r.policy("greedy-failover").unwrap().summary.pipelines.clone().unwrap();
+    assert_eq!(sp.over_budget, 0, "{sp:?}");
+    assert!(sp.finished >= gr.finished && sp.finished > 0, "spillway {sp:?} vs greedy {gr:?}");
+}
+
 #[test]
 fn pipeline_workload_errors_name_their_fields() {
     let text = std::fs::read_to_string(scenarios().join("pipelines-week.toml")).unwrap();
@@ -692,13 +759,14 @@ fn pipeline_workload_errors_name_their_fields() {
         .replace("fraction = 0.4", "fraction = 1.5")
         .replace("stages = [2, 4]", "stages = [1, 4]")
         .replace("output_gb = [50, 500]", "output_gb = [500]")
-        .replace("deadline_slack = 1.5 ", "deadline_slack = 0.5 ");
+        .replace("deadline_slack = 1.5 ", "deadline_slack = 0.5\nbudget_factor = -1 ");
     let err = Scenario::parse(&bad, &scenarios(), "bad").unwrap_err().to_string();
     for field in [
         "workload.pipelines.fraction",
         "workload.pipelines.stages",
         "workload.pipelines.output_gb",
         "workload.pipelines.deadline_slack",
+        "workload.pipelines.budget_factor",
     ] {
         assert!(err.contains(field), "{field} missing from: {err}");
     }

@@ -70,6 +70,7 @@ pub use demand::{DemandPart, Held, MIN_REPLICA_BOOST, RESTART_MARGIN_HOURS, dema
 pub use dependencies::{Gate, Upstream, gate_link};
 pub use driver::{DriverConfig, RoundHealth, RoundStatus, run_forever};
 pub use metrics::{ClassLabel, ControlMetrics, FilterLabel, OfferLabel, PoolLabel, StateLabel};
+pub use pipeline_budget::{cheapest_spec_usd, exhausted_reason as pipeline_budget_exhausted};
 pub use round::{ControlError, RoundReport};
 pub use world::{PoolView, SPOT_HISTORY_TICKS, SpotHistory, WorldView, our_usage};
 

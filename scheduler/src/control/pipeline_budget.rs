@@ -13,10 +13,10 @@ use std::collections::BTreeMap;
 use super::demand::Held;
 use super::snapshot::Snapshot;
 use crate::catalog::Catalog;
-use crate::model::{Job, JobState, Offer};
+use crate::model::{Job, JobSpec, JobState, Offer, Priority};
 
 /// Why a pipeline's unfinished jobs end when it has spent its budget.
-pub(crate) fn exhausted_reason(budget: f64) -> String {
+pub fn exhausted_reason(budget: f64) -> String {
     format!("pipeline budget of ${budget:.2} exhausted")
 }
 
@@ -50,19 +50,30 @@ fn siblings<'a>(snap: &'a Snapshot, job: &'a Job) -> impl Iterator<Item = &'a Jo
 /// reserve is for what the stage will need whenever it runs. 0 without `duration_hours` or an
 /// offer (nothing is known to reserve).
 pub(crate) fn cheapest_expected_usd(job: &Job, catalog: &Catalog, offers: &[Offer]) -> f64 {
-    let Some(hours) = job.spec.duration_hours else { return 0.0 };
-    let sizes = job.spec.acceptable_sizes(catalog);
-    let regions = job.spec.allowed_regions(catalog);
-    let policy = job.spec.spot_policy();
-    let gpus = job.wanted_gpus();
-    offers
-        .iter()
-        .filter(|o| regions.contains(&o.region))
-        .filter(|o| policy.priorities().contains(&o.priority))
-        .filter_map(|o| {
-            let size = sizes.iter().find(|s| s.name == o.size)?;
+    let prices = offers.iter().map(|o| (o.region.as_str(), o.size.as_str(), o.priority, o.price_per_hour));
+    cheapest_spec_usd(&job.spec, catalog, prices)
+}
+
+/// [`cheapest_expected_usd`] for a spec not yet a job, over `prices` as (region, size, priority,
+/// USD per VM-hour when sold): what a what-if workload sets a pipeline's budget from.
+pub fn cheapest_spec_usd<'a>(
+    spec: &JobSpec,
+    catalog: &Catalog,
+    prices: impl IntoIterator<Item = (&'a str, &'a str, Priority, Option<f64>)>,
+) -> f64 {
+    let Some(hours) = spec.duration_hours else { return 0.0 };
+    let sizes = spec.acceptable_sizes(catalog);
+    let regions = spec.allowed_regions(catalog);
+    let policy = spec.spot_policy();
+    let gpus = spec.wanted_gpus();
+    prices
+        .into_iter()
+        .filter(|(region, ..)| regions.iter().any(|r| r == region))
+        .filter(|(_, _, priority, _)| policy.priorities().contains(priority))
+        .filter_map(|(_, size, _, price)| {
+            let size = sizes.iter().find(|s| s.name == size)?;
             let vms = gpus.div_ceil(size.gpus.max(1));
-            Some(f64::from(vms) * o.price_per_hour?)
+            Some(f64::from(vms) * price?)
         })
         .min_by(f64::total_cmp)
         .map_or(0.0, |per_hour| per_hour * hours)

@@ -184,10 +184,7 @@ impl Job {
 
     /// GPUs the job wants in all: `gpus`, times desired replicas for inference.
     pub fn wanted_gpus(&self) -> u32 {
-        match self.spec.replicas {
-            Some(r) => self.spec.gpus.saturating_mul(r.desired),
-            None => self.spec.gpus,
-        }
+        self.spec.wanted_gpus()
     }
 
     /// Hours of work left (at full size); `None` when the spec gives no duration.

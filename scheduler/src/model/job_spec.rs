@@ -236,6 +236,14 @@ impl JobSpec {
         self.kind != JobKind::Inference && self.gang.unwrap_or(self.kind == JobKind::Training)
     }
 
+    /// GPUs the job wants in all: an inference service's per-replica GPUs times its desired replicas.
+    pub fn wanted_gpus(&self) -> u32 {
+        match self.replicas {
+            Some(r) => self.gpus.saturating_mul(r.desired),
+            None => self.gpus,
+        }
+    }
+
     /// Spot policy: explicit, else `allowed` for batch and `never` for training and inference.
     pub fn spot_policy(&self) -> SpotPolicy {
         self.spot.unwrap_or(match self.kind {

@@ -28,6 +28,9 @@
 //!   its offers then, at the prices of that moment. `skypilot-like` adds the egress of moving the
 //!   stage's input out of its data region to each offer's cost (SkyPilot's DAG optimiser counts
 //!   egress); the other two rank by price alone, as a broker that does not know where data lies.
+//!   A pipeline's `budget` is held by the loop's running rule (a spend cap, as a team would set
+//!   one on any broker): once its stages have cost it, its unfinished stages end failed with the
+//!   loop's reason and their fleets are deleted. Unlike the loop, no broker plans within it.
 //! - `single-region`: each job uses its first allowed region only (the tenant's home region with
 //!   the trace mapping) and waits there. Each round it asks for the cheapest offer whose quota
 //!   pools (as the usages show them) have room for the whole job and that no failure has blocked;
@@ -145,6 +148,8 @@ pub(crate) struct Broker {
     blocks: BTreeMap<String, BlockedOffer>,
     /// Index of each job by id (pipeline stages name their dependencies by id).
     by_id: BTreeMap<String, usize>,
+    /// The jobs of each pipeline with a budget, by pipeline id.
+    budgeted: BTreeMap<String, Vec<usize>>,
 }
 
 impl Broker {
@@ -162,6 +167,7 @@ impl Broker {
             prices: BTreeMap::new(),
             blocks: BTreeMap::new(),
             by_id: BTreeMap::new(),
+            budgeted: BTreeMap::new(),
         }
     }
 
@@ -456,6 +462,39 @@ impl Broker {
     }
 }
 
+impl Broker {
+    /// Ends the unfinished stages of every pipeline among `open` whose stages have cost its
+    /// budget (each job's cost, egress included, accrued up to now), as the loop's running rule
+    /// does: failed, with the loop's reason, their fleets deleted.
+    async fn hold_pipeline_budgets(&mut self, open: &[usize], now: i64) -> Result<(), WhatIfError> {
+        let mut exhausted = Vec::new();
+        for &idx in open {
+            let Some(link) = &self.jobs[idx].link else { continue };
+            let (Some(budget), Some(members)) = (link.budget_usd, self.budgeted.get(&link.pipeline_id)) else {
+                continue;
+            };
+            let spent: f64 = members.iter().map(|&m| self.jobs[m].cost_usd).sum();
+            if spent >= budget && self.jobs[idx].phase != Phase::Done {
+                exhausted.push((idx, budget));
+            }
+        }
+        for (idx, budget) in exhausted {
+            let j = &mut self.jobs[idx];
+            let had_fleet = matches!(j.phase, Phase::Provisioning { .. } | Phase::Running { .. });
+            j.phase = Phase::Done;
+            j.failed = Some(scheduler::control::pipeline_budget_exhausted(budget));
+            j.running_vms = 0;
+            if had_fleet {
+                if let Some(sp) = j.spans.last_mut() {
+                    sp.ended_ms.get_or_insert(now);
+                }
+                delete(&self.cloud, &j.fleet).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A broker's deletion: the simulated cloud never fails one, so a failure is a broken run, not a
 /// fleet to leave behind.
 async fn delete(cloud: &Arc<dyn Cloud>, fleet: &str) -> Result<(), WhatIfError> {
@@ -468,6 +507,9 @@ impl Driver for Broker {
         let candidates = self.candidates(&job.spec, None);
         let candidates_len = candidates.len();
         self.by_id.insert(job.id.clone(), self.jobs.len());
+        if let Some(link) = job.pipeline.as_ref().map(|st| &st.link).filter(|l| l.budget_usd.is_some()) {
+            self.budgeted.entry(link.pipeline_id.clone()).or_default().push(self.jobs.len());
+        }
         self.open.push(self.jobs.len());
         self.jobs.push(BJob {
             id: job.id.clone(),
@@ -603,6 +645,7 @@ impl Driver for Broker {
                 }
             }
         }
+        self.hold_pipeline_budgets(&open, now).await?;
         self.open_stages(&open);
         // Place waiting jobs, in arrival order.
         let mut quota = if self.policy == Policy::SingleRegion { self.quota().await } else { BTreeMap::new() };

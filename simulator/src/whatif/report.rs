@@ -75,6 +75,12 @@ pub struct PipelinesReport {
     pub egress_gb: f64,
     /// USD billed for that egress, at the catalog's rate for each pair of regions.
     pub egress_usd: f64,
+    /// Pipelines with a `budget`.
+    pub with_budget: u64,
+    /// Pipelines whose stages cost more than their budget (by more than a cent).
+    pub over_budget: u64,
+    /// Pipelines a stage of which ended because the pipeline had spent its budget.
+    pub stopped_by_budget: u64,
 }
 
 /// How a job ended up at the horizon.
@@ -291,15 +297,23 @@ pub(crate) fn pipelines_report(jobs: &[TraceJob], outcomes: &[JobOutcome], end_m
         stages_moved: 0,
         egress_gb: 0.0,
         egress_usd: 0.0,
+        with_budget: 0,
+        over_budget: 0,
+        stopped_by_budget: 0,
     };
     /// One pipeline as its stages went: arrival, its last end while every stage completed, whether
-    /// a stage failed, its deadline (Unix ms).
+    /// a stage failed, its deadline (Unix ms), its budget, what its stages cost, whether its budget
+    /// ended a stage.
     struct Run {
         arrival: i64,
         done: Option<i64>,
         failed: bool,
         deadline: Option<i64>,
+        budget: Option<f64>,
+        spent: f64,
+        stopped: bool,
     }
+    let budget_reason = |budget: f64| scheduler::control::pipeline_budget_exhausted(budget);
     let mut pipelines: BTreeMap<&str, Run> = BTreeMap::new();
     for (&id, stage) in &stages {
         let Some(o) = by_id.get(id) else { continue };
@@ -309,8 +323,13 @@ pub(crate) fn pipelines_report(jobs: &[TraceJob], outcomes: &[JobOutcome], end_m
             done: Some(i64::MIN),
             failed: false,
             deadline,
+            budget: stage.spec.budget,
+            spent: 0.0,
+            stopped: false,
         });
         e.arrival = e.arrival.min(o.submitted_ms);
+        e.spent += o.cost_usd;
+        e.stopped |= e.budget.is_some_and(|b| o.end_reason.as_deref() == Some(budget_reason(b).as_str()));
         e.done = match (e.done, o.outcome, o.finished_ms) {
             (Some(t), Outcome::Completed, Some(f)) => Some(t.max(f)),
             _ => None,
@@ -340,8 +359,11 @@ pub(crate) fn pipelines_report(jobs: &[TraceJob], outcomes: &[JobOutcome], end_m
         }
     }
     let mut makespans = Vec::new();
-    for Run { arrival, done, failed, deadline } in pipelines.values() {
+    for Run { arrival, done, failed, deadline, budget, spent, stopped } in pipelines.values() {
         report.submitted += 1;
+        report.with_budget += u64::from(budget.is_some());
+        report.over_budget += u64::from(budget.is_some_and(|b| *spent > b + 0.01));
+        report.stopped_by_budget += u64::from(*stopped);
         report.failed += u64::from(*failed);
         if let Some(end) = done {
             report.finished += 1;
@@ -440,11 +462,13 @@ impl Report {
     }
 
     /// The pipelines table's head and rows, when the workload has pipelines.
-    fn pipeline_rows(&self) -> Option<([&'static str; 10], Vec<Vec<String>>)> {
+    fn pipeline_rows(&self) -> Option<(Vec<&'static str>, Vec<Vec<String>>)> {
         if self.runs.iter().all(|r| r.summary.pipelines.is_none()) {
             return None;
         }
-        let head = [
+        // The budget columns only when some pipeline has a budget.
+        let budgets = self.runs.iter().any(|r| r.summary.pipelines.as_ref().is_some_and(|p| p.with_budget > 0));
+        let mut head = vec![
             "POLICY",
             "PIPELINES",
             "DONE",
@@ -456,12 +480,15 @@ impl Report {
             "EGRESS GB",
             "EGRESS USD",
         ];
+        if budgets {
+            head.extend(["BUDGETS", "OVER BUDGET", "STOPPED BY BUDGET"]);
+        }
         let rows = self
             .runs
             .iter()
             .filter_map(|r| {
                 let p = r.summary.pipelines.as_ref()?;
-                Some(vec![
+                let mut row = vec![
                     r.summary.name.clone(),
                     p.submitted.to_string(),
                     p.finished.to_string(),
@@ -472,7 +499,11 @@ impl Report {
                     p.stages_moved.to_string(),
                     format!("{:.0}", p.egress_gb),
                     format!("{:.2}", p.egress_usd),
-                ])
+                ];
+                if budgets {
+                    row.extend([p.with_budget, p.over_budget, p.stopped_by_budget].map(|n| n.to_string()));
+                }
+                Some(row)
             })
             .collect();
         Some((head, rows))
@@ -514,7 +545,8 @@ impl Report {
                 "<h2>Pipelines</h2>\n<p class=\"note\">Makespan runs from a pipeline's arrival (its first \
                  stage's) to its last stage's end, over the pipelines that finished. A stage's input lies where \
                  its dependencies last ran; every attempt of a stage that ran in another region moved it (their \
-                 declared output, GB) and paid egress.</p>\n<table><tr>",
+                 declared output, GB) and paid egress. Over budget: a pipeline whose stages cost more than its \
+                 budget; stopped by budget: one whose stage ended because the pipeline had spent it.</p>\n<table><tr>",
             );
             for c in head {
                 let _ = write!(h, "<th>{}</th>", esc(&c.to_lowercase()));

@@ -41,6 +41,7 @@
 //! stages = [2, 4]                  # fewest, most stages (default [2, 4])
 //! output_gb = [50, 500]            # each stage's declared output (default [50, 500])
 //! deadline_slack = 1.5             # deadline = arrival + slack × critical path (optional)
+//! budget_factor = 1.5              # budget = factor × its stages' cheapest expected cost (optional)
 //!
 //! [[events]]                       # outage | capacity | eviction-rate | quota | price
 //! kind = "outage"
@@ -176,6 +177,10 @@ pub struct PipelineMix {
     /// The pipeline's deadline is its arrival + `slack × critical path` (the sum of its stages'
     /// durations); the mapping's `deadline_slack` when absent; no deadline when neither is set.
     pub deadline_slack: Option<f64>,
+    /// The pipeline's `budget` is `factor ×` the sum of its stages' cheapest expected costs (each
+    /// stage's GPUs on the cheapest offer it accepts at the catalog's prices, for its duration);
+    /// no budget when absent.
+    pub budget_factor: Option<f64>,
 }
 
 /// A workload source.
@@ -415,6 +420,8 @@ struct RawPipelines {
     output_gb: Option<Vec<f64>>,
     #[serde(default)]
     deadline_slack: Option<f64>,
+    #[serde(default)]
+    budget_factor: Option<f64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -784,11 +791,18 @@ fn parse_pipelines(p: &RawPipelines, errs: &mut FieldErrors) -> Option<PipelineM
             "must be at least 1 (a deadline shorter than the critical path cannot be met)",
         );
     }
+    if p.budget_factor.is_some_and(|f| !f.is_finite() || f <= 0.0 || f > 100.0) {
+        errs.push(
+            "workload.pipelines.budget_factor",
+            format!("must be in (0, 100] (got {})", p.budget_factor.unwrap_or_default()),
+        );
+    }
     (errs.0.len() == before).then_some(PipelineMix {
         fraction: p.fraction,
         stages,
         output_gb,
         deadline_slack: p.deadline_slack,
+        budget_factor: p.budget_factor,
     })
 }
 

@@ -26,7 +26,10 @@ use std::sync::Arc;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use scheduler::Catalog;
-use scheduler::model::{FieldErrors, JobKind, JobSpec, PipelineJobSpec, PipelineLink, PipelineSpec, SpotPolicy};
+use scheduler::control::cheapest_spec_usd;
+use scheduler::model::{
+    FieldErrors, JobKind, JobSpec, MAX_BUDGET_USD, PipelineJobSpec, PipelineLink, PipelineSpec, Priority, SpotPolicy,
+};
 use serde::Deserialize;
 use time::OffsetDateTime;
 
@@ -234,6 +237,13 @@ fn chain_pipelines(
         chained += members.len();
         chains.push(members);
     }
+    let prices: Vec<(&str, &str, Priority, Option<f64>)> = catalog
+        .prices()
+        .flat_map(|row| {
+            [Priority::Regular, Priority::Spot]
+                .map(|p| (row.region.as_str(), row.size.as_str(), p, row.for_priority(p)))
+        })
+        .collect();
     let mut errs = FieldErrors::default();
     for members in chains {
         let first = &jobs[members[0]];
@@ -259,11 +269,17 @@ fn chain_pipelines(
             let ms = s.start_ms + at_ms + (hours * slack * 3_600_000.0).ceil() as i64 + 1000;
             OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000).ok()
         });
+        let budget = mix.budget_factor.and_then(|factor| {
+            let usd: f64 = stages.iter().map(|st| cheapest_spec_usd(&st.spec, catalog, prices.iter().copied())).sum();
+            // Whole cents, within what a pipeline spec accepts; none when nothing is priced.
+            let usd = ((usd * factor * 100.0).ceil() / 100.0).min(MAX_BUDGET_USD);
+            (usd > 0.0).then_some(usd)
+        });
         let raw = PipelineSpec {
             name: pipeline_id.clone(),
             tenant: first.spec.tenant.clone(),
             deadline,
-            budget: None,
+            budget,
             jobs: stages,
         };
         let value =
