@@ -150,7 +150,7 @@ pub(crate) fn choose(
     job: &Job,
     attempts: &[&Attempt],
     ours: &OurUsage,
-    input: Option<&(String, Option<f64>)>,
+    (input, afford): (Option<&(String, Option<f64>)>, Option<f64>),
     now: i64,
 ) -> Option<DeadlineChoice> {
     // Spot VMs lost in the region lately (ours, to an eviction) say what a refusal does not: that
@@ -160,7 +160,11 @@ pub(crate) fn choose(
         st.deadline.spot_lost_at.get(region).is_some_and(|&t| now - t < super::error_policy::SPOT_EVICTION_BLOCK_MS)
     };
     let held = holding(attempts).filter(|a| a.priority != Priority::Spot || !lost_lately(&a.region));
-    let (names, tiers) = tier_offers(st, catalog, job, ours, held, now);
+    // A tier the job's budget (its own, its pipeline's) cannot pay for over its remaining work is
+    // not usable: chosen, the solver could not place it within the budget and the job would wait
+    // for good (a pipeline with 1.5x its cheapest cost left 44 of 64 pipelines unstarted).
+    let afford_per_hour = afford.map(|usd| usd / job.remaining_hours().unwrap_or(1.0).max(1.0 / 60.0));
+    let (names, tiers) = tier_offers(st, catalog, job, ours, (held, afford_per_hour), now);
     if names.is_empty() {
         return None;
     }
@@ -226,7 +230,7 @@ fn tier_offers(
     catalog: &Catalog,
     job: &Job,
     ours: &OurUsage,
-    held: Option<&Attempt>,
+    (held, afford_per_hour): (Option<&Attempt>, Option<f64>),
     now: i64,
 ) -> (Vec<String>, Vec<Tiers>) {
     let spec = &job.spec;
@@ -253,7 +257,8 @@ fn tier_offers(
             // A spot offer Azure scores `Low` is one its allocations are unlikely to succeed on
             // (or its VMs to last): not usable this tick, as if its capacity were known to be 0.
             let scored_out = o.priority == Priority::Spot && o.placement_score == Some(PlacementScore::Low);
-            let usable = passes && !scored_out && chain.room(o, size, vms, ours).is_ok();
+            let affordable = afford_per_hour.is_none_or(|a| price * vms as f64 <= a);
+            let usable = passes && !scored_out && affordable && chain.room(o, size, vms, ours).is_ok();
             let offer = TierOffer { price: price * vms as f64, usable };
             let slot = match o.priority {
                 Priority::Regular => &mut regular,

@@ -45,15 +45,7 @@ pub(crate) fn plan_input(snap: &Snapshot, st: &LoopState, config: &ControlConfig
     let now = snap.now;
     let jobs = snap.open_jobs();
     let attempts: Vec<&Attempt> = snap.active().collect();
-    let mut held: BTreeMap<&str, Held> = BTreeMap::new();
-    for a in &attempts {
-        let Some(job) = snap.jobs.get(&a.job_id) else { continue };
-        let h = held.entry(a.job_id.as_str()).or_default();
-        let replaced = st.deadline.retiring(a) || snap.has_agent_trouble(a);
-        let (gpus, vms) = holds(job, a, now, config.below_min_grace_ms, replaced);
-        h.gpus += gpus;
-        h.usd_per_hour += vms as f64 * billed_at_most(a);
-    }
+    let held = held_by_job(snap, st, config);
     let mut over_budget: BTreeMap<&str, String> = BTreeMap::new();
     for t in snap.tenants.values() {
         if let Some(b) = t.budget_usd
@@ -129,6 +121,40 @@ pub(crate) fn plan_input(snap: &Snapshot, st: &LoopState, config: &ControlConfig
         .collect();
     let problem = solver::Problem { offers, quotas, jobs: problem_jobs, egress: catalog.egress_table() };
     PlanInput { jobs, problem, reasons, offer_counts, dependency_failures, data }
+}
+
+/// What each job's active attempts hold ([`holds`]), by job id.
+pub(crate) fn held_by_job<'s>(snap: &'s Snapshot, st: &LoopState, config: &ControlConfig) -> BTreeMap<&'s str, Held> {
+    let mut held: BTreeMap<&str, Held> = BTreeMap::new();
+    for a in snap.active() {
+        let Some(job) = snap.jobs.get(&a.job_id) else { continue };
+        let h = held.entry(a.job_id.as_str()).or_default();
+        let replaced = st.deadline.retiring(a) || snap.has_agent_trouble(a);
+        let (gpus, vms) = holds(job, a, snap.now, config.below_min_grace_ms, replaced);
+        h.gpus += gpus;
+        h.usd_per_hour += vms as f64 * billed_at_most(a);
+    }
+    held
+}
+
+/// The most a new placement of `job` may cost over its remaining work, USD: what its own budget
+/// and its pipeline's leave it (the caps its solver demands get, [`demands`] and
+/// [`pipeline_budget::left_for`]); `None` when neither has a budget.
+pub(crate) fn affordable_usd(
+    snap: &Snapshot,
+    st: &LoopState,
+    job: &Job,
+    held: &BTreeMap<&str, Held>,
+    catalog: &Catalog,
+) -> Option<f64> {
+    let own = held.get(job.id.as_str()).copied().unwrap_or_default();
+    let committed = own.usd_per_hour * job.remaining_hours().unwrap_or(1.0).max(1.0 / 60.0);
+    let budget = job.spec.budget.map(|b| (b - job.cost_usd - committed).max(0.0));
+    let pipeline = pipeline_budget::left_for(snap, job, held, catalog, &st.world.offers);
+    match (budget, pipeline) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// What an active attempt holds for its job: the GPUs that count against the job's demand, and the

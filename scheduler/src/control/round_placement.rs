@@ -64,6 +64,11 @@ impl Controller {
             return Ok(());
         }
         let policy = (self.config.deadline_policy, tick_ms);
+        let held = placement::held_by_job(snap, st, &self.config);
+        let afford: BTreeMap<String, Option<f64>> = jobs
+            .iter()
+            .map(|(job, _)| (job.id.clone(), placement::affordable_usd(snap, st, job, &held, &self.catalog)))
+            .collect();
         for (job, data) in &jobs {
             let attempts: Vec<Attempt> = snap.attempts_of(&job.id).cloned().collect();
             let refs: Vec<&Attempt> = attempts.iter().collect();
@@ -72,7 +77,9 @@ impl Controller {
             // there no longer fit a whole job), so it moved, paid its input's egress again, and
             // moved on the next round from the region its new fleet now filled.
             let ours = our_usage(snap.active().filter(|a| a.job_id != job.id));
-            let Some(choice) = deadline::choose(st, &self.catalog, policy, job, &refs, &ours, data.as_ref(), now)
+            let afford = afford.get(&job.id).copied().flatten();
+            let Some(choice) =
+                deadline::choose(st, &self.catalog, policy, job, &refs, &ours, (data.as_ref(), afford), now)
             else {
                 continue;
             };
