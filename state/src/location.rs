@@ -5,7 +5,7 @@
 //! Besides what `tokio-postgres` reads (`sslmode=disable|prefer|require`, `connect_timeout`,
 //! `application_name`, `options`, …), spillway reads and removes: `sslmode=verify-ca|verify-full`
 //! (check the server's certificate), `sslrootcert=PATH` (roots to check it against),
-//! `pool_max=N` (connections per server, default 16), `timeout=SECONDS` (longest wait for one answer,
+//! `pool_max=N` (connections per server, default 32), `timeout=SECONDS` (longest wait for one answer,
 //! default 15) and `azure_ad=true` (the password is an Azure AD access token the server fetches with
 //! its managed identity; see `spillway serve`). The password is never shown: [`StoreLocation`]'s
 //! `Display` leaves it out.
@@ -196,7 +196,11 @@ impl FromStr for StoreLocation {
         let mut kept = Vec::new();
         let mut sslmode = None;
         let mut rootcert = None;
-        let mut max_connections = 16usize;
+        // 32: with 16, 64 clients' submissions queued for connections (1,238-1,692/s, p99 131-160
+        // ms on 2 cores); with 32, 1,793-2,472/s and p99 under 90 ms (BENCHMARKS.md, #19). Three
+        // replicas then open at most 96, within every Azure Database for PostgreSQL tier but the
+        // smallest Burstable ones.
+        let mut max_connections = 32usize;
         let mut timeout = Duration::from_secs(15);
         let mut azure_ad = false;
         for (k, v) in query_pairs(query) {

@@ -24,7 +24,7 @@ use state::StoreError;
 use super::metrics::{OfferLabel, StateLabel};
 use super::snapshot::Snapshot;
 use super::{Controller, LoopState, cleanup, placement};
-use crate::model::{Attempt, AttemptState, Job, JobState};
+use crate::model::{Attempt, AttemptState, Job, JobState, Priority};
 use crate::records::{JobsBy, Lookup, Tenant};
 
 /// Why a round could not finish. Cloud failures never end a round: they are classified and acted
@@ -154,14 +154,25 @@ impl Controller {
         running.sort_by(|a, b| (a.job_id.as_str(), a.number).cmp(&(b.job_id.as_str(), b.number)));
         let mut rate = 0.0;
         report.billed_gpus_by_region.clear();
+        // Summed per offer on borrowed names first: hundreds of running attempts share a few
+        // offers, and a label (three Strings) and a size lookup per attempt per round showed in
+        // the whole-trace profile (#21).
+        let mut by_offer: BTreeMap<(&str, &str, Priority), (u64, f64, i64)> = BTreeMap::new();
         for a in running {
-            // Billed GPUs are the VMs' GPUs, whether or not the job uses them all.
-            let per_vm = self.catalog.size(&a.size).map_or(a.gpus as f64 / a.vms.max(1) as f64, |s| s.gpus as f64);
-            *report.billed_gpus_by_region.entry(a.region.clone()).or_default() += a.running_vms as f64 * per_vm;
-            let gpus = (a.running_vms as u64 * a.gpus as u64 / a.vms.max(1) as u64) as i64;
-            let label = OfferLabel { region: a.region.clone(), size: a.size.clone(), priority: a.priority.to_string() };
-            self.metrics.gpus_in_use.get_or_create(&label).inc_by(gpus);
+            let e = by_offer.entry((a.region.as_str(), a.size.as_str(), a.priority)).or_default();
+            e.0 += u64::from(a.running_vms);
+            e.1 += a.running_vms as f64 * (a.gpus as f64 / a.vms.max(1) as f64);
+            e.2 += (a.running_vms as u64 * a.gpus as u64 / a.vms.max(1) as u64) as i64;
             rate += a.running_vms as f64 * a.price_per_hour;
+        }
+        for ((region, size, priority), (vms, share, gpus)) in by_offer {
+            // Billed GPUs are the VMs' GPUs, whether or not the job uses them all (a size the
+            // catalog lacks counts the attempts' own share).
+            let billed = self.catalog.size(size).map_or(share, |s| vms as f64 * s.gpus as f64);
+            *report.billed_gpus_by_region.entry(region.to_string()).or_default() += billed;
+            let label =
+                OfferLabel { region: region.to_string(), size: size.to_string(), priority: priority.to_string() };
+            self.metrics.gpus_in_use.get_or_create(&label).inc_by(gpus);
         }
         self.metrics.cost_rate.set(rate);
         report.cost_rate_usd_per_hour = rate;
