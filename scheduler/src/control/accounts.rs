@@ -26,21 +26,41 @@ pub(crate) fn overlap_scale<'a>(job: &Job, attempts: impl IntoIterator<Item = &'
 /// `now` at its last known VM count; `scale` is the job's [`overlap_scale`] over that stretch.
 /// Returns the USD accrued (the tenant's share to add).
 pub(crate) fn accrue(a: &mut Attempt, job: &mut Job, now: i64, scale: f64) -> f64 {
+    let Some(Accrual { cost, job_cost_usd, progress_hours }) = accrual(a, job, now, scale) else { return 0.0 };
+    a.cost_usd += cost;
+    job.cost_usd = job_cost_usd;
+    job.progress_hours = progress_hours;
+    a.accounted_until_ms = Some(now);
+    cost
+}
+
+/// What [`accrue`] would write, without writing it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Accrual {
+    /// USD accrued.
+    pub cost: f64,
+    /// The job's cost after it.
+    pub job_cost_usd: f64,
+    /// The job's progress after it (unchanged for a job in a final state).
+    pub progress_hours: f64,
+}
+
+/// What accruing the attempt up to `now` gives ([`accrue`]); `None` when nothing is due.
+pub(crate) fn accrual(a: &Attempt, job: &Job, now: i64, scale: f64) -> Option<Accrual> {
     let from = a.accounted_until_ms.or(a.running_since_ms).unwrap_or(now);
     if now <= from {
-        return 0.0;
+        return None;
     }
     let hours = accounting::hours_between(from, now);
     let fleet = fleet_share(a);
     let cost = fleet.cost_usd(hours);
-    a.cost_usd += cost;
-    job.cost_usd += cost;
-    if !job.state.is_final() {
+    let progress_hours = if job.state.is_final() {
+        job.progress_hours
+    } else {
         let fraction = fleet.progress_fraction(job.spec.is_gang(), job.wanted_gpus()) * scale;
-        job.progress_hours = accounting::advance(job.progress_hours, hours, fraction, job.spec.duration_hours);
-    }
-    a.accounted_until_ms = Some(now);
-    cost
+        accounting::advance(job.progress_hours, hours, fraction, job.spec.duration_hours)
+    };
+    Some(Accrual { cost, job_cost_usd: job.cost_usd + cost, progress_hours })
 }
 
 /// Loses the work done since the last checkpoint for what `lost_vms` of the attempt's VMs carried;

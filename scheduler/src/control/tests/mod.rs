@@ -251,6 +251,41 @@ fn an_unchanged_running_attempt_is_not_written_until_the_settle_interval() {
     assert_eq!(change.spend, Some(("default".to_string(), 2.0 * 2.0 / 60.0)), "2 VMs × $2 for a minute");
 }
 
+/// A healthy running attempt is watched without copying it and its job (`watch::quiet`), but the
+/// round in which its job's work is done, or its budget spent, by this round's accrual is still
+/// seen: the job finishes, as before the shortcut.
+#[test]
+fn a_quiet_attempt_writes_nothing_until_its_jobs_work_is_done_or_its_budget_spent() {
+    let spec = |extra: &str| {
+        format!("name = \"g\"\nkind = \"training\"\ngpus = 2\nsizes = [\"{SIZE}\"]\nduration_hours = 10.0\n{extra}")
+    };
+    let mut a = attempt("j", 1, AttemptState::Running, Priority::Regular);
+    a.accounted_until_ms = Some(NOW - 60_000);
+    let config = ControlConfig { auto_complete: true, settle_interval_ms: None, ..ControlConfig::default() };
+    let watch_once = |j: &Job| {
+        let mut snap = snapshot(std::slice::from_ref(j), std::slice::from_ref(&a));
+        snap.seen
+            .insert(attempt_key("j", 1), seen_fleet(Ok(fleet(&a.fleet_name, ProvisioningState::Succeeded, 2, &[]))));
+        let key = attempt_key("j", 1);
+        watch::watch(&snap, &mut LoopState::default(), &config, &Catalog::builtin(), (&key, &a), j)
+    };
+    // Two minutes of work left, one accrued: nothing to write.
+    let mut j = job("j", &spec(""), JobState::Running);
+    j.progress_hours = 10.0 - 2.0 / 60.0;
+    assert_eq!(watch_once(&j), watch::Watched::default());
+    // Half a minute left: this round's minute ends it.
+    j.progress_hours = 10.0 - 0.5 / 60.0;
+    let w = watch_once(&j);
+    assert_eq!(w.finished.as_ref().map(|(_, j)| j.state), Some(JobState::Succeeded), "{w:?}");
+    // A budget this round's $0.07 (2 VMs × $2 for a minute) reaches.
+    let mut j = job("j", &spec("budget = 10.0\n"), JobState::Running);
+    j.cost_usd = 9.95;
+    let w = watch_once(&j);
+    assert_eq!(w.finished.as_ref().map(|(_, j)| j.state), Some(JobState::Failed), "{w:?}");
+    j.cost_usd = 9.9;
+    assert_eq!(watch_once(&j), watch::Watched::default(), "$9.97 of $10");
+}
+
 #[test]
 fn a_users_cancel_wins_over_the_loops_accounting() {
     let mut ours = gang("j", JobState::Migrating);
