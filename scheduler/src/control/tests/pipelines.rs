@@ -174,16 +174,7 @@ fn a_deadline_job_is_not_moved_off_a_healthy_fleet_whose_offer_a_new_allocation_
     j.progress_hours = 1.0;
     let mut a = attempt("j", 1, AttemptState::Running, Priority::Spot);
     (a.vms, a.gpus, a.running_vms, a.vcpus, a.price_per_hour) = (1, 1, 1, 24, 0.40);
-    let offer = |region: &str, priority, price| Offer {
-        region: region.into(),
-        size: SIZE.into(),
-        priority,
-        price_per_hour: Some(price),
-        capacity_vms: None,
-        eviction_rate_per_hour: 0.0,
-        eviction_band: None,
-        placement_score: None,
-    };
+    let offer = listed;
     let tick = 60_000;
     let choose = |a: &Attempt, evicted_here: bool| {
         let mut st = LoopState::default();
@@ -245,16 +236,7 @@ fn a_deadline_job_is_not_held_to_a_tier_its_budget_cannot_pay() {
         deadline.format(&time::format_description::well_known::Rfc3339).unwrap()
     );
     let j = job("j", &spec, JobState::Pending);
-    let offer = |priority, price| Offer {
-        region: "eastus".into(),
-        size: SIZE.into(),
-        priority,
-        price_per_hour: Some(price),
-        capacity_vms: None,
-        eviction_rate_per_hour: 0.0,
-        eviction_band: None,
-        placement_score: None,
-    };
+    let offer = |priority, price| listed("eastus", priority, price);
     let tick = 60_000;
     let choose = |afford: Option<f64>| {
         let mut st = LoopState::default();
@@ -273,4 +255,18 @@ fn a_deadline_job_is_not_held_to_a_tier_its_budget_cannot_pay() {
     // $10 pays 4 h of spot ($1.60), not of regular ($14.68).
     let choice = choose(Some(10.0));
     assert_eq!(choice.hold, Some((Priority::Spot, "eastus".to_string())), "{choice:?}");
+}
+
+/// An offer of the tests' size as the cloud lists it: a price, nothing known of capacity.
+fn listed(region: &str, priority: Priority, price: f64) -> Offer {
+    Offer {
+        region: region.into(),
+        size: SIZE.into(),
+        priority,
+        price_per_hour: Some(price),
+        capacity_vms: None,
+        eviction_rate_per_hour: 0.0,
+        eviction_band: None,
+        placement_score: None,
+    }
 }
