@@ -163,7 +163,7 @@ pub(crate) fn choose(
     // A tier the job's budget (its own, its pipeline's) cannot pay for over its remaining work is
     // not usable: chosen, the solver could not place it within the budget and the job would wait
     // for good (a pipeline with 1.5x its cheapest cost left 44 of 64 pipelines unstarted).
-    let afford_per_hour = afford.map(|usd| usd / job.remaining_hours().unwrap_or(1.0).max(1.0 / 60.0));
+    let afford_per_hour = afford.map(|usd| usd / super::demand::planning_hours(job));
     let (names, tiers) = tier_offers(st, catalog, job, ours, (held, afford_per_hour), now);
     if names.is_empty() {
         return None;

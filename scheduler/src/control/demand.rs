@@ -65,6 +65,25 @@ pub struct Held {
     pub usd_per_hour: f64,
 }
 
+/// The hours a job's remaining work is planned and priced for: its remaining hours, at least a
+/// minute; an hour when it gives no duration.
+pub(crate) fn planning_hours(job: &Job) -> f64 {
+    job.remaining_hours().unwrap_or(1.0).max(1.0 / 60.0)
+}
+
+impl Held {
+    /// What the held fleets will still cost over the job's remaining work, USD.
+    pub(crate) fn committed_usd(&self, job: &Job) -> f64 {
+        self.usd_per_hour * planning_hours(job)
+    }
+}
+
+/// What the job's own `budget` leaves a new placement, USD (at least 0): the budget less what it
+/// has cost and what its held fleets will still cost. `None` without a budget.
+pub(crate) fn remaining_budget(job: &Job, held: Held) -> Option<f64> {
+    job.spec.budget.map(|b| (b - (job.cost_usd + held.committed_usd(job))).max(0.0))
+}
+
 /// Builds the solver demands for a job that already holds `held`. The job's price cap is what its
 /// held fleets leave of it; its budget what remains after what it has cost so far and what its
 /// held fleets will cost over the rest of its work. For a deadline job the loop then narrows
@@ -87,11 +106,10 @@ pub fn demands(job: &Job, catalog: &Catalog, held: Held) -> Vec<solver::JobDeman
     gpu_models.dedup();
     let size_names: Vec<String> = sizes.iter().map(|s| s.name.clone()).collect();
     let spot = spec.spot_policy();
-    let remaining_hours = job.remaining_hours().unwrap_or(1.0).max(1.0 / 60.0);
-    let committed_usd = held.usd_per_hour * remaining_hours;
-    let held_cost = job.cost_usd + committed_usd;
+    let remaining_hours = planning_hours(job);
+    let held_cost = job.cost_usd + held.committed_usd(job);
     let remaining_cap = spec.max_price_per_hour.map(|c| (c - held.usd_per_hour).max(0.0));
-    let remaining_budget = spec.budget.map(|b| (b - held_cost).max(0.0));
+    let remaining_budget = remaining_budget(job, held);
     let base = |id: String, gpus: u32, priority: u32| {
         // What is left of the cap and budget is shared by the parts pro rata, so that the parts
         // placed together never pass it either.

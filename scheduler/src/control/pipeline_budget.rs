@@ -91,10 +91,7 @@ pub(crate) fn left_for(
     offers: &[Offer],
 ) -> Option<f64> {
     let (budget, spent) = spent_with(snap, job, job.cost_usd)?;
-    let committed = |j: &Job| {
-        let per_hour = held.get(j.id.as_str()).map_or(0.0, |h| h.usd_per_hour);
-        per_hour * j.remaining_hours().unwrap_or(1.0).max(1.0 / 60.0)
-    };
+    let committed = |j: &Job| held.get(j.id.as_str()).map_or(0.0, |h| h.committed_usd(j));
     let not_started = |j: &&Job| j.state == JobState::Pending && j.attempts == 0;
     let others = siblings(snap, job);
     let (waiting, placed): (Vec<&Job>, Vec<&Job>) = others.partition(not_started);

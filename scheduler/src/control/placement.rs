@@ -147,9 +147,7 @@ pub(crate) fn affordable_usd(
     held: &BTreeMap<&str, Held>,
     catalog: &Catalog,
 ) -> Option<f64> {
-    let own = held.get(job.id.as_str()).copied().unwrap_or_default();
-    let committed = own.usd_per_hour * job.remaining_hours().unwrap_or(1.0).max(1.0 / 60.0);
-    let budget = job.spec.budget.map(|b| (b - job.cost_usd - committed).max(0.0));
+    let budget = super::demand::remaining_budget(job, held.get(job.id.as_str()).copied().unwrap_or_default());
     let pipeline = pipeline_budget::left_for(snap, job, held, catalog, &st.world.offers);
     match (budget, pipeline) {
         (Some(a), Some(b)) => Some(a.min(b)),

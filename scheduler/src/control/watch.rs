@@ -168,9 +168,7 @@ fn quiet(snap: &Snapshot, st: &LoopState, config: &ControlConfig, (key, a): (&st
         Some(x) => (x.job_cost_usd, x.progress_hours),
         None => (job.cost_usd, job.progress_hours),
     };
-    let over_budget = job.spec.budget.is_some_and(|b| cost >= b);
-    let done = config.auto_complete && job.spec.duration_hours.map(|d| (d - progress).max(0.0)) == Some(0.0);
-    !over_budget && !done && super::pipeline_budget::exhausted(snap, job, cost).is_none()
+    finish_at(config, job, cost, progress).is_none() && super::pipeline_budget::exhausted(snap, job, cost).is_none()
 }
 
 /// A splittable job's running placements it no longer needs, newest first: a fleet that refilled
@@ -329,9 +327,14 @@ fn lost_vms(
 /// Whether the loop ends the job: its budget is spent (failed), or, where nobody is there to say
 /// so (`auto_complete`), its work is done (succeeded).
 fn finish(config: &ControlConfig, job: &Job) -> Option<(JobState, String)> {
-    if let Some(b) = job.spec.budget.filter(|&b| job.cost_usd >= b) {
+    finish_at(config, job, job.cost_usd, job.progress_hours)
+}
+
+/// [`finish`] for the job at `cost_usd` and `progress_hours` (what an accrual would make of them).
+fn finish_at(config: &ControlConfig, job: &Job, cost_usd: f64, progress_hours: f64) -> Option<(JobState, String)> {
+    if let Some(b) = job.spec.budget.filter(|&b| cost_usd >= b) {
         Some((JobState::Failed, format!("budget of ${b:.2} exhausted")))
-    } else if config.auto_complete && job.remaining_hours() == Some(0.0) {
+    } else if config.auto_complete && job.spec.duration_hours.map(|d| (d - progress_hours).max(0.0)) == Some(0.0) {
         Some((JobState::Succeeded, "work done".to_string()))
     } else {
         None

@@ -467,13 +467,17 @@ impl Broker {
     /// budget (each job's cost, egress included, accrued up to now), as the loop's running rule
     /// does: failed, with the loop's reason, their fleets deleted.
     async fn hold_pipeline_budgets(&mut self, open: &[usize], now: i64) -> Result<(), WhatIfError> {
+        // What each budgeted pipeline with an open stage has spent, summed once per pipeline.
+        let mut spent: BTreeMap<&str, f64> = BTreeMap::new();
         let mut exhausted = Vec::new();
         for &idx in open {
             let Some(link) = &self.jobs[idx].link else { continue };
             let (Some(budget), Some(members)) = (link.budget_usd, self.budgeted.get(&link.pipeline_id)) else {
                 continue;
             };
-            let spent: f64 = members.iter().map(|&m| self.jobs[m].cost_usd).sum();
+            let spent = *spent
+                .entry(link.pipeline_id.as_str())
+                .or_insert_with(|| members.iter().map(|&m| self.jobs[m].cost_usd).sum());
             if spent >= budget && self.jobs[idx].phase != Phase::Done {
                 exhausted.push((idx, budget));
             }

@@ -275,7 +275,7 @@ impl PolicyReport {
 /// attempt of the stage that ran elsewhere counts as moved, and the GB and USD are what each
 /// attempt was billed (`AttemptSpan::egress_gb`, `egress_usd`), so the table and the bill agree.
 pub(crate) fn pipelines_report(jobs: &[TraceJob], outcomes: &[JobOutcome], end_ms: i64) -> Option<PipelinesReport> {
-    use scheduler::control::{Gate, Upstream, gate_link};
+    use scheduler::control::{Gate, Upstream, gate_link, pipeline_budget_exhausted};
     use scheduler::model::JobState;
     let by_id: BTreeMap<&str, &JobOutcome> = outcomes.iter().map(|o| (o.id.as_str(), o)).collect();
     let stages: BTreeMap<&str, &Stage> =
@@ -313,7 +313,6 @@ pub(crate) fn pipelines_report(jobs: &[TraceJob], outcomes: &[JobOutcome], end_m
         spent: f64,
         stopped: bool,
     }
-    let budget_reason = |budget: f64| scheduler::control::pipeline_budget_exhausted(budget);
     let mut pipelines: BTreeMap<&str, Run> = BTreeMap::new();
     for (&id, stage) in &stages {
         let Some(o) = by_id.get(id) else { continue };
@@ -329,7 +328,7 @@ pub(crate) fn pipelines_report(jobs: &[TraceJob], outcomes: &[JobOutcome], end_m
         });
         e.arrival = e.arrival.min(o.submitted_ms);
         e.spent += o.cost_usd;
-        e.stopped |= e.budget.is_some_and(|b| o.end_reason.as_deref() == Some(budget_reason(b).as_str()));
+        e.stopped |= e.budget.is_some_and(|b| o.end_reason.as_deref() == Some(pipeline_budget_exhausted(b).as_str()));
         e.done = match (e.done, o.outcome, o.finished_ms) {
             (Some(t), Outcome::Completed, Some(f)) => Some(t.max(f)),
             _ => None,
