@@ -3,7 +3,8 @@
 //! first limit that stops it (capacity, price cap, budget, a quota pool), and who holds the resources
 //! the job would need.
 
-use std::collections::BTreeSet;
+use std::cell::RefCell;
+use std::collections::{BTreeSet, HashMap};
 
 use crate::model::{EPS, Instance, Mismatch, Sol, egress_cost, gang_vms, mismatch, run_cost};
 
@@ -19,6 +20,20 @@ fn list(items: &[String]) -> String {
 pub(crate) struct Holders {
     by_pool: Vec<Vec<usize>>,
     by_offer: Vec<Vec<usize>>,
+    /// Per set of contended resources (pools, then offers as `usize::MAX - offer`), who holds them:
+    /// thousands of waiting jobs contend for the same few sets, and a busy pool has thousands of
+    /// holders.
+    summaries: RefCell<HashMap<Vec<usize>, HolderSummary>>,
+    /// Scratch marks, one per job, all false between uses.
+    seen: RefCell<Vec<bool>>,
+}
+
+/// The placed jobs holding a set of resources: how many, and their lowest and highest priority.
+#[derive(Clone, Copy, Default)]
+struct HolderSummary {
+    n: usize,
+    lo: u32,
+    hi: u32,
 }
 
 impl Holders {
@@ -31,7 +46,51 @@ impl Holders {
                 by_pool[q].push(a.job);
             }
         }
-        Holders { by_pool, by_offer }
+        for list in by_pool.iter_mut().chain(by_offer.iter_mut()) {
+            list.sort_unstable();
+            list.dedup();
+        }
+        Holders { by_pool, by_offer, summaries: RefCell::default(), seen: RefCell::new(vec![false; inst.p.jobs.len()]) }
+    }
+}
+
+/// What a per-offer reason is about: reasons about the same pool and demand read alike (and are
+/// listed once); every other reason names its offer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reason {
+    Offer(usize),
+    Pool(usize, u64),
+}
+
+/// The distinct per-offer reasons of one job: the first [`MAX_OFFER_REASONS`] written out, the
+/// rest counted.
+#[derive(Default)]
+struct OfferReasons {
+    pools: Vec<(usize, u64)>,
+    distinct: usize,
+    texts: Vec<String>,
+}
+
+impl OfferReasons {
+    fn note(&mut self, reason: Reason, text: impl FnOnce() -> String) {
+        if let Reason::Pool(q, need) = reason {
+            if self.pools.contains(&(q, need)) {
+                return;
+            }
+            self.pools.push((q, need));
+        }
+        self.distinct += 1;
+        if self.texts.len() < MAX_OFFER_REASONS {
+            self.texts.push(text());
+        }
+    }
+
+    fn finish(mut self) -> Vec<String> {
+        if self.distinct > MAX_OFFER_REASONS {
+            let more = self.distinct - MAX_OFFER_REASONS;
+            self.texts.push(format!("… and {more} more offers blocked likewise"));
+        }
+        self.texts
     }
 }
 
@@ -75,8 +134,10 @@ pub(crate) fn reasons(inst: &Instance, sol: &Sol, holders_of: &Holders, j: usize
         return out;
     }
 
-    // Per matching offer: the first limit that stops it, static limits before contended ones.
-    let mut offer_reasons: Vec<String> = Vec::new();
+    // Per matching offer: the first limit that stops it, static limits before contended ones. Only
+    // the first few distinct reasons are written out (most jobs of a large queue match hundreds of
+    // offers, and formatting every reason was most of explaining them); the rest are counted.
+    let mut reasons = OfferReasons::default();
     let mut contended_pools = BTreeSet::new();
     let mut contended_offers = BTreeSet::new();
     let mut fits_somewhere: Option<String> = None;
@@ -86,14 +147,15 @@ pub(crate) fn reasons(inst: &Instance, sol: &Sol, holders_of: &Holders, j: usize
         let name = || format!("{} {} {}", offer.region, offer.size, offer.priority);
         let vms = if job.gang { gang_vms(job, offer) } else { 1 };
         let gpus = if job.gang { job.gpus } else { offer.gpus_per_vm.min(job.gpus - placed) };
-        let cost = run_cost(job, offer, vms) + egress_cost(p, job, &offer.region, gpus);
         let price = f64::from(vms) * offer.price_per_hour;
         let vm_word = if vms == 1 { "VM" } else { "VMs" };
-        let reason = if let Some(cap) = offer.capacity_vms
+        if let Some(cap) = offer.capacity_vms
             && cap < vms
         {
-            Some(format!("no capacity: {} has {cap} VMs, needs {vms}", name()))
-        } else if let Some(cap) = job.max_price_per_hour
+            reasons.note(Reason::Offer(o), || format!("no capacity: {} has {cap} VMs, needs {vms}", name()));
+            continue;
+        }
+        if let Some(cap) = job.max_price_per_hour
             && price > cap - sol.job_price[j] + EPS
         {
             // The job's total against its whole cap: what it held before, what this plan gave it,
@@ -101,76 +163,105 @@ pub(crate) fn reasons(inst: &Instance, sol: &Sol, holders_of: &Holders, j: usize
             let total = job.held_price_per_hour + sol.job_price[j] + price;
             let cap = job.held_price_per_hour + cap;
             let each = offer.price_per_hour;
-            Some(format!(
-                "price cap: {} would cost {total:.2}/h in total with {vms} more {vm_word} at {each:.2}/h, cap {cap:.2}/h",
-                name()
-            ))
-        } else if let Some(budget) = job.budget
-            && cost > budget - sol.job_cost[j] + EPS
-        {
-            let total = job.held_cost + sol.job_cost[j] + cost;
-            let budget = job.held_cost + budget;
-            Some(format!(
-                "budget: {} would bring the expected cost to {total:.2} in total ({cost:.2} for {vms} more {vm_word}), budget {budget:.2}",
-                name()
-            ))
-        } else {
-            let need = u64::from(vms) * u64::from(offer.vcpus_per_vm);
-            let mut r = None;
-            for &q in &inst.offer_pools[o] {
-                let free = inst.pool_limit[q].saturating_sub(sol.pool_used[q]);
-                if free < need {
-                    let (region, pool) = &inst.pool_name[q];
-                    r = Some(format!("no quota: {region} {pool} needs {need} vCPUs, {free} free"));
-                    if inst.pool_limit[q] >= need {
-                        contended_pools.insert(q);
-                    }
-                    break;
-                }
-            }
-            if r.is_none()
-                && let Some(cap) = offer.capacity_vms
-            {
-                let free = cap.saturating_sub(sol.cap_used[o]);
-                if free < vms {
-                    r = Some(format!("no capacity: {} has {free} of {cap} VMs free, needs {vms}", name()));
-                    contended_offers.insert(o);
-                }
-            }
-            r
-        };
-        match reason {
-            Some(r) => {
-                if !offer_reasons.contains(&r) {
-                    offer_reasons.push(r);
-                }
-            }
-            None => {
-                fits_somewhere.get_or_insert_with(name);
+            reasons.note(Reason::Offer(o), || {
+                format!(
+                    "price cap: {} would cost {total:.2}/h in total with {vms} more {vm_word} at {each:.2}/h, cap {cap:.2}/h",
+                    name()
+                )
+            });
+            continue;
+        }
+        if let Some(budget) = job.budget {
+            let cost = run_cost(job, offer, vms) + egress_cost(p, job, &offer.region, gpus);
+            if cost > budget - sol.job_cost[j] + EPS {
+                let total = job.held_cost + sol.job_cost[j] + cost;
+                let budget = job.held_cost + budget;
+                reasons.note(Reason::Offer(o), || {
+                    format!(
+                        "budget: {} would bring the expected cost to {total:.2} in total ({cost:.2} for {vms} more {vm_word}), budget {budget:.2}",
+                        name()
+                    )
+                });
+                continue;
             }
         }
+        let need = u64::from(vms) * u64::from(offer.vcpus_per_vm);
+        if let Some(&q) =
+            inst.offer_pools[o].iter().find(|&&q| inst.pool_limit[q].saturating_sub(sol.pool_used[q]) < need)
+        {
+            let free = inst.pool_limit[q].saturating_sub(sol.pool_used[q]);
+            let (region, pool) = &inst.pool_name[q];
+            reasons
+                .note(Reason::Pool(q, need), || format!("no quota: {region} {pool} needs {need} vCPUs, {free} free"));
+            if inst.pool_limit[q] >= need {
+                contended_pools.insert(q);
+            }
+            continue;
+        }
+        if let Some(cap) = offer.capacity_vms {
+            let free = cap.saturating_sub(sol.cap_used[o]);
+            if free < vms {
+                reasons.note(Reason::Offer(o), || {
+                    format!("no capacity: {} has {free} of {cap} VMs free, needs {vms}", name())
+                });
+                contended_offers.insert(o);
+                continue;
+            }
+        }
+        fits_somewhere.get_or_insert_with(name);
     }
-    if offer_reasons.len() > MAX_OFFER_REASONS {
-        let more = offer_reasons.len() - MAX_OFFER_REASONS;
-        offer_reasons.truncate(MAX_OFFER_REASONS);
-        offer_reasons.push(format!("… and {more} more offers blocked likewise"));
-    }
-    out.extend(offer_reasons);
+    out.extend(reasons.finish());
 
     // Who holds the contended resources.
     if !contended_pools.is_empty() || !contended_offers.is_empty() {
-        let mut holders = BTreeSet::new();
-        for &q in &contended_pools {
-            holders.extend(holders_of.by_pool[q].iter().copied().filter(|&h| h != j));
-        }
-        for &o in &contended_offers {
-            holders.extend(holders_of.by_offer[o].iter().copied().filter(|&h| h != j));
-        }
-        if !holders.is_empty() {
-            let prios: Vec<u32> = holders.iter().map(|&h| inst.job(h).priority).collect();
-            let (lo, hi) = (*prios.iter().min().unwrap_or(&0), *prios.iter().max().unwrap_or(&0));
+        let key: Vec<usize> =
+            contended_pools.iter().copied().chain(contended_offers.iter().map(|&o| usize::MAX - o)).collect();
+        let summary = *holders_of.summaries.borrow_mut().entry(key).or_insert_with(|| {
+            let mut seen = holders_of.seen.borrow_mut();
+            let mut s = HolderSummary::default();
+            let mut stamp = |h: usize| {
+                if !seen[h] {
+                    seen[h] = true;
+                    let prio = inst.job(h).priority;
+                    s.lo = if s.n == 0 { prio } else { s.lo.min(prio) };
+                    s.hi = s.hi.max(prio);
+                    s.n += 1;
+                }
+            };
+            for &q in &contended_pools {
+                holders_of.by_pool[q].iter().for_each(|&h| stamp(h));
+            }
+            for &o in &contended_offers {
+                holders_of.by_offer[o].iter().for_each(|&h| stamp(h));
+            }
+            for &q in &contended_pools {
+                holders_of.by_pool[q].iter().for_each(|&h| seen[h] = false);
+            }
+            for &o in &contended_offers {
+                holders_of.by_offer[o].iter().for_each(|&h| seen[h] = false);
+            }
+            s
+        });
+        // A waiting job holds nothing in full, but a partly placed one is among the holders it
+        // would count: leave it out, as it is not what the job waits for.
+        let own = placed > 0
+            && (contended_pools.iter().any(|&q| holders_of.by_pool[q].contains(&j))
+                || contended_offers.iter().any(|&o| holders_of.by_offer[o].contains(&j)));
+        let (n, lo, hi) = if own {
+            let mut set = BTreeSet::new();
+            for &q in &contended_pools {
+                set.extend(holders_of.by_pool[q].iter().copied().filter(|&h| h != j));
+            }
+            for &o in &contended_offers {
+                set.extend(holders_of.by_offer[o].iter().copied().filter(|&h| h != j));
+            }
+            let prios: Vec<u32> = set.iter().map(|&h| inst.job(h).priority).collect();
+            (set.len(), prios.iter().copied().min().unwrap_or(0), prios.iter().copied().max().unwrap_or(0))
+        } else {
+            (summary.n, summary.lo, summary.hi)
+        };
+        if n > 0 {
             let range = if lo == hi { format!("{lo}") } else { format!("{lo}-{hi}") };
-            let n = holders.len();
             let jobs = if n == 1 { "job" } else { "jobs" };
             if lo > job.priority {
                 out.push(format!("outranked: that quota and capacity went to {n} placed {jobs} of priority {range}"));
