@@ -136,18 +136,26 @@ mod against_highs {
                 "weight {} with gap {} but the optimum is {}", plan.placed_weight, plan.gap, exact.placed_weight);
         }
 
-        /// Issue #17's quality target on queues that do not repeat: at least 99 % of the optimal
-        /// weight, and at the optimal weight at most 1 % more cost. NOT MET yet (BENCHMARKS.md,
-        /// "Queues that do not repeat": 96–100 % on 60–300 jobs; a 40-job case found at 98.2 %),
-        /// so it is ignored in CI; run it with `--ignored` to see where the default build stands.
+        /// Issue #17's weight target on queues that do not repeat: at least 99 % of the optimal weight.
         #[test]
-        #[ignore = "issue #17's 99 % target is not met yet"]
-        fn diverse_plans_are_within_one_percent_of_the_optimum(params in diverse_params()) {
+        fn diverse_plans_place_99_percent_of_the_optimal_weight(params in diverse_params()) {
             let p = diverse(&params);
             let exact = solve(&p, &SolveOptions::default());
             let plan = solve_lp_round(&p, &SolveOptions::default());
             prop_assert!(plan.placed_weight >= 0.99 * exact.placed_weight,
                 "weight {} below 99 % of the optimum {}", plan.placed_weight, exact.placed_weight);
+        }
+
+        /// Issue #17's cost target: at the optimal weight at most 1 % more cost than the optimum. NOT
+        /// MET yet (BENCHMARKS.md, "Queues that do not repeat": a 16-job case at +5.2 %, where the
+        /// cheaper plan moves five jobs at once), so it is ignored in CI; run it with `--ignored` to
+        /// see where the default build stands.
+        #[test]
+        #[ignore = "issue #17's cost target is not met yet"]
+        fn diverse_plans_at_the_optimal_weight_cost_at_most_one_percent_more(params in diverse_params()) {
+            let p = diverse(&params);
+            let exact = solve(&p, &SolveOptions::default());
+            let plan = solve_lp_round(&p, &SolveOptions::default());
             if exact.optimal && plan.placed_weight == exact.placed_weight {
                 prop_assert!(plan.expected_cost <= 1.01 * exact.expected_cost + 1e-6,
                     "cost {} above the optimum {} + 1 %", plan.expected_cost, exact.expected_cost);
