@@ -159,6 +159,7 @@ fn prepare_store(data: &Path, n: u32) -> AgentKeys {
         accounted_until_ms: Some(now),
         failure: None,
         failure_class: None,
+        regular: None,
     };
     store.put(&job).unwrap();
     store.put(&attempt).unwrap();

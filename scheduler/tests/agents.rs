@@ -93,6 +93,7 @@ fn job_of_kind(w: &World, id: &str, kind: &str, vms: u32, extra: &str) -> Attemp
         accounted_until_ms: Some(T0),
         failure: None,
         failure_class: None,
+        regular: None,
     };
     w.store.put(&job).unwrap();
     w.store.put(&a).unwrap();

@@ -326,6 +326,7 @@ async fn a_restart_mid_provisioning_adopts_the_fleet_and_makes_no_duplicate_or_o
         accounted_until_ms: None,
         failure: None,
         failure_class: None,
+        regular: None,
     };
     let mut j2 = h.job(&job2.id);
     j2.attempts = 1;

@@ -127,6 +127,7 @@ fn render_plan(plan: &scheduler::api::views::PlanView) -> String {
         None => id.to_string(),
         Some(DemandPartView::Min) => format!("{id} (to min replicas)"),
         Some(DemandPartView::Extra) => format!("{id} (above min replicas)"),
+        Some(DemandPartView::Base) => format!("{id} (regular base)"),
     };
     let mut out = String::new();
     if plan.placements.is_empty() {

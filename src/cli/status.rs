@@ -22,16 +22,36 @@ pub fn run(args: StatusArgs) -> ExitCode {
     super::client::run(status(args))
 }
 
+/// An attempt's priority: `spot` or `regular`, or for a mixed fleet both parts' VMs
+/// (`mixed: 2 regular + 3 spot`).
+fn priority_cell(a: &Value) -> String {
+    match a["regular"]["vms"].as_u64() {
+        Some(regular) => {
+            let spot = a["vms"].as_u64().unwrap_or(0).saturating_sub(regular);
+            format!("mixed: {regular} regular + {spot} spot")
+        }
+        None => cell(a, "priority"),
+    }
+}
+
+/// USD per hour of every VM an attempt asked for, each part of a mixed fleet at its own price.
+fn usd_per_hour(a: &Value) -> f64 {
+    let vms = a["vms"].as_u64().unwrap_or(0);
+    let regular = a["regular"]["vms"].as_u64().unwrap_or(0);
+    let regular_price = a["regular"]["price_per_hour"].as_f64().unwrap_or(0.0);
+    a["price_per_hour"].as_f64().unwrap_or(0.0) * vms.saturating_sub(regular) as f64 + regular_price * regular as f64
+}
+
 fn placement_line(a: &Value) -> String {
     let (vms, running) = (a["vms"].as_u64().unwrap_or(0), a["running_vms"].as_u64().unwrap_or(0));
     let up = if a["state"] == "running" && running != vms { format!(" ({running} running)") } else { String::new() };
     format!(
         "{vms} × {} ({}) in {}{up}, {} GPUs, ${}/h, fleet {} (attempt {}, {})",
         cell(a, "size"),
-        cell(a, "priority"),
+        priority_cell(a),
         cell(a, "region"),
         cell(a, "gpus"),
-        usd(a["price_per_hour"].as_f64().unwrap_or(0.0) * vms as f64),
+        usd(usd_per_hour(a)),
         cell(a, "fleet_name"),
         cell(a, "number"),
         cell(a, "state"),
@@ -121,7 +141,7 @@ async fn status(args: StatusArgs) -> Result<ExitCode, ClientError> {
                     cell(a, "number"),
                     cell(a, "region"),
                     cell(a, "size"),
-                    cell(a, "priority"),
+                    priority_cell(a),
                     cell(a, "vms"),
                     cell(a, "state"),
                     when(a["started_at_ms"].as_i64()),

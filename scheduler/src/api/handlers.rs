@@ -453,6 +453,7 @@ pub(crate) async fn plan(
             DemandPart::Whole => None,
             DemandPart::Min => Some(DemandPartView::Min),
             DemandPart::Extra => Some(DemandPartView::Extra),
+            DemandPart::Base => Some(DemandPartView::Base),
         };
         (job.to_string(), part)
     };

@@ -123,7 +123,7 @@ fn open_attempts(store: &Store) -> Result<Vec<Attempt>, StoreError> {
 
 /// USD per hour an attempt costs now: its running VMs at its price (what the loop accrues).
 fn rate(a: &Attempt) -> f64 {
-    if a.state == AttemptState::Running { a.running_vms as f64 * a.price_per_hour } else { 0.0 }
+    if a.state == AttemptState::Running { a.running_usd_per_hour() } else { 0.0 }
 }
 
 /// USD per hour per tenant × region, from the attempts open now.
@@ -485,6 +485,7 @@ mod tests {
             accounted_until_ms: None,
             failure: None,
             failure_class: None,
+            regular: None,
         }
     }
 

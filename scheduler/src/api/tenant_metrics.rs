@@ -74,7 +74,7 @@ impl TenantMetrics {
         }
         for a in self.store.find(AttemptsBy::State(AttemptState::Running))? {
             let Some(t) = tenant_of.get(&a.job_id) else { continue };
-            *s.rate.entry(t.clone()).or_default() += f64::from(a.running_vms) * a.price_per_hour;
+            *s.rate.entry(t.clone()).or_default() += a.running_usd_per_hour();
             let gpus =
                 if a.vms == 0 { 0 } else { u64::from(a.gpus) * u64::from(a.running_vms.min(a.vms)) / u64::from(a.vms) };
             *s.gpus.entry(t.clone()).or_default() += gpus as i64;

@@ -168,16 +168,20 @@ pub struct AttemptView {
     /// Sizes of the same shape the cloud may use instead.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub alternatives: Vec<String>,
-    /// Spot or regular.
+    /// Spot or regular (spot for a mixed fleet, whose regular part is `regular`).
     pub priority: PriorityView,
-    /// VMs asked for.
+    /// VMs asked for (both parts of a mixed fleet).
     pub vms: u32,
-    /// VMs running at the last look.
+    /// VMs running at the last look (both parts of a mixed fleet).
     pub running_vms: u32,
-    /// GPUs this attempt carries.
+    /// GPUs this attempt carries (both parts of a mixed fleet).
     pub gpus: u32,
-    /// List price per VM-hour when placed, USD.
+    /// List price per VM-hour when placed, USD (a mixed fleet's spot VMs').
     pub price_per_hour: f64,
+    /// A mixed fleet's regular part (Compute Fleet's regular profile beside the spot one); absent
+    /// for a fleet of one priority.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regular: Option<AttemptPartView>,
     /// Spot only: the most paid per VM-hour.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_price_per_vm: Option<f64>,
@@ -208,6 +212,19 @@ pub struct AttemptView {
     pub failure_class: Option<FailureClassView>,
 }
 
+/// The regular part of a mixed fleet; its VMs and GPUs are counted in the attempt's too.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct AttemptPartView {
+    /// Regular VMs asked for.
+    pub vms: u32,
+    /// Regular VMs running at the last look.
+    pub running_vms: u32,
+    /// GPUs on the regular VMs.
+    pub gpus: u32,
+    /// List price per regular VM-hour when placed, USD.
+    pub price_per_hour: f64,
+}
+
 impl From<&Attempt> for AttemptView {
     fn from(a: &Attempt) -> Self {
         AttemptView {
@@ -222,6 +239,12 @@ impl From<&Attempt> for AttemptView {
             running_vms: a.running_vms,
             gpus: a.gpus,
             price_per_hour: a.price_per_hour,
+            regular: a.regular.map(|r| AttemptPartView {
+                vms: r.vms,
+                running_vms: r.running_vms,
+                gpus: r.gpus,
+                price_per_hour: r.price_per_hour,
+            }),
             max_price_per_vm: a.max_price_per_vm,
             state: a.state,
             started_at_ms: a.started_at_ms,
@@ -400,7 +423,8 @@ pub struct PlacementView {
     pub expected_cost: f64,
 }
 
-/// The parts an inference service is planned in.
+/// The parts a job is planned in: an inference service's, and the regular base of a job with
+/// `regular_gpus`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum DemandPartView {
@@ -408,6 +432,8 @@ pub enum DemandPartView {
     Min,
     /// Above `replicas.min`, up to `replicas.desired`.
     Extra,
+    /// The job's regular base (`regular_gpus`) not yet held on regular VMs.
+    Base,
 }
 
 /// A job the plan leaves (at least partly) waiting.

@@ -5,9 +5,16 @@
 use crate::accounting::{self, FleetShare};
 use crate::model::{Attempt, AttemptState, Job};
 
-/// What an attempt's fleet is, for accounting.
+/// What an attempt's fleet is, for accounting. A mixed fleet's VMs all carry the same share of the
+/// job (one size); what they cost is each part's running VMs at its own price, so the price per
+/// running VM is the blend of the two (each part's own price when the other runs nothing).
 pub(crate) fn fleet_share(a: &Attempt) -> FleetShare {
-    FleetShare { running_vms: a.running_vms, vms: a.vms, gpus: a.gpus, price_per_vm: a.price_per_hour }
+    let price_per_vm = match a.regular {
+        Some(_) if a.running_vms > 0 => a.running_usd_per_hour() / f64::from(a.running_vms),
+        Some(r) if r.vms == a.vms => r.price_per_hour,
+        _ => a.price_per_hour,
+    };
+    FleetShare { running_vms: a.running_vms, vms: a.vms, gpus: a.gpus, price_per_vm }
 }
 
 /// How much of its own share each running fleet of `job` does, given all the job's attempts

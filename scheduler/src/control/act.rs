@@ -16,7 +16,7 @@ use super::error_policy;
 use super::round::{ControlError, RoundReport};
 use super::snapshot::Snapshot;
 use super::{Controller, LoopState};
-use crate::cloud::{CloudError, FleetRequest, TAG_ATTEMPT, TAG_JOB};
+use crate::cloud::{CloudError, FleetPart, FleetRequest, TAG_ATTEMPT, TAG_JOB};
 use crate::jobs::record_event;
 use crate::model::{Attempt, EventKind, FleetOperation, Job, Priority};
 use crate::records::{Tenant, attempt_key};
@@ -321,26 +321,28 @@ fn write_change(tx: &mut Tx, c: &Change, now: i64) -> Result<Written, TxAbort> {
 /// The request for an attempt's fleet: its deterministic name, the chosen size then the ranked
 /// alternatives, its capacity (the one it grows to, during a growth), the minimum it was created
 /// with (all its VMs; Azure refuses to change it later), the spot cap, and the tags that find it
-/// again.
-fn fleet_request(a: &Attempt) -> FleetRequest {
+/// again. A mixed attempt asks for one fleet of both profiles: its spot part in the request's own
+/// fields, its regular part beside it, each part's minimum all its VMs.
+pub(crate) fn fleet_request(a: &Attempt) -> FleetRequest {
     let mut sizes = vec![a.size.clone()];
     sizes.extend(a.alternatives.iter().cloned());
     let max_price_per_vm = match a.priority {
         Priority::Spot => a.max_price_per_vm,
         Priority::Regular => None,
     };
+    let regular_vms = a.regular.map_or(0, |r| r.vms);
     FleetRequest {
         name: a.fleet_name.clone(),
         region: a.region.clone(),
         priority: a.priority,
         sizes,
-        vms: a.target().vms,
-        min_vms: a.min_vms.unwrap_or(a.vms),
+        vms: a.target().vms.saturating_sub(regular_vms),
+        min_vms: a.min_vms.unwrap_or(a.vms).saturating_sub(regular_vms),
         max_price_per_vm,
         zones: Vec::new(),
         tags: [(TAG_JOB.to_string(), a.job_id.clone()), (TAG_ATTEMPT.to_string(), a.number.to_string())]
             .into_iter()
             .collect(),
-        regular: None,
+        regular: a.regular.map(|r| FleetPart { vms: r.vms, min_vms: r.min_vms }),
     }
 }

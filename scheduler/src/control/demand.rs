@@ -7,12 +7,17 @@
 //! `replicas.min`, weighted far above everything else of its priority, and the rest up to
 //! `replicas.desired` at its normal weight, so minimum replicas survive whatever else waits.
 //!
+//! A job with a regular base (`regular_gpus`) whose spot policy allows spot asks in one more part:
+//! the base's GPUs not yet held on regular VMs, regular only (`#base`), and the rest under its spot
+//! policy. Each part draws its own quota pools in the solver; placement puts a base and a spot part
+//! landing on the same region and size into one mixed fleet (`placement::mixed_pairs`).
+//!
 //! A job's `max_price_per_hour` and `budget` are about its *total*: the demands get what is left of
 //! them after what the job already holds ([`Held`]: every VM its live fleets were asked for, at
 //! the price they may bill), so that no sequence of rounds takes the job past either.
 
 use crate::catalog::Catalog;
-use crate::model::{Job, JobKind};
+use crate::model::{Job, JobKind, SpotPolicy};
 
 /// Weight multiplier for the part of an inference service below its minimum replicas.
 pub const MIN_REPLICA_BOOST: u32 = 100;
@@ -26,6 +31,8 @@ pub enum DemandPart {
     Min,
     /// An inference service's deficit above `replicas.min`.
     Extra,
+    /// The part of a job's regular base (`regular_gpus`) not held on regular VMs: regular only.
+    Base,
 }
 
 impl DemandPart {
@@ -35,6 +42,7 @@ impl DemandPart {
             DemandPart::Whole => "",
             DemandPart::Min => "#min",
             DemandPart::Extra => "#extra",
+            DemandPart::Base => "#base",
         }
     }
 
@@ -44,6 +52,8 @@ impl DemandPart {
             (id, DemandPart::Min)
         } else if let Some(id) = solver_id.strip_suffix("#extra") {
             (id, DemandPart::Extra)
+        } else if let Some(id) = solver_id.strip_suffix("#base") {
+            (id, DemandPart::Base)
         } else {
             (solver_id, DemandPart::Whole)
         }
@@ -59,6 +69,9 @@ pub const RESTART_MARGIN_HOURS: f64 = 0.1;
 pub struct Held {
     /// GPUs its healthy placements carry: the demand is for the rest.
     pub gpus: u32,
+    /// Of `gpus`, those on regular VMs (a regular fleet's, a mixed fleet's regular part's): what
+    /// of its regular base (`regular_gpus`) the job holds.
+    pub regular_gpus: u32,
     /// USD per hour its live fleets may bill: every VM they were asked for (a fleet refills what
     /// it lost) at the price it is billed at, a spot VM at its max price when it has one (the
     /// most it may cost before it is evicted).
@@ -82,6 +95,16 @@ impl Held {
 /// has cost and what its held fleets will still cost. `None` without a budget.
 pub(crate) fn remaining_budget(job: &Job, held: Held) -> Option<f64> {
     job.spec.budget.map(|b| (b - (job.cost_usd + held.committed_usd(job))).max(0.0))
+}
+
+/// The regular base a job asks for apart (`regular_gpus`), when it has one that means something:
+/// its spot policy allows spot (with `never` every GPU is regular anyway), it is splittable, and no
+/// deadline policy chooses spot or regular for it.
+pub(crate) fn regular_base(job: &Job) -> Option<u32> {
+    let spec = &job.spec;
+    let base = spec.regular_gpus.filter(|&g| g > 0)?;
+    let allows_spot = matches!(spec.spot_policy(), SpotPolicy::Allowed | SpotPolicy::Preferred);
+    (allows_spot && !spec.is_gang() && !super::deadline_choice::deadline_managed(job)).then_some(base)
 }
 
 /// Builds the solver demands for a job that already holds `held`. The job's price cap is what its
@@ -110,7 +133,9 @@ pub fn demands(job: &Job, catalog: &Catalog, held: Held) -> Vec<solver::JobDeman
     let held_cost = job.cost_usd + held.committed_usd(job);
     let remaining_cap = spec.max_price_per_hour.map(|c| (c - held.usd_per_hour).max(0.0));
     let remaining_budget = remaining_budget(job, held);
-    let base = |id: String, gpus: u32, priority: u32| {
+    // The regular base not yet held on regular VMs comes first out of the deficit.
+    let base_gpus = regular_base(job).map_or(0, |b| b.saturating_sub(held.regular_gpus).min(deficit));
+    let part = |id: String, gpus: u32, priority: u32, spot: SpotPolicy| {
         // What is left of the cap and budget is shared by the parts pro rata, so that the parts
         // placed together never pass it either.
         let share = gpus as f64 / deficit.max(1) as f64;
@@ -147,24 +172,36 @@ pub fn demands(job: &Job, catalog: &Catalog, held: Held) -> Vec<solver::JobDeman
             sizes: size_names.clone(),
         }
     };
+    let id = |p: DemandPart| format!("{}{}", job.id, p.suffix());
+    let boosted = spec.priority.saturating_mul(MIN_REPLICA_BOOST);
+    let mut out = Vec::new();
     match spec.replicas {
         Some(r) if spec.kind == JobKind::Inference => {
             let min_gpus = spec.gpus.saturating_mul(r.min);
             let below_min = min_gpus.saturating_sub(healthy_gpus).min(deficit);
-            let extra = deficit - below_min;
-            let mut out = Vec::new();
-            if below_min > 0 {
-                out.push(base(
-                    format!("{}{}", job.id, DemandPart::Min.suffix()),
-                    below_min,
-                    spec.priority.saturating_mul(MIN_REPLICA_BOOST),
-                ));
+            // The base is the first GPUs placed: it takes the boost of the replicas below the
+            // minimum it restores, and what it covers of them leaves the `#min` part.
+            if base_gpus > 0 {
+                let weight = if below_min > 0 { boosted } else { spec.priority };
+                out.push(part(id(DemandPart::Base), base_gpus, weight, SpotPolicy::Never));
+            }
+            let min_rest = below_min.saturating_sub(base_gpus);
+            let extra = deficit - base_gpus.max(below_min);
+            if min_rest > 0 {
+                out.push(part(id(DemandPart::Min), min_rest, boosted, spot));
             }
             if extra > 0 {
-                out.push(base(format!("{}{}", job.id, DemandPart::Extra.suffix()), extra, spec.priority));
+                out.push(part(id(DemandPart::Extra), extra, spec.priority, spot));
             }
-            out
         }
-        _ => vec![base(job.id.clone(), deficit, spec.priority)],
+        _ => {
+            if base_gpus > 0 {
+                out.push(part(id(DemandPart::Base), base_gpus, spec.priority, SpotPolicy::Never));
+            }
+            if deficit > base_gpus {
+                out.push(part(job.id.clone(), deficit - base_gpus, spec.priority, spot));
+            }
+        }
     }
+    out
 }

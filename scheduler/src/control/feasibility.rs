@@ -81,7 +81,10 @@ impl<'a> Feasibility<'a> {
     pub fn solver_offers(&self, attempts: &[&Attempt]) -> (Vec<solver::Offer>, OfferFilterCounts) {
         let mut in_flight: BTreeMap<(&str, &str, Priority), u32> = BTreeMap::new();
         for a in attempts.iter().filter(|a| a.state == AttemptState::Provisioning) {
-            *in_flight.entry((a.region.as_str(), a.size.as_str(), a.priority)).or_default() += a.vms;
+            // A mixed fleet takes each part from its own priority's offer.
+            for part in a.parts() {
+                *in_flight.entry((a.region.as_str(), a.size.as_str(), part.priority)).or_default() += part.vms;
+            }
         }
         let mut counts = OfferFilterCounts::default();
         let mut offers = Vec::new();

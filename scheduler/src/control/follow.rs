@@ -31,8 +31,9 @@ pub(crate) enum FollowUp {
 /// Reads what the cloud said of an attempt being provisioned.
 pub(crate) fn follow_up(a: &Attempt, seen: Option<&Seen>) -> FollowUp {
     let Some(seen) = seen else { return FollowUp::Wait };
+    // A mixed fleet counts its spot part in `running_vms` and its regular part beside it.
     let running = |fleet: &Option<Result<Fleet, CloudError>>| match fleet {
-        Some(Ok(f)) => f.running_vms.unwrap_or(a.vms),
+        Some(Ok(f)) => running_of(a, f),
         _ => a.vms,
     };
     match &seen.operation {
@@ -53,12 +54,20 @@ pub(crate) fn follow_up(a: &Attempt, seen: Option<&Seen>) -> FollowUp {
     }
 }
 
+/// VMs the fleet runs for the attempt, both parts of a mixed fleet (what the cloud cannot tell
+/// counted as asked).
+fn running_of(a: &Attempt, f: &Fleet) -> u32 {
+    let regular = a.regular.map_or(0, |r| r.vms);
+    f.running_vms.unwrap_or(a.vms - regular)
+        + a.regular.map_or(0, |r| f.regular.and_then(|p| p.running_vms).unwrap_or(r.vms))
+}
+
 /// Where a fleet stands when there is no operation to poll: its provisioning state, and, if it
 /// failed, the classified error of its first failed scale set.
 fn from_fleet(a: &Attempt, seen: &Seen) -> FollowUp {
     match &seen.fleet {
         Some(Ok(f)) => match f.provisioning_state {
-            ProvisioningState::Succeeded => FollowUp::Running(f.running_vms.unwrap_or(a.vms)),
+            ProvisioningState::Succeeded => FollowUp::Running(running_of(a, f)),
             ProvisioningState::Failed | ProvisioningState::Canceled => {
                 let err = match &seen.scale_sets {
                     Some(Ok(sets)) => sets.iter().find_map(|s: &ScaleSet| s.error.clone()),
@@ -96,6 +105,11 @@ pub(crate) fn became_running(
     a.running_since_ms = Some(now);
     a.accounted_until_ms = Some(now);
     a.running_vms = running_vms;
+    // A mixed fleet reaches its minimum with each part at its own: the regular part is counted
+    // full (the watch step reads the parts from the next look on).
+    if let Some(r) = a.regular.as_mut() {
+        r.running_vms = r.vms.min(running_vms);
+    }
     a.operation = None;
     st.breakers.record_success(&a.region, now);
     let siblings: Vec<&Attempt> =

@@ -20,7 +20,8 @@ use crate::records::attempt_key;
 /// that runs work is elastic, [`crate::agents::decide::is_elastic`]: the new VMs join its world
 /// and every rank starts again with the new `SPILLWAY_NUM_NODES`), at its full capacity (one below it is still asking the cloud for VMs), with
 /// no operation in flight, not about to be replaced, whose spot max price covers the placement's
-/// price, and that the cloud has not refused to resize for a reason no block covers.
+/// price, and that the cloud has not refused to resize for a reason no block covers. A mixed fleet
+/// is not grown: its parts were asked for together, and a part that lost VMs is placed again.
 pub(crate) fn fleet_to_grow<'a>(
     snap: &'a Snapshot,
     st: &LoopState,
@@ -36,6 +37,7 @@ pub(crate) fn fleet_to_grow<'a>(
         a.state == AttemptState::Running
             && a.region == p.region
             && a.priority == p.priority
+            && a.regular.is_none()
             && a.size == p.size
             && a.growing_to.is_none()
             && a.operation.is_none()

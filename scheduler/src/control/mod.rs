@@ -49,6 +49,7 @@ mod feasibility;
 mod follow;
 mod growth;
 mod metrics;
+mod mixed;
 mod pipeline_budget;
 mod placement;
 mod quota_watch;

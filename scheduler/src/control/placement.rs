@@ -16,7 +16,7 @@ use super::world::our_usage;
 use super::{ControlConfig, LoopState, is_degraded};
 use crate::accounting;
 use crate::catalog::Catalog;
-use crate::model::{Attempt, AttemptState, Job, JobState, OfferFilterCounts, Priority, fleet_name};
+use crate::model::{Attempt, AttemptPart, AttemptState, Job, JobState, OfferFilterCounts, Priority, fleet_name};
 
 /// Alternative sizes offered to a fleet after the chosen one.
 const MAX_ALTERNATIVES: usize = 3;
@@ -132,7 +132,8 @@ pub(crate) fn held_by_job<'s>(snap: &'s Snapshot, st: &LoopState, config: &Contr
         let replaced = st.deadline.retiring(a) || snap.has_agent_trouble(a);
         let (gpus, vms) = holds(job, a, snap.now, config.below_min_grace_ms, replaced);
         h.gpus += gpus;
-        h.usd_per_hour += vms as f64 * billed_at_most(a);
+        h.regular_gpus += holds_regular(job, a, snap.now, config.below_min_grace_ms, replaced);
+        h.usd_per_hour += billed_per_hour(a, vms);
     }
     held
 }
@@ -175,7 +176,34 @@ pub(crate) fn holds(job: &Job, a: &Attempt, now: i64, grace_ms: i64, retiring: b
     }
 }
 
-/// The most a VM of the attempt may bill per hour: its price, or a spot VM's max price when it has
+/// Of what [`holds`] counts for the job, the GPUs on regular VMs (a regular fleet's, a mixed
+/// fleet's regular part's): what the job holds of its regular base. By the same rule: nothing of a
+/// placement being replaced, only what runs of one below its minimum.
+pub(crate) fn holds_regular(job: &Job, a: &Attempt, now: i64, grace_ms: i64, retiring: bool) -> u32 {
+    let degraded = is_degraded(a, now, grace_ms);
+    if retiring || (degraded && job.spec.is_gang()) {
+        0
+    } else if degraded {
+        let regular = a.parts().filter(|p| p.priority == Priority::Regular);
+        regular.map(|p| p.running_vms.min(p.vms)).sum::<u32>() * (a.gpus / a.vms.max(1))
+    } else {
+        a.regular_gpus()
+    }
+}
+
+/// The most `vms` of the attempt's VMs ([`holds`]: all it was asked for, or those running) may
+/// bill per hour: a mixed fleet's regular VMs at their price, its spot VMs as [`billed_at_most`].
+pub(crate) fn billed_per_hour(a: &Attempt, vms: u32) -> f64 {
+    match a.regular {
+        None => f64::from(vms) * billed_at_most(a),
+        Some(r) => {
+            let regular = vms.min(if vms >= a.target().vms { r.vms } else { r.running_vms });
+            f64::from(regular) * r.price_per_hour + f64::from(vms - regular) * billed_at_most(a)
+        }
+    }
+}
+
+/// The most a VM of the attempt (a mixed fleet's spot VM) may bill per hour: its price, or a spot VM's max price when it has
 /// one (the cloud evicts it before it costs more).
 pub(crate) fn billed_at_most(a: &Attempt) -> f64 {
     match (a.priority, a.max_price_per_vm) {
@@ -252,7 +280,9 @@ pub(crate) fn waiting_change(job: &Job, why: Vec<String>, offers: OfferFilterCou
 /// fleet name deterministic, the fleet's alternative sizes ranked) and the job's `Placed` edit.
 /// `price` is the cloud's price per VM-hour; `cap` the spot cap per VM the solver planned within.
 /// `earlier` are the job's attempts so far (stored, so a restart sees them): what those that ran
-/// in the placement's region moved there is not billed again.
+/// in the placement's region moved there is not billed again. With `regular` (a regular
+/// placement of the job on the same region and size as the spot placement `p`, and its price per
+/// VM-hour) the attempt is one mixed fleet of both ([`super::mixed::pairs`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn intent<'a>(
     st: &LoopState,
@@ -261,21 +291,37 @@ pub(crate) fn intent<'a>(
     job: &Job,
     p: &solver::Placement,
     (price, cap): (f64, Option<f64>),
+    regular: Option<(&solver::Placement, f64)>,
     data: Option<&(String, Option<f64>)>,
     earlier: impl IntoIterator<Item = &'a Attempt>,
 ) -> Option<(Attempt, Change)> {
     let size = catalog.size(&p.size)?;
     let priority = p.priority;
+    // A mixed fleet's alternatives serve both parts: none either part's offer is blocked in.
+    let priorities: &[Priority] = if regular.is_some() { &[Priority::Spot, Priority::Regular] } else { &[priority] };
     let alternatives: Vec<String> = catalog
         .ranked_sizes(&size.name, &p.region, priority, usize::MAX)
         .into_iter()
         .skip(1) // the chosen size itself
         .filter(|name| !st.world.restricted(&p.region, name))
         .filter(|name| {
-            catalog.size(name).is_some_and(|s| st.world.block_for(&p.region, name, &s.family, priority, now).is_none())
+            catalog.size(name).is_some_and(|s| {
+                priorities.iter().all(|&pr| st.world.block_for(&p.region, name, &s.family, pr, now).is_none())
+            })
         })
         .take(MAX_ALTERNATIVES)
         .collect();
+    let part = regular.map(|(r, price)| AttemptPart {
+        vms: r.vms,
+        min_vms: r.vms,
+        gpus: r.gpus,
+        price_per_hour: price,
+        running_vms: 0,
+    });
+    let (vms, gpus) = match part {
+        Some(r) => (p.vms + r.vms, p.gpus + r.gpus),
+        None => (p.vms, p.gpus),
+    };
     let number = job.attempts + 1;
     let attempt = Attempt {
         job_id: job.id.clone(),
@@ -285,11 +331,11 @@ pub(crate) fn intent<'a>(
         size: size.name.clone(),
         alternatives,
         priority,
-        vms: p.vms,
+        vms,
         min_vms: None,
         growing_to: None,
-        gpus: p.gpus,
-        vcpus: p.vms as u64 * size.vcpus as u64,
+        gpus,
+        vcpus: vms as u64 * size.vcpus as u64,
         family: size.family.clone(),
         price_per_hour: price,
         max_price_per_vm: if priority == Priority::Spot { cap.map(|c| c.max(price)) } else { None },
@@ -306,14 +352,21 @@ pub(crate) fn intent<'a>(
         accounted_until_ms: None,
         failure: None,
         failure_class: None,
+        regular: part,
     };
-    let mut message = format!(
-        "attempt {number}: {} × {} {} in {} at ${:.3}/VM-hour, fleet {}",
-        p.vms, size.name, priority, p.region, price, attempt.fleet_name
-    );
+    let mut message = match part {
+        None => format!(
+            "attempt {number}: {} × {} {} in {} at ${:.3}/VM-hour, fleet {}",
+            p.vms, size.name, priority, p.region, price, attempt.fleet_name
+        ),
+        Some(r) => format!(
+            "attempt {number}: {} × {} in {}, {} regular at ${:.3}/VM-hour and {} spot at ${:.3}/VM-hour in one mixed fleet {}",
+            vms, size.name, p.region, r.vms, r.price_per_hour, p.vms, price, attempt.fleet_name
+        ),
+    };
     let already_gb = accounting::already_moved_gb(earlier, &p.region, number);
     let (note, egress_gb, egress_usd) =
-        data_note(catalog, data, &p.region, (job.spec.is_gang(), p.gpus, job.wanted_gpus()), already_gb);
+        data_note(catalog, data, &p.region, (job.spec.is_gang(), gpus, job.wanted_gpus()), already_gb);
     message.push_str(&note);
     let attempt = Attempt { egress_gb, egress_usd, ..attempt };
     let edit = JobEdit::Placed {

@@ -159,11 +159,14 @@ impl Controller {
         // the whole-trace profile (#21).
         let mut by_offer: BTreeMap<(&str, &str, Priority), (u64, f64, i64)> = BTreeMap::new();
         for a in running {
-            let e = by_offer.entry((a.region.as_str(), a.size.as_str(), a.priority)).or_default();
-            e.0 += u64::from(a.running_vms);
-            e.1 += a.running_vms as f64 * (a.gpus as f64 / a.vms.max(1) as f64);
-            e.2 += (a.running_vms as u64 * a.gpus as u64 / a.vms.max(1) as u64) as i64;
-            rate += a.running_vms as f64 * a.price_per_hour;
+            // A mixed fleet's parts are billed at their own priority and price.
+            for part in a.parts() {
+                let e = by_offer.entry((a.region.as_str(), a.size.as_str(), part.priority)).or_default();
+                e.0 += u64::from(part.running_vms);
+                e.1 += part.running_vms as f64 * (a.gpus as f64 / a.vms.max(1) as f64);
+                e.2 += (part.running_vms as u64 * a.gpus as u64 / a.vms.max(1) as u64) as i64;
+                rate += part.running_vms as f64 * part.price_per_hour;
+            }
         }
         for ((region, size, priority), (vms, share, gpus)) in by_offer {
             // Billed GPUs are the VMs' GPUs, whether or not the job uses them all (a size the

@@ -13,7 +13,9 @@ use super::metrics::FilterLabel;
 use super::round::{ControlError, RoundReport};
 use super::snapshot::Snapshot;
 use super::world::our_usage;
-use super::{Controller, LoopState, cleanup, dependencies, growth, placement, quota_watch, stage_deadlines};
+use super::{
+    Controller, LoopState, cleanup, demand, dependencies, growth, mixed, placement, quota_watch, stage_deadlines,
+};
 use crate::model::{Attempt, EventKind, Job};
 use crate::records::{AttemptsBy, Lookup};
 
@@ -179,15 +181,28 @@ impl Controller {
         self.act(st, snap, report, waiting).await?;
         let Some(plan) = plan else { return Ok(0) };
         let mut refused = 0;
-        for p in &plan.placements {
+        let mixes = |id: &str| snap.jobs.get(id).is_some_and(|j| demand::regular_base(j).is_some());
+        let fleets = mixed::pairs(&plan.placements, mixes);
+        for fleet in fleets {
+            let (p, regular) = match fleet {
+                mixed::Fleets::One(p) => (p, None),
+                mixed::Fleets::Mixed { spot, regular } => (spot, Some(regular)),
+            };
             let (job_id, _) = DemandPart::parse(&p.job);
             let Some(job) = snap.jobs.get(job_id).cloned() else { continue };
-            if !placement::wanted(st, &job, p) {
-                continue;
-            }
-            let price = placement::price_and_cap(st, &self.catalog, p, caps.get(p.job.as_str()).copied().flatten());
-            // Where the job already runs a fleet of that offer, the fleet grows instead.
-            let action = match growth::fleet_to_grow(snap, st, &job, p, price.0) {
+            let wanted = |x: &&solver::Placement| placement::wanted(st, &job, x);
+            let (p, regular) = match (Some(p).filter(wanted), regular.filter(wanted)) {
+                (Some(p), regular) => (p, regular),
+                (None, Some(regular)) => (regular, None),
+                (None, None) => continue,
+            };
+            let cap_of = |p: &solver::Placement| caps.get(p.job.as_str()).copied().flatten();
+            let price = placement::price_and_cap(st, &self.catalog, p, cap_of(p));
+            let regular = regular.map(|r| (r, placement::price_and_cap(st, &self.catalog, r, cap_of(r)).0));
+            // Where the job already runs a fleet of that offer, the fleet grows instead (a mixed
+            // fleet is asked for whole).
+            let grows = if regular.is_none() { growth::fleet_to_grow(snap, st, &job, p, price.0) } else { None };
+            let action = match grows {
                 Some(a) => Action::Grow(growth::grow(a, p)),
                 None => {
                     // The job's attempts that ended are not in the snapshot (it holds the active
@@ -196,7 +211,8 @@ impl Controller {
                         Some((from, Some(_))) if *from != p.region => self.store.find(AttemptsBy::Job(job_id))?,
                         _ => Vec::new(),
                     };
-                    match placement::intent(st, &self.catalog, now, &job, p, price, data.get(job_id), &earlier) {
+                    let data = data.get(job_id);
+                    match placement::intent(st, &self.catalog, now, &job, p, price, regular, data, &earlier) {
                         Some((_, change)) => Action::Place(change),
                         None => continue,
                     }

@@ -30,14 +30,27 @@ pub(crate) struct Watched {
     pub evicted: bool,
 }
 
-/// VMs running as the cloud says now: none for a failed, deleting or vanished fleet; what was last
-/// seen when the fleet could not be read.
-pub(crate) fn observed_vms(a: &Attempt, seen: Option<&Seen>) -> u32 {
+/// VMs running as the cloud says now (none for a failed, deleting or vanished fleet; what was last
+/// seen when the fleet could not be read), and of them the regular part's of a mixed fleet (0 for
+/// any other): the cloud
+/// counts a mixed fleet's spot part in the fleet's own `running_vms` and its regular part beside
+/// it (`Fleet::regular`).
+pub(crate) fn observed_parts(a: &Attempt, seen: Option<&Seen>) -> (u32, u32) {
+    let regular_vms = a.regular.map_or(0, |r| r.vms);
     match seen.and_then(|s| s.fleet.as_ref()) {
-        Some(Ok(f)) if matches!(f.provisioning_state, ProvisioningState::Failed | ProvisioningState::Deleting) => 0,
-        Some(Ok(f)) => f.running_vms.unwrap_or(a.vms),
-        Some(Err(CloudError::NotFound { .. })) => 0,
-        Some(Err(_)) | None => a.running_vms,
+        Some(Ok(f)) if matches!(f.provisioning_state, ProvisioningState::Failed | ProvisioningState::Deleting) => {
+            (0, 0)
+        }
+        Some(Ok(f)) => {
+            let spot = f.running_vms.unwrap_or(a.vms - regular_vms);
+            let regular = match a.regular {
+                Some(r) => f.regular.and_then(|p| p.running_vms).unwrap_or(r.vms),
+                None => 0,
+            };
+            (spot + regular, regular)
+        }
+        Some(Err(CloudError::NotFound { .. })) => (0, 0),
+        Some(Err(_)) | None => (a.running_vms, a.regular.map_or(0, |r| r.running_vms)),
     }
 }
 
@@ -58,9 +71,11 @@ pub(crate) fn watch(
         return Watched::default();
     }
     let (mut a, mut job) = (attempt.clone(), job.clone());
-    let observed = observed_vms(&a, snap.seen.get(key));
+    let (observed, observed_regular) = observed_parts(&a, snap.seen.get(key));
     let settled_until = a.accounted_until_ms.or(a.running_since_ms).unwrap_or(now);
-    let before = (a.running_vms, a.below_min_since_ms, job.state, job.awaiting_failover, job.evictions);
+    let regular_running = |a: &Attempt| a.regular.map(|r| r.running_vms);
+    let before =
+        (a.running_vms, regular_running(&a), a.below_min_since_ms, job.state, job.awaiting_failover, job.evictions);
     let scale = overlap_scale(&job, snap.attempts_of(&job.id));
     let spend = accrue(&mut a, &mut job, now, scale);
     // Running VMs are billed at the offer's price now (a spot price moves): what ran so far was
@@ -71,6 +86,14 @@ pub(crate) fn watch(
         && p != a.price_per_hour
     {
         a.price_per_hour = p;
+        repriced = true;
+    }
+    if st.prices_moved
+        && let Some(r) = a.regular.as_mut()
+        && let Some(p) = st.world.list_price(catalog, &a.region, &a.size, Priority::Regular)
+        && p != r.price_per_hour
+    {
+        r.price_per_hour = p;
         repriced = true;
     }
     let mut out = Watched::default();
@@ -86,11 +109,11 @@ pub(crate) fn watch(
         }
         None => false,
     };
-    let mut lost_block = None;
+    let mut lost_blocks = Vec::new();
     let mut notice_block = None;
     if observed < a.vms {
         out.evicted = observed < a.running_vms; // VMs lost since the last look
-        lost_block = fewer_vms(snap, st, config, &mut a, &mut job, observed, &mut events);
+        lost_blocks = fewer_vms(snap, st, config, &mut a, &mut job, (observed, observed_regular), &mut events);
         out.delete_fleet = observed == 0;
     } else if a.below_min_since_ms.is_some() {
         a.below_min_since_ms = None;
@@ -103,7 +126,10 @@ pub(crate) fn watch(
         notice_block = agent_trouble(snap, st, &a, &mut job, why, &mut events);
     }
     a.running_vms = observed;
-    let blocks: Vec<_> = growth_block.into_iter().chain(lost_block).chain(notice_block).collect();
+    if let Some(r) = a.regular.as_mut() {
+        r.running_vms = observed_regular;
+    }
+    let blocks: Vec<_> = growth_block.into_iter().chain(lost_blocks).chain(notice_block).collect();
     if out.delete_fleet {
         // Nothing left to keep running: end the attempt now so the job is placed afresh.
         a.state = AttemptState::Failed;
@@ -126,7 +152,15 @@ pub(crate) fn watch(
         || repriced
         || finished.is_some()
         || !events.is_empty()
-        || before != (a.running_vms, a.below_min_since_ms, job.state, job.awaiting_failover, job.evictions);
+        || before
+            != (
+                a.running_vms,
+                regular_running(&a),
+                a.below_min_since_ms,
+                job.state,
+                job.awaiting_failover,
+                job.evictions,
+            );
     let settle_due = config.settle_interval_ms.is_some_and(|i| now - settled_until >= i);
     if !changed && !settle_due {
         return out;
@@ -152,10 +186,11 @@ pub(crate) fn watch(
 fn quiet(snap: &Snapshot, st: &LoopState, config: &ControlConfig, (key, a): (&str, &Attempt), job: &Job) -> bool {
     let now = snap.now;
     let settled_until = a.accounted_until_ms.or(a.running_since_ms).unwrap_or(now);
-    let observed = observed_vms(a, snap.seen.get(key));
+    let (observed, observed_regular) = observed_parts(a, snap.seen.get(key));
     let still = a.state == AttemptState::Running
         && observed == a.vms
         && observed == a.running_vms
+        && a.regular.is_none_or(|r| observed_regular == r.running_vms)
         && a.below_min_since_ms.is_none()
         && a.growing_to.is_none()
         && !st.prices_moved
@@ -196,33 +231,48 @@ pub(crate) fn surplus(snap: &Snapshot, config: &ControlConfig, job: &Job) -> Vec
     out
 }
 
-/// The fleet runs fewer VMs than the attempt holds: count what was lost, block the offer once the
-/// shortfall outlasts the grace period (or the fleet is empty), and mark the job for failover when
-/// it must move. Returns the block it added.
+/// The fleet runs fewer VMs than the attempt holds (`observed`: all of them, and of them the
+/// regular part's of a mixed fleet): count what was lost, block the offer of each short part once
+/// the shortfall outlasts the grace period (or the fleet is empty), and mark the job for failover
+/// when it must move. Returns the blocks it added.
 fn fewer_vms(
     snap: &Snapshot,
     st: &mut LoopState,
     config: &ControlConfig,
     a: &mut Attempt,
     job: &mut Job,
-    observed: u32,
+    (observed, observed_regular): (u32, u32),
     events: &mut Vec<(EventKind, String)>,
-) -> Option<BlockedOffer> {
+) -> Vec<BlockedOffer> {
     let now = snap.now;
-    lost_vms(st, a, job, observed, now, events);
+    lost_vms(st, a, job, (observed, observed_regular), now, events);
     let degraded = observed == 0 || now - a.below_min_since_ms.unwrap_or(now) >= config.below_min_grace_ms;
-    let mut block = None;
-    if degraded && (observed == 0 || st.world.block_for(&a.region, &a.size, &a.family, a.priority, now).is_none()) {
-        // The cloud took VMs and did not give them back: the only sign of a shortage or an
-        // outage Azure gives. Block the offer so the job's next placement (or top-up) goes
-        // elsewhere rather than ask the offer that just failed it.
-        let b = error_policy::lost_vms_block(&a.region, &a.size, a.priority, now);
-        st.world.add_block(b.clone());
-        block = Some(b);
+    let mut blocks = Vec::new();
+    // The parts short of VMs: a mixed fleet's spot part evicted leaves its regular offer alone.
+    let short: Vec<Priority> = match a.regular {
+        None => vec![a.priority],
+        Some(r) => [
+            (Priority::Spot, observed - observed_regular < a.vms - r.vms),
+            (Priority::Regular, observed_regular < r.vms),
+        ]
+        .into_iter()
+        .filter_map(|(p, short)| short.then_some(p))
+        .collect(),
+    };
+    for priority in short {
+        if degraded && (observed == 0 || st.world.block_for(&a.region, &a.size, &a.family, priority, now).is_none()) {
+            // The cloud took VMs and did not give them back: the only sign of a shortage or an
+            // outage Azure gives. Block the offer so the job's next placement (or top-up) goes
+            // elsewhere rather than ask the offer that just failed it.
+            let b = error_policy::lost_vms_block(&a.region, &a.size, priority, now);
+            st.world.add_block(b.clone());
+            blocks.push(b);
+        }
     }
     // A gang below its minimum does nothing and moves as a whole; a splittable job moves only
     // when a fleet lost everything and nothing else runs for it (otherwise what it lost is
-    // topped up beside what still runs, and the job keeps running).
+    // topped up beside what still runs, and the job keeps running: a mixed fleet's regular part
+    // runs on through its spot part's evictions).
     let moves = job.spec.is_gang() || (observed == 0 && !snap.others_active(&a.job_id, a.number));
     if degraded && moves && !job.awaiting_failover {
         let failure = format!(
@@ -237,7 +287,7 @@ fn fewer_vms(
         let msg = format!("attempt {} has {observed} of {} VMs; placing the job again", a.number, a.vms);
         place_again(job, a, now, failure, msg, events);
     }
-    block
+    blocks
 }
 
 /// The agents say these VMs cannot carry the work while the cloud still counts them: place the
@@ -291,12 +341,13 @@ fn place_again(
 }
 
 /// The fleet has fewer VMs than asked: note since when, and count an eviction (rolling the work
-/// the lost VMs carried back to the last checkpoint) when VMs were lost since the last look.
+/// the lost VMs carried back to the last checkpoint) when VMs were lost since the last look. A
+/// mixed fleet's loss is an eviction only when its spot part lost VMs.
 fn lost_vms(
     st: &mut LoopState,
     a: &mut Attempt,
     job: &mut Job,
-    observed: u32,
+    (observed, observed_regular): (u32, u32),
     now: i64,
     events: &mut Vec<(EventKind, String)>,
 ) {
@@ -310,7 +361,13 @@ fn lost_vms(
     if lost_vms == 0 {
         return;
     }
-    if a.priority == Priority::Spot {
+    let lost_regular = a.regular.map_or(0, |r| r.running_vms.saturating_sub(observed_regular));
+    let what = match a.regular {
+        None => a.priority.to_string(),
+        Some(_) if lost_regular == 0 => "spot, of the mixed fleet's spot part".to_string(),
+        Some(_) => format!("{lost_regular} of them regular, of the mixed fleet's regular part"),
+    };
+    if a.priority == Priority::Spot && lost_vms > lost_regular {
         job.evictions += 1;
         st.deadline.evicted_spot.insert(a.region.clone());
     }
@@ -318,8 +375,8 @@ fn lost_vms(
     events.push((
         EventKind::Evicted,
         format!(
-            "{lost_vms} of {} VMs of attempt {} lost in {} ({}); {lost:.2} GPU-hours of work since the last checkpoint lost",
-            a.vms, a.number, a.region, a.priority
+            "{lost_vms} of {} VMs of attempt {} lost in {} ({what}); {lost:.2} GPU-hours of work since the last checkpoint lost",
+            a.vms, a.number, a.region
         ),
     ));
 }

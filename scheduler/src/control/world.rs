@@ -63,10 +63,16 @@ pub fn our_usage<'a>(attempts: impl Iterator<Item = &'a Attempt>) -> BTreeMap<(S
     // keys made per attempt (the family normalised, region and key copied) were most of its cost.
     let mut per_offer: BTreeMap<(&str, Priority, &str), (u64, u64)> = BTreeMap::new();
     for a in attempts.filter(|a| a.is_active()) {
-        let in_flight = if a.state == crate::model::AttemptState::Provisioning { a.vcpus } else { 0 };
-        let e = per_offer.entry((a.region.as_str(), a.priority, a.family.as_str())).or_default();
-        e.0 += a.vcpus;
-        e.1 += in_flight;
+        let provisioning = a.state == crate::model::AttemptState::Provisioning;
+        // A mixed fleet's parts draw their own pools: its regular VMs' vCPUs are taken out of its
+        // total and counted at regular priority.
+        let regular_vcpus = a.regular.map_or(0, |r| a.vcpus_per_vm() * u64::from(r.vms)).min(a.vcpus);
+        let parts = [(a.priority, a.vcpus - regular_vcpus), (Priority::Regular, regular_vcpus)];
+        for (priority, vcpus) in parts.into_iter().filter(|&(_, v)| v > 0) {
+            let e = per_offer.entry((a.region.as_str(), priority, a.family.as_str())).or_default();
+            e.0 += vcpus;
+            e.1 += if provisioning { vcpus } else { 0 };
+        }
     }
     let mut out: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
     for ((region, priority, family), (vcpus, in_flight)) in per_offer {

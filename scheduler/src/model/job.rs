@@ -232,6 +232,13 @@ impl AttemptState {
 }
 
 /// One placement of a job on one fleet.
+///
+/// A fleet has one priority, or is *mixed* (`regular` is set): one size in one region, some VMs
+/// spot and some regular, as Compute Fleet runs them side by side in one fleet. The counts below
+/// (`vms`, `gpus`, `vcpus`, `running_vms`) are the whole fleet's, both parts; `priority` is spot,
+/// and the price and max price are the spot part's; [`Attempt::regular`] is the regular part.
+/// What depends on the priority (quota pools, prices, evictions) reads the parts
+/// ([`Attempt::parts`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Attempt {
     /// The job it belongs to.
@@ -314,6 +321,40 @@ pub struct Attempt {
     /// The failure's class, when it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_class: Option<super::FailureClass>,
+    /// A mixed fleet's regular part (its VMs and GPUs are also counted in the attempt's totals);
+    /// `None` for a fleet of one priority.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regular: Option<AttemptPart>,
+}
+
+/// The regular part of a mixed attempt: the VMs of the fleet that are regular, their price, and
+/// how many of them ran at the last look.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct AttemptPart {
+    /// Regular VMs asked for.
+    pub vms: u32,
+    /// The part's minimum (`minCapacity` of the regular profile; fixed at creation).
+    pub min_vms: u32,
+    /// GPUs the regular VMs carry for the job.
+    pub gpus: u32,
+    /// Price per regular VM-hour.
+    pub price_per_hour: f64,
+    /// Regular VMs running at the last look.
+    #[serde(default)]
+    pub running_vms: u32,
+}
+
+/// One priority's share of an attempt, as the rules that depend on the priority read it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PartShare {
+    /// Spot or regular.
+    pub priority: Priority,
+    /// VMs of this priority (the target during a growth).
+    pub vms: u32,
+    /// Of which running at the last look.
+    pub running_vms: u32,
+    /// Price per VM-hour.
+    pub price_per_hour: f64,
 }
 
 impl Attempt {
@@ -330,6 +371,57 @@ impl Attempt {
     /// vCPUs per VM of the attempt's size.
     pub fn vcpus_per_vm(&self) -> u64 {
         self.vcpus / u64::from(self.target().vms.max(1))
+    }
+
+    /// True for a mixed fleet (spot and regular parts).
+    pub fn is_mixed(&self) -> bool {
+        self.regular.is_some()
+    }
+
+    /// The attempt by priority: one share for a fleet of one priority; for a mixed fleet the spot
+    /// part, then the regular part. The one place the totals are split.
+    pub fn parts(&self) -> impl Iterator<Item = PartShare> {
+        let target = self.target().vms;
+        let (main, regular) = match self.regular {
+            None => (
+                PartShare {
+                    priority: self.priority,
+                    vms: target,
+                    running_vms: self.running_vms,
+                    price_per_hour: self.price_per_hour,
+                },
+                None,
+            ),
+            Some(r) => (
+                PartShare {
+                    priority: Priority::Spot,
+                    vms: target.saturating_sub(r.vms),
+                    running_vms: self.running_vms.saturating_sub(r.running_vms),
+                    price_per_hour: self.price_per_hour,
+                },
+                Some(PartShare {
+                    priority: Priority::Regular,
+                    vms: r.vms,
+                    running_vms: r.running_vms,
+                    price_per_hour: r.price_per_hour,
+                }),
+            ),
+        };
+        std::iter::once(main).chain(regular)
+    }
+
+    /// GPUs on regular VMs: all of a regular fleet's, a mixed fleet's regular part's.
+    pub fn regular_gpus(&self) -> u32 {
+        match (self.regular, self.priority) {
+            (Some(r), _) => r.gpus,
+            (None, Priority::Regular) => self.target().gpus,
+            (None, Priority::Spot) => 0,
+        }
+    }
+
+    /// USD per hour the running VMs are billed now, over both parts.
+    pub fn running_usd_per_hour(&self) -> f64 {
+        self.parts().map(|p| f64::from(p.running_vms) * p.price_per_hour).sum()
     }
 }
 

@@ -128,6 +128,15 @@ pub struct JobSpec {
     /// Spot policy; defaults to `allowed` for batch and `never` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spot: Option<SpotPolicy>,
+    /// A guaranteed base of the job's GPUs on regular VMs, the rest under its spot policy: the
+    /// loop places the two in one mixed fleet (Compute Fleet's regular and spot profiles together)
+    /// where they land on the same region and size, and a spot eviction leaves the regular base
+    /// running. Splittable jobs only (batch that is not a gang, inference); for an inference
+    /// service a multiple of `gpus` (`replicas.min × gpus` keeps the minimum replicas on regular).
+    /// Absent: no base, every GPU under the spot policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 4096)]
+    pub regular_gpus: Option<u32>,
     /// Cap on the job's total price per hour (all its VMs), USD.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(exclusive_minimum = 0, maximum = 1000000)]
@@ -317,6 +326,7 @@ impl JobSpec {
             ("min_gpus_per_vm", self.min_gpus_per_vm),
             ("checkpoint_interval_minutes", self.checkpoint_interval_minutes),
             ("priority", Some(self.priority)),
+            ("regular_gpus", self.regular_gpus),
         ];
         for (field, value) in ints {
             if let (true, Some(v), Some(bounds)) = (ok(field), value, int_bounds(field))
@@ -445,6 +455,9 @@ impl JobSpec {
         if ok("kind") && self.kind == JobKind::Inference && self.gang == Some(true) {
             errs.push("gang", "inference replicas are placed independently; leave gang out");
         }
+        if ok("regular_gpus") && ok("kind") && ok("gpus") && ok("replicas") {
+            self.check_regular_gpus(&mut errs);
+        }
         self.validate_work(&mut errs);
         // Only when the filters themselves are valid is "nothing matches" a meaningful message.
         if errs.is_empty() && whole && broken.is_empty() {
@@ -474,6 +487,34 @@ impl JobSpec {
 }
 
 impl JobSpec {
+    /// The checks of `regular_gpus`: a base only a splittable job can keep while its spot part
+    /// comes and goes (a gang stops whole on any loss), at most what the job wants, whole replicas
+    /// for a service, and regular VMs its spot policy lets it have.
+    fn check_regular_gpus(&self, errs: &mut FieldErrors) {
+        let Some(base) = self.regular_gpus else { return };
+        if self.is_gang() {
+            errs.push(
+                "regular_gpus",
+                "only splittable jobs (batch with gang = false, inference) keep a regular base; a gang runs whole",
+            );
+            return;
+        }
+        if self.spot == Some(SpotPolicy::Only) && base > 0 {
+            errs.push("regular_gpus", "spot = \"only\" runs nothing on regular VMs; leave regular_gpus out");
+        }
+        let wanted = self.wanted_gpus();
+        if base > wanted {
+            let what = if self.replicas.is_some() { "replicas.desired × gpus" } else { "gpus" };
+            errs.push("regular_gpus", format!("must be at most {what} ({wanted}; got {base})"));
+        }
+        if self.kind == JobKind::Inference && self.gpus > 0 && base % self.gpus != 0 {
+            errs.push(
+                "regular_gpus",
+                format!("must be whole replicas, a multiple of gpus ({}; got {base})", self.gpus),
+            );
+        }
+    }
+
     /// The checks of what the job runs (`run`, `setup`, `envs`, `workdir`, `image`, restarts, idle).
     fn validate_work(&self, errs: &mut FieldErrors) {
         check_script(errs, "run", self.run.as_deref());
@@ -618,6 +659,7 @@ pub fn int_bounds(field: &str) -> Option<IntBounds> {
         "min_gpus_per_vm" => b(1, 8, ": no Azure size has more GPUs per VM"),
         "checkpoint_interval_minutes" => b(1, MAX_CHECKPOINT_MINUTES as i128, ", a year"),
         "priority" => b(1, 1000, ""),
+        "regular_gpus" => b(0, MAX_GPUS as i128, ", the most one job may ask for"),
         "replicas.min" | "replicas.desired" => b(1, MAX_REPLICAS as i128, ""),
         _ => None,
     }

@@ -24,7 +24,7 @@ pub use blocked_offer::BlockedOffer;
 pub use failure_class::FailureClass;
 pub use field_error::{FieldError, FieldErrors};
 pub use fleet_operation::FleetOperation;
-pub use job::{Attempt, AttemptState, Capacity, Job, JobState, fleet_name};
+pub use job::{Attempt, AttemptPart, AttemptState, Capacity, Job, JobState, PartShare, fleet_name};
 pub use job_event::{EventKind, JobEvent};
 pub use job_spec::{
     IntBounds, JobKind, JobSpec, MAX_BUDGET_USD, MAX_CHECKPOINT_MINUTES, MAX_DATA_GB, MAX_DEADLINE_DAYS,

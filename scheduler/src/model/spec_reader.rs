@@ -81,6 +81,7 @@ pub(super) const SPEC_FIELDS: &[&str] = &[
     "data_region",
     "data_gb",
     "spot",
+    "regular_gpus",
     "max_price_per_hour",
     "budget",
     "duration_hours",
@@ -139,6 +140,7 @@ pub(super) fn read(value: Value) -> Result<ReadSpec, FieldErrors> {
     let data_region = r.optional("data_region", |v| v.as_str().map(String::from), "must be a region name (a string)");
     let data_gb = r.number("data_gb");
     let spot = r.optional("spot", parse_spot, "must be one of never, allowed, preferred, only");
+    let regular_gpus = r.optional_int("regular_gpus");
     let max_price_per_hour = r.number("max_price_per_hour");
     let budget = r.number("budget");
     let duration_hours = r.number("duration_hours");
@@ -174,6 +176,7 @@ pub(super) fn read(value: Value) -> Result<ReadSpec, FieldErrors> {
         data_region,
         data_gb,
         spot,
+        regular_gpus,
         max_price_per_hour,
         budget,
         duration_hours,

@@ -120,6 +120,7 @@ pub fn map_job(
         data_region: None,
         data_gb: None,
         spot: Some(spot),
+        regular_gpus: None,
         max_price_per_hour: None,
         budget: None,
         duration_hours: Some(hours),

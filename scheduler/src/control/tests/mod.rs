@@ -79,6 +79,7 @@ fn attempt(job_id: &str, number: u32, state: AttemptState, priority: Priority) -
         accounted_until_ms: (state == AttemptState::Running).then_some(NOW - 3_600_000),
         failure: None,
         failure_class: None,
+        regular: None,
     }
 }
 
