@@ -227,3 +227,30 @@ fn acceptable_sizes_follow_kind_models_and_min_gpus() {
     assert!(inf.acceptable_sizes(&cat).iter().all(|s| s.workloads.contains(&JobKind::Inference.workload())));
     assert!(inf.acceptable_sizes(&cat).iter().all(|s| !s.is_fractional()));
 }
+
+/// #22: a regular base only a splittable job keeps, within what it wants, in whole replicas for a
+/// service, and not with a spot policy that runs nothing on regular VMs.
+#[test]
+fn a_regular_base_is_checked_against_the_jobs_kind_size_and_spot_policy() {
+    let spec = check("name = \"b\"\nkind = \"batch\"\ngpus = 8\nregular_gpus = 2\n").unwrap();
+    assert_eq!(spec.regular_gpus, Some(2));
+    let service =
+        "name = \"s\"\nkind = \"inference\"\ngpus = 2\nspot = \"allowed\"\n[replicas]\nmin = 2\ndesired = 4\n";
+    assert_eq!(check(&format!("regular_gpus = 4\n{service}")).unwrap().regular_gpus, Some(4), "replicas.min × gpus");
+    let errs = check("name = \"a\"\nkind = \"training\"\ngpus = 8\nregular_gpus = 2\n").unwrap_err();
+    assert_eq!(fields(&errs), ["regular_gpus"], "a gang runs whole: {errs:?}");
+    let errs = check("name = \"b\"\nkind = \"batch\"\ngang = true\ngpus = 8\nregular_gpus = 2\n").unwrap_err();
+    assert_eq!(fields(&errs), ["regular_gpus"], "{errs:?}");
+    let errs = check("name = \"b\"\nkind = \"batch\"\ngpus = 8\nregular_gpus = 9\n").unwrap_err();
+    assert_eq!(errs, ["regular_gpus: must be at most gpus (8; got 9)"]);
+    let errs = check(&format!("regular_gpus = 3\n{service}")).unwrap_err();
+    assert_eq!(errs, ["regular_gpus: must be whole replicas, a multiple of gpus (2; got 3)"]);
+    let errs = check(&format!("regular_gpus = 10\n{service}")).unwrap_err();
+    assert_eq!(errs, ["regular_gpus: must be at most replicas.desired × gpus (8; got 10)"]);
+    let errs = check("name = \"b\"\nkind = \"batch\"\ngpus = 8\nspot = \"only\"\nregular_gpus = 2\n").unwrap_err();
+    assert_eq!(fields(&errs), ["regular_gpus"], "{errs:?}");
+    let errs = check("name = \"b\"\nkind = \"batch\"\ngpus = 8\nregular_gpus = \"two\"\n").unwrap_err();
+    assert_eq!(errs, ["regular_gpus: must be a whole number (got \"two\")"]);
+    check("name = \"b\"\nkind = \"batch\"\ngpus = 8\nspot = \"never\"\nregular_gpus = 8\n")
+        .expect("all regular anyway");
+}

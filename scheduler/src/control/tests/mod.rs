@@ -1,6 +1,7 @@
 //! The round's decisions, tested without a cloud: snapshots built by hand, the loop's memory
 //! fresh, and the actions (and the records they carry) asserted.
 
+mod mixed;
 mod pipelines;
 mod placing;
 
