@@ -560,6 +560,11 @@ async fn openapi_lists_every_route() {
     for k in ["submitted", "placed", "running", "provisioning_failed", "failover", "succeeded", "cancelled"] {
         assert!(kinds.contains(&k), "event kind {k} not listed: {kinds:?}");
     }
+    // #22: a job's regular base, with its bounds, and a mixed fleet's regular part.
+    let base = &schemas["JobSpec"]["properties"]["regular_gpus"];
+    assert_eq!((base["minimum"].as_f64(), base["maximum"].as_f64()), (Some(0.0), Some(4096.0)), "{base}");
+    assert!(schemas["AttemptView"]["properties"].get("regular").is_some(), "{}", schemas["AttemptView"]);
+    assert!(schemas.contains_key("AttemptPartView"));
 }
 
 /// Parses OpenMetrics text strictly enough to catch a broken exposition: every sample line is
