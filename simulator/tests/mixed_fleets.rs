@@ -125,3 +125,92 @@ async fn a_regular_base_and_its_spot_rest_run_in_one_mixed_fleet_that_survives_a
     assert_eq!(cloud_usage(&h, &QuotaPool::Cores), 96, "the mixed fleet's regular part and the new fleet");
     assert_eq!(loop_usage(&h, &QuotaPool::Cores).await, 96);
 }
+
+/// The same job through `AzureCloud` → the ARM emulator (HTTP on loopback, api-version 2026-08-01,
+/// whose fleet VM list tells spot from regular VMs) → the simulated cloud: one fleet with both
+/// priority profiles, and a spot eviction seen over the wire that leaves the job on its regular
+/// part.
+#[tokio::test]
+async fn through_azure_cloud_a_mixed_fleet_is_one_fleet_with_both_profiles_and_survives_its_spot_part() {
+    use std::sync::Arc;
+
+    use scheduler::Catalog;
+    use scheduler::clock::{Clock, ManualClock};
+    use scheduler::cloud::Cloud;
+    use scheduler::cloud::azure::{AzureCloud, AzureConfig, CredentialKind};
+    use scheduler::control::{ControlMetrics, Controller};
+    use scheduler::jobs::JobService;
+    use simulator::arm_emulator::{EmulatorConfig, serve};
+    use simulator::sim_cloud::SimCloud;
+
+    const TOKEN: &str = "mixed-token";
+    let clock = Arc::new(ManualClock::new(support::START_MS));
+    let sim = Arc::new(SimCloud::new(one_region(), Catalog::builtin(), clock.clone()).expect("valid cloud"));
+    let mut ec = EmulatorConfig::new(TOKEN);
+    ec.retry_after_seconds = 0;
+    let emu = serve(ec, sim.clone()).await.expect("emulator starts");
+    let mut c = AzureConfig::new(emu.subscription(), "mixed");
+    c.management_endpoint = emu.base_url();
+    c.regions = vec!["eastus".into()];
+    c.credential = CredentialKind::StaticToken;
+    c.token = Some(TOKEN.into());
+    c.api_versions.fleet = "2026-08-01".into();
+    let azure = AzureCloud::new(c, Catalog::builtin()).expect("client builds").with_clock(clock.clone());
+    let store = state::Store::in_memory().expect("store");
+    let jobs = JobService::new(store.clone(), Arc::new(Catalog::builtin()), clock.clone()).without_flush();
+    let ctl = Controller::new(
+        store,
+        Arc::new(azure) as Arc<dyn Cloud>,
+        clock.clone() as Arc<dyn Clock>,
+        Arc::new(Catalog::builtin()),
+        config(),
+        ControlMetrics::unregistered(),
+    );
+    let round = |secs: i64| {
+        clock.advance_ms(secs * 1000);
+        ctl.reconcile()
+    };
+    let spec = JobSpec::parse(MIXED_BATCH, SpecFormat::Toml).expect("spec parses");
+    let job = jobs.submit(spec, None).expect("accepted").job;
+    let detail = |id: &str| jobs.detail(id).unwrap().unwrap();
+
+    let r = round(0).await.expect("round runs");
+    assert_eq!(r.placements, 1, "{r:?}");
+    let fleets = sim.fleets_snapshot();
+    assert_eq!(fleets.len(), 1, "one fleet over the wire: {fleets:?}");
+    let regular = fleets[0].regular.as_ref().expect("the body carried a regular profile");
+    assert_eq!((fleets[0].capacity_vms, fleets[0].min_capacity_vms), (2, 2), "the spot profile");
+    assert_eq!((regular.capacity_vms, regular.min_capacity_vms), (2, 2), "the regular profile");
+    let mut running = false;
+    for _ in 0..5 {
+        round(61).await.expect("round runs");
+        if detail(&job.id).job.state == JobState::Running {
+            running = true;
+            break;
+        }
+    }
+    assert!(running, "{:?}", detail(&job.id));
+    let quota = sim.quota_of("eastus").unwrap();
+    let used = |p: &QuotaPool| quota.iter().find(|q| &q.pool == p).map_or(0, |q| q.usage);
+    assert_eq!((used(&QuotaPool::LowPriorityCores), used(&QuotaPool::Cores)), (48, 48));
+
+    // Both spot VMs evicted (the capacity stays gone); the VM list shows 2 regular VMs running.
+    sim.set_capacity("eastus", SIZE, Priority::Spot, 0).unwrap();
+    round(61).await.expect("round runs");
+    let d = detail(&job.id);
+    let a = &d.attempts[0];
+    assert_eq!((a.state, a.running_vms, a.regular.map(|r| r.running_vms)), (AttemptState::Running, 2, Some(2)));
+    assert_eq!(
+        (d.job.state, d.job.evictions, d.job.failovers, d.job.awaiting_failover),
+        (JobState::Running, 1, 0, false)
+    );
+
+    // Past the grace period the lost GPUs are placed again; the mixed fleet's regular part runs on.
+    let r = round(121).await.expect("round runs");
+    assert_eq!((r.placements, r.failovers), (1, 0), "{r:?}");
+    let d = detail(&job.id);
+    assert_eq!(d.attempts.len(), 2);
+    assert_eq!((d.attempts[0].state, d.attempts[1].gpus), (AttemptState::Running, 2));
+    assert_eq!(sim.fleets_snapshot().len(), 2, "the mixed fleet stays");
+    drop(emu);
+}
