@@ -84,6 +84,9 @@ async fn a_regular_base_and_its_spot_rest_run_in_one_mixed_fleet_that_survives_a
     assert_eq!(h.jobs.get(&job.id).unwrap().unwrap().state, JobState::Running);
     let a = detail(&h, &job.id).attempts[0].clone();
     assert_eq!((a.running_vms, a.regular.map(|r| r.running_vms)), (4, Some(2)));
+    let view = serde_json::to_value(scheduler::api::views::AttemptView::from(&a)).unwrap();
+    assert_eq!((view["priority"].as_str(), view["vms"].as_u64()), (Some("spot"), Some(4)), "{view}");
+    assert_eq!(view["regular"]["vms"].as_u64(), Some(2), "the API shows the regular part: {view}");
 
     // Each part draws its own pools, in the cloud and in the loop's view of its own usage.
     let family = QuotaPool::Family("standardNCADSA100v4Family".into());

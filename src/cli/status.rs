@@ -203,3 +203,21 @@ async fn status(args: StatusArgs) -> Result<ExitCode, ClientError> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mixed_attempt_shows_both_parts_and_its_hourly_price_at_each_parts_price() {
+        let mixed = serde_json::json!({
+            "priority": "spot", "vms": 5, "price_per_hour": 1.0,
+            "regular": {"vms": 2, "running_vms": 2, "gpus": 2, "price_per_hour": 3.0}
+        });
+        assert_eq!(priority_cell(&mixed), "mixed: 2 regular + 3 spot");
+        assert_eq!(usd_per_hour(&mixed), 3.0 * 1.0 + 2.0 * 3.0);
+        let spot = serde_json::json!({"priority": "spot", "vms": 5, "price_per_hour": 1.0});
+        assert_eq!(priority_cell(&spot), "spot");
+        assert_eq!(usd_per_hour(&spot), 5.0);
+    }
+}

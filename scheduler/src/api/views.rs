@@ -225,6 +225,12 @@ pub struct AttemptPartView {
     pub price_per_hour: f64,
 }
 
+impl From<crate::model::AttemptPart> for AttemptPartView {
+    fn from(r: crate::model::AttemptPart) -> Self {
+        AttemptPartView { vms: r.vms, running_vms: r.running_vms, gpus: r.gpus, price_per_hour: r.price_per_hour }
+    }
+}
+
 impl From<&Attempt> for AttemptView {
     fn from(a: &Attempt) -> Self {
         AttemptView {
@@ -239,12 +245,7 @@ impl From<&Attempt> for AttemptView {
             running_vms: a.running_vms,
             gpus: a.gpus,
             price_per_hour: a.price_per_hour,
-            regular: a.regular.map(|r| AttemptPartView {
-                vms: r.vms,
-                running_vms: r.running_vms,
-                gpus: r.gpus,
-                price_per_hour: r.price_per_hour,
-            }),
+            regular: a.regular.map(Into::into),
             max_price_per_vm: a.max_price_per_vm,
             state: a.state,
             started_at_ms: a.started_at_ms,
@@ -348,14 +349,17 @@ pub struct PlacementSummaryView {
     pub region: String,
     /// VM size.
     pub size: String,
-    /// Spot or regular.
+    /// Spot or regular (spot for a mixed fleet, whose regular part is `regular`).
     pub priority: PriorityView,
-    /// VMs asked for.
+    /// VMs asked for (both parts of a mixed fleet).
     pub vms: u32,
-    /// GPUs the attempt carries.
+    /// GPUs the attempt carries (both parts of a mixed fleet).
     pub gpus: u32,
     /// Where the attempt is.
     pub state: AttemptState,
+    /// A mixed fleet's regular part; absent for a fleet of one priority.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regular: Option<AttemptPartView>,
 }
 
 impl From<&Attempt> for PlacementSummaryView {
@@ -368,6 +372,7 @@ impl From<&Attempt> for PlacementSummaryView {
             vms: a.vms,
             gpus: a.gpus,
             state: a.state,
+            regular: a.regular.map(|r| r.into()),
         }
     }
 }

@@ -58,6 +58,8 @@
   const usdFmt = new Intl.NumberFormat('en-US', { style: 'currency', currency: 'USD' });
   const usd = (n) => (n === null || n === undefined || !isFinite(n) ? '—' : usdFmt.format(Math.abs(n) < 0.005 ? 0 : n));
   const usdh = (n) => usd(n) + '/h';
+  // An attempt's priority; a mixed fleet (#22) names both parts' VMs.
+  const prio = (a) => (a.regular ? 'mixed: ' + a.regular.vms + ' regular + ' + (a.vms - a.regular.vms) + ' spot' : a.priority);
   const num = (n, d = 1) => (n === null || n === undefined || !isFinite(n) ? '—' : Number(n).toFixed(d).replace(/\.0+$/, ''));
   function dur(ms) {
     if (ms === null || ms === undefined || !isFinite(ms)) return '—';
@@ -576,8 +578,8 @@
     {
       key: 'placement',
       label: 'Region / size / priority',
-      get: (j) => (j.placement ? j.placement.region + ' ' + j.placement.size + ' ' + j.placement.priority : '~'),
-      cell: (j) => (j.placement ? [h('div', { text: j.placement.region }), h('div', { class: 'sub', title: j.placement.size, text: j.placement.vms + ' × ' + j.placement.size.replace(/^Standard_/, '') + ' · ' + j.placement.priority + (j.placement.state === 'running' || j.placement.state === 'provisioning' ? '' : ' (' + j.placement.state + ')') })] : h('span', { class: 'muted', text: '—' })),
+      get: (j) => (j.placement ? j.placement.region + ' ' + j.placement.size + ' ' + prio(j.placement) : '~'),
+      cell: (j) => (j.placement ? [h('div', { text: j.placement.region }), h('div', { class: 'sub', title: j.placement.size, text: j.placement.vms + ' × ' + j.placement.size.replace(/^Standard_/, '') + ' · ' + prio(j.placement) + (j.placement.state === 'running' || j.placement.state === 'provisioning' ? '' : ' (' + j.placement.state + ')') })] : h('span', { class: 'muted', text: '—' })),
     },
     { key: 'cost', label: 'Cost (USD)', num: true, get: (j) => j.cost_usd, cell: (j) => usd(j.cost_usd) },
     { key: 'wait', label: 'Waited', num: true, get: waitedMs, cell: (j) => dur(waitedMs(j)) },
@@ -882,7 +884,7 @@
     attempts.forEach((a, i) => {
       const row = 2 + i;
       const end = attemptEnd(a, attempts, now);
-      label(row, '#' + a.number + ' ' + a.region, a.vms + '× ' + a.size.replace(/^Standard_/, '') + ' ' + a.priority);
+      label(row, '#' + a.number + ' ' + a.region, a.vms + '× ' + a.size.replace(/^Standard_/, '') + ' ' + prio(a));
       const runFrom = a.running_since_ms;
       seg(row, a.started_at_ms, runFrom || end, 'seg-provisioning', 'attempt ' + a.number + ' provisioning', { data: { phase: 'provisioning', attempt: a.number } });
       if (runFrom) seg(row, runFrom, end, 'seg-running' + (a.priority === 'spot' ? ' spot' : ''), 'attempt ' + a.number + ' running (' + a.running_vms + '/' + a.vms + ' VMs)', { data: { phase: 'running', attempt: a.number } });
@@ -1119,7 +1121,7 @@
           'attempts',
           ['#', 'Region', 'Size', 'Priority', { label: 'VMs', num: true }, { label: 'GPUs', num: true }, { label: 'USD/h per VM', num: true }, { label: 'Cost (USD)', num: true }, 'State', 'Started', 'Running since', 'Ended', 'Failure'],
           v.attempts.map((a) =>
-            h('tr', { data: { attempt: a.number, state: a.state } }, td(String(a.number)), td(a.region), td(a.size, 'mono'), td(a.priority), td(a.running_vms + '/' + a.vms, 'num'), td(String(a.gpus), 'num'), td(num(a.price_per_hour, 3), 'num'), td(usd(a.cost_usd), 'num'), td(h('span', { class: 'badge at-' + a.state, text: a.state })), td(when(a.started_at_ms)), td(when(a.running_since_ms)), td(when(a.ended_at_ms)), td(a.failure || '', 'why'))
+            h('tr', { data: { attempt: a.number, state: a.state } }, td(String(a.number)), td(a.region), td(a.size, 'mono'), td(prio(a)), td(a.running_vms + '/' + a.vms, 'num'), td(String(a.gpus), 'num'), td(num(a.price_per_hour, 3), 'num'), td(usd(a.cost_usd), 'num'), td(h('span', { class: 'badge at-' + a.state, text: a.state })), td(when(a.started_at_ms)), td(when(a.running_since_ms)), td(when(a.ended_at_ms)), td(a.failure || '', 'why'))
           ),
           'No attempt yet.'
         )
