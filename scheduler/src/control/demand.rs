@@ -10,7 +10,7 @@
 //! A job with a regular base (`regular_gpus`) whose spot policy allows spot asks in one more part:
 //! the base's GPUs not yet held on regular VMs, regular only (`#base`), and the rest under its spot
 //! policy. Each part draws its own quota pools in the solver; placement puts a base and a spot part
-//! landing on the same region and size into one mixed fleet (`placement::mixed_pairs`).
+//! landing on the same region and size into one mixed fleet (`mixed::pairs`).
 //!
 //! A job's `max_price_per_hour` and `budget` are about its *total*: the demands get what is left of
 //! them after what the job already holds ([`Held`]: every VM its live fleets were asked for, at
