@@ -475,13 +475,7 @@ impl<'i, 'a> Packing<'i, 'a> {
         let mut best_weight = self.gang_weight();
         let mut cur = self.clone();
         let mut cur_weight = best_weight;
-        let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x9E37_79B9_7F4A_7C15);
         for n in 0..kicks {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return;
@@ -615,13 +609,7 @@ impl<'i, 'a> Packing<'i, 'a> {
     /// swap pays for alone.
     pub fn kick_cost(&mut self, kicks: usize, deadline: Option<Instant>) {
         let mut best = (self.gang_weight(), self.gang_cost());
-        let mut state: u64 = 0x2545_F491_4F6C_DD1D;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x2545_F491_4F6C_DD1D);
         for _ in 0..kicks {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return;
@@ -698,6 +686,18 @@ impl<'i, 'a> Packing<'i, 'a> {
         }
         self.put(j, old_k);
         false
+    }
+}
+
+/// A fixed-seed pseudo-random sequence (xorshift64): the kicks' choices, the same on every run so that
+/// solving twice gives the same plan.
+fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+    let mut state = seed;
+    move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
     }
 }
 
