@@ -109,6 +109,16 @@ impl<'i, 'a> Lagrangian<'i, 'a> {
         }
     }
 
+    /// The multipliers of `dual` per unit of each resource, quota pools first (per vCPU), then every
+    /// offer's capacity (per VM; 0 for an offer without a capacity row): the layout of the exact
+    /// search's resources.
+    pub fn unit_multipliers(&self, dual: &Dual) -> Vec<f64> {
+        let pools = self.inst.pool_limit.len();
+        let mut out: Vec<f64> = (0..pools).map(|q| dual.theta[q] / self.rows.scale[q]).collect();
+        out.extend(self.rows.cap_row.iter().map(|r| r.map_or(0.0, |r| dual.theta[r] / self.rows.scale[r])));
+        out
+    }
+
     /// Per-VM prices of the offers at multipliers `theta` (into `self.price`).
     fn set_prices(&mut self, theta: &[f64]) {
         let inst = self.inst;

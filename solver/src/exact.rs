@@ -1,0 +1,238 @@
+//! Branch and bound for small problems of gang jobs: every job on one of its candidates or waiting,
+//! under the quota pools and the offers' capacity; the most weight, then the least cost, proven.
+//!
+//! Depth first over the jobs, heaviest first, each job's candidates cheapest first and "waiting"
+//! last, from the heuristics' plan as the incumbent. A node is cut when it cannot beat the incumbent:
+//! - on weight, by the Lagrangian bound at the root's multipliers (`lagrange`) with the node's free
+//!   resources: Σ λ·free + the weight placed + each open job's best weight net of λ over the
+//!   candidates that still fit (any non-negative λ bounds every completion);
+//! - on cost, when even that bound reaches only the incumbent's weight: the cost placed plus the
+//!   least the open jobs can pay to make up the weight still missing (each at its cheapest fitting
+//!   candidate, taken fractionally in order of cost per weight: a relaxation of the resources).
+//!
+//! It stops after a node budget or at the deadline; only a search that ran to the end proves
+//! anything. Deterministic.
+
+use std::time::Instant;
+
+use crate::model::{Assign, Instance, Sol};
+
+/// One of a job's candidates as the search sees it: an offer, the VMs, the cost.
+#[derive(Clone, Copy)]
+struct Choice {
+    offer: usize,
+    vms: i64,
+    cost: f64,
+}
+
+struct Search {
+    /// Jobs in branching order.
+    jobs: Vec<usize>,
+    weight: Vec<f64>,
+    options: Vec<Vec<Choice>>,
+    /// Per offer, the resources one VM uses and how much.
+    offer_res: Vec<Vec<(usize, i64)>>,
+    /// Per offer, the Lagrangian price of one VM.
+    vm_price: Vec<f64>,
+    /// Per resource, its multiplier (weight per unit).
+    lambda: Vec<f64>,
+    free: Vec<i64>,
+    chosen: Vec<Option<usize>>,
+    best_weight: f64,
+    best_cost: f64,
+    best: Vec<Option<usize>>,
+    nodes: usize,
+    node_limit: usize,
+    deadline: Option<Instant>,
+    aborted: bool,
+}
+
+/// The plan of the most weight, then the least cost, proven, when the problem is small enough and
+/// made of gang jobs only, searched from `incumbent`; `None` when the search could not finish (too large, out of nodes or time). `lambda`:
+/// per resource (quota pools, then every offer's capacity), a non-negative multiplier in weight per
+/// unit (vCPU or VM).
+pub(crate) fn solve(
+    inst: &Instance,
+    incumbent: &Sol,
+    lambda: &[f64],
+    node_limit: usize,
+    deadline: Option<Instant>,
+) -> Option<Sol> {
+    let p = inst.p;
+    if p.jobs.iter().any(|j| !j.gang) || p.jobs.len() > MAX_JOBS {
+        return None;
+    }
+    let pools = inst.pool_limit.len();
+    let unbounded = i64::MAX / 4;
+    let mut free: Vec<i64> = inst.pool_limit.iter().map(|&l| i64::try_from(l).unwrap_or(unbounded)).collect();
+    free.extend(p.offers.iter().map(|o| o.capacity_vms.map_or(unbounded, i64::from)));
+    let offer_res: Vec<Vec<(usize, i64)>> = p
+        .offers
+        .iter()
+        .enumerate()
+        .map(|(o, offer)| {
+            let mut res: Vec<(usize, i64)> =
+                inst.offer_pools[o].iter().map(|&q| (q, i64::from(offer.vcpus_per_vm))).collect();
+            if offer.capacity_vms.is_some() {
+                res.push((pools + o, 1));
+            }
+            res
+        })
+        .collect();
+    let vm_price: Vec<f64> = offer_res
+        .iter()
+        .map(|res| res.iter().map(|&(r, a)| lambda.get(r).copied().unwrap_or(0.0).max(0.0) * a as f64).sum())
+        .collect();
+    let weight: Vec<f64> =
+        (0..p.jobs.len()).map(|j| f64::from(p.jobs[j].priority) * f64::from(p.jobs[j].gpus)).collect();
+    let options: Vec<Vec<Choice>> = (0..p.jobs.len())
+        .map(|j| {
+            let mut o: Vec<Choice> = inst
+                .cands_of(j)
+                .iter()
+                .map(|c| Choice { offer: c.offer, vms: i64::from(c.vms), cost: c.cost })
+                .collect();
+            o.sort_by(|a, b| a.cost.total_cmp(&b.cost).then(a.offer.cmp(&b.offer)));
+            o
+        })
+        .collect();
+    let mut jobs: Vec<usize> = (0..p.jobs.len()).filter(|&j| !options[j].is_empty()).collect();
+    jobs.sort_by(|&a, &b| weight[b].total_cmp(&weight[a]).then(a.cmp(&b)));
+    // The incumbent, as candidate indices into `options`.
+    let mut best = vec![None; p.jobs.len()];
+    for a in &incumbent.assigns {
+        best[a.job] = options[a.job].iter().position(|o| o.offer == a.offer);
+    }
+    let lambda: Vec<f64> = (0..free.len()).map(|r| lambda.get(r).copied().unwrap_or(0.0).max(0.0)).collect();
+    let mut s = Search {
+        jobs,
+        weight,
+        options,
+        offer_res,
+        vm_price,
+        lambda,
+        free,
+        chosen: vec![None; p.jobs.len()],
+        best_weight: incumbent.weight(inst),
+        best_cost: incumbent.cost(),
+        best,
+        nodes: 0,
+        node_limit,
+        deadline,
+        aborted: false,
+    };
+    s.branch(0, 0.0, 0.0);
+    if s.aborted {
+        return None;
+    }
+    let mut sol = Sol::new(inst);
+    for (j, k) in s.best.iter().enumerate() {
+        if let Some(k) = *k {
+            let c = &inst.cands_of(j)[inst.cands_of(j).iter().position(|c| c.offer == s.options[j][k].offer)?];
+            sol.take(inst, Assign { job: j, offer: c.offer, vms: c.vms, gpus: c.gpus, cost: c.cost });
+        }
+    }
+    Some(sol)
+}
+
+/// Gang jobs above which the exact search is not tried: the tree grows too fast for a round.
+pub(crate) const MAX_JOBS: usize = 40;
+
+impl Search {
+    fn fits(&self, o: &Choice) -> bool {
+        self.offer_res[o.offer].iter().all(|&(r, a)| a * o.vms <= self.free[r])
+    }
+
+    fn apply(&mut self, o: &Choice, sign: i64) {
+        for &(r, a) in &self.offer_res[o.offer] {
+            self.free[r] -= sign * a * o.vms;
+        }
+    }
+
+    /// Upper bound on the weight any completion reaches, and the least cost of making up `need`
+    /// more weight from the open jobs (resources relaxed).
+    fn bounds(&self, d: usize, need: f64) -> (f64, f64) {
+        let mut ub: f64 =
+            self.free.iter().zip(&self.lambda).filter(|(_, l)| **l > 0.0).map(|(f, l)| *f as f64 * l).sum();
+        let mut fill: Vec<(f64, f64)> = Vec::new();
+        for &j in &self.jobs[d..] {
+            let w = self.weight[j];
+            let mut net = 0.0_f64;
+            let mut cheapest = f64::INFINITY;
+            for o in &self.options[j] {
+                if !self.fits(o) {
+                    continue;
+                }
+                net = net.max(w - o.vms as f64 * self.vm_price[o.offer]);
+                cheapest = cheapest.min(o.cost);
+            }
+            ub += net;
+            if cheapest.is_finite() {
+                fill.push((cheapest, w));
+            }
+        }
+        if need <= 0.5 {
+            return (ub, 0.0);
+        }
+        fill.sort_by(|a, b| (a.0 / a.1).total_cmp(&(b.0 / b.1)));
+        let mut left = need;
+        let mut cost = 0.0;
+        for (c, w) in fill {
+            if left <= 0.0 {
+                break;
+            }
+            let take = (left / w).min(1.0);
+            cost += take * c;
+            left -= take * w;
+        }
+        (ub, if left > 0.5 { f64::INFINITY } else { cost })
+    }
+
+    fn branch(&mut self, d: usize, w: f64, c: f64) {
+        if self.aborted {
+            return;
+        }
+        self.nodes += 1;
+        if self.nodes > self.node_limit
+            || (self.nodes.is_multiple_of(1024) && self.deadline.is_some_and(|t| Instant::now() >= t))
+        {
+            self.aborted = true;
+            return;
+        }
+        if d == self.jobs.len() {
+            let better = w > self.best_weight + 0.5
+                || (w > self.best_weight - 0.5 && c < self.best_cost - 1e-9 * self.best_cost.abs().max(1.0));
+            if better {
+                self.best_weight = w;
+                self.best_cost = c;
+                self.best.clone_from(&self.chosen);
+            }
+            return;
+        }
+        let (ub, fill_cost) = self.bounds(d, self.best_weight - w);
+        let ub = w + ub;
+        // Weights are integers: a bound below the incumbent's weight + 1 cannot place more.
+        if ub < self.best_weight - 0.5 + 1e-9 * ub.abs() {
+            return;
+        }
+        if ub < self.best_weight + 0.5 && c + fill_cost >= self.best_cost - 1e-9 * self.best_cost.abs().max(1.0) {
+            return;
+        }
+        let j = self.jobs[d];
+        for k in 0..self.options[j].len() {
+            let o = self.options[j][k];
+            if !self.fits(&o) {
+                continue;
+            }
+            self.apply(&o, 1);
+            self.chosen[j] = Some(k);
+            self.branch(d + 1, w + self.weight[j], c + o.cost);
+            self.chosen[j] = None;
+            self.apply(&o, -1);
+            if self.aborted {
+                return;
+            }
+        }
+        self.branch(d + 1, w, c);
+    }
+}
