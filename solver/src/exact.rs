@@ -41,8 +41,12 @@ struct Search {
     best_weight: f64,
     best_cost: f64,
     best: Vec<Option<usize>>,
+    /// Candidates looked at by the bounds so far, and the most it may look at: a node's cost is its
+    /// open jobs' candidates, so this measures the work in a way the machine's load does not change
+    /// (the plan stays the same on every run).
+    work: usize,
+    work_limit: usize,
     nodes: usize,
-    node_limit: usize,
     deadline: Option<Instant>,
     aborted: bool,
 }
@@ -55,7 +59,7 @@ pub(crate) fn solve(
     inst: &Instance,
     incumbent: &Sol,
     lambda: &[f64],
-    node_limit: usize,
+    work_limit: usize,
     deadline: Option<Instant>,
 ) -> Option<Sol> {
     let p = inst.p;
@@ -116,8 +120,9 @@ pub(crate) fn solve(
         best_weight: incumbent.weight(inst),
         best_cost: incumbent.cost(),
         best,
+        work: 0,
+        work_limit,
         nodes: 0,
-        node_limit,
         deadline,
         aborted: false,
     };
@@ -151,11 +156,12 @@ impl Search {
 
     /// Upper bound on the weight any completion reaches, and the least cost of making up `need`
     /// more weight from the open jobs (resources relaxed).
-    fn bounds(&self, d: usize, need: f64) -> (f64, f64) {
+    fn bounds(&mut self, d: usize, need: f64) -> (f64, f64) {
         let mut ub: f64 =
             self.free.iter().zip(&self.lambda).filter(|(_, l)| **l > 0.0).map(|(f, l)| *f as f64 * l).sum();
         let mut fill: Vec<(f64, f64)> = Vec::new();
         for &j in &self.jobs[d..] {
+            self.work += self.options[j].len();
             let w = self.weight[j];
             let mut net = 0.0_f64;
             let mut cheapest = f64::INFINITY;
@@ -193,7 +199,7 @@ impl Search {
             return;
         }
         self.nodes += 1;
-        if self.nodes > self.node_limit
+        if self.work > self.work_limit
             || (self.nodes.is_multiple_of(1024) && self.deadline.is_some_and(|t| Instant::now() >= t))
         {
             self.aborted = true;
