@@ -131,7 +131,7 @@ pub(crate) fn lp_round(inst: &Instance, deadline: Option<Instant>, search: Searc
                 let sol = pick(inst, rounded, greedy);
                 let bounds = vec![trivial, Bound { weight: lp.weight_bound, cost: lp.cost_bound }];
                 // Every placeable job placed: on a small problem, branch and bound proves the cost.
-                if search == Search::On && inst.p.jobs.len() <= exact::MAX_JOBS && !meets(inst, &sol, &bounds[1]) {
+                if search == Search::On && inst.p.jobs.len() <= exact::MAX_JOBS && !proven(inst, &sol, &bounds) {
                     let zero = vec![0.0; inst.pool_limit.len() + inst.p.offers.len()];
                     if let Some(proven) = exact::solve(inst, &sol, &zero, EXACT_WORK, deadline) {
                         let mut bounds = bounds;
@@ -223,7 +223,7 @@ fn lagrangian(
         best = pick(inst, best, other);
     }
     // Small problems of gang jobs: branch and bound from the best plan proves it (or finds better).
-    if inst.p.jobs.len() <= exact::MAX_JOBS && !expired(deadline) {
+    if inst.p.jobs.len() <= exact::MAX_JOBS && !expired(deadline) && !proven(inst, &best, &bounds) {
         let lambda = lag.unit_multipliers(&dual);
         if let Some(proven) = exact::solve(inst, &best, &lambda, EXACT_WORK, deadline) {
             bounds.push(Bound { weight: proven.weight(inst), cost: Some(proven.cost()) });
@@ -334,6 +334,16 @@ pub(crate) struct Bound {
 fn meets(inst: &Instance, sol: &Sol, bound: &Bound) -> bool {
     let cost = sol.cost();
     sol.weight(inst) >= bound.weight - 0.5 && bound.cost.is_some_and(|b| cost <= b + 1e-9 * b.abs().max(1.0))
+}
+
+/// Whether `bounds` already prove `sol` optimal within [`OPTIMAL_GAP`] (what the plan will report),
+/// so that branch and bound has nothing to add.
+fn proven(inst: &Instance, sol: &Sol, bounds: &[Bound]) -> bool {
+    let weight = sol.weight(inst);
+    let weight_bound = bounds.iter().map(|b| b.weight).fold(f64::INFINITY, f64::min);
+    let cost_bound =
+        bounds.iter().filter(|b| weight >= b.weight - 0.5).filter_map(|b| b.cost).fold(f64::NEG_INFINITY, f64::max);
+    weight >= weight_bound - 0.5 && sol.cost() <= cost_bound + OPTIMAL_GAP * sol.cost().abs()
 }
 
 /// Bounds that need no optimiser: every job with a feasible candidate placed in full, each as cheaply
