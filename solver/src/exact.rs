@@ -66,23 +66,7 @@ pub(crate) fn solve(
     if p.jobs.iter().any(|j| !j.gang) || p.jobs.len() > MAX_JOBS {
         return None;
     }
-    let pools = inst.pool_limit.len();
-    let unbounded = i64::MAX / 4;
-    let mut free: Vec<i64> = inst.pool_limit.iter().map(|&l| i64::try_from(l).unwrap_or(unbounded)).collect();
-    free.extend(p.offers.iter().map(|o| o.capacity_vms.map_or(unbounded, i64::from)));
-    let offer_res: Vec<Vec<(usize, i64)>> = p
-        .offers
-        .iter()
-        .enumerate()
-        .map(|(o, offer)| {
-            let mut res: Vec<(usize, i64)> =
-                inst.offer_pools[o].iter().map(|&q| (q, i64::from(offer.vcpus_per_vm))).collect();
-            if offer.capacity_vms.is_some() {
-                res.push((pools + o, 1));
-            }
-            res
-        })
-        .collect();
+    let (free, offer_res) = inst.resources();
     let vm_price: Vec<f64> = offer_res
         .iter()
         .map(|res| res.iter().map(|&(r, a)| lambda.get(r).copied().unwrap_or(0.0).max(0.0) * a as f64).sum())

@@ -194,6 +194,31 @@ impl<'a> Instance<'a> {
         inst
     }
 
+    /// The shared resources a placement draws on, as the searches count them: the free amount of
+    /// each (quota pools first, in vCPUs, then every offer's capacity, in VMs; unbounded where an offer
+    /// states none) and, per offer, the resources one VM uses and how much of each.
+    pub fn resources(&self) -> (Vec<i64>, Vec<Vec<(usize, i64)>>) {
+        let p = self.p;
+        let pools = self.pool_limit.len();
+        let unbounded = i64::MAX / 4;
+        let mut free: Vec<i64> = self.pool_limit.iter().map(|&l| i64::try_from(l).unwrap_or(unbounded)).collect();
+        free.extend(p.offers.iter().map(|o| o.capacity_vms.map_or(unbounded, i64::from)));
+        let offer_res = p
+            .offers
+            .iter()
+            .enumerate()
+            .map(|(o, offer)| {
+                let mut res: Vec<(usize, i64)> =
+                    self.offer_pools[o].iter().map(|&q| (q, i64::from(offer.vcpus_per_vm))).collect();
+                if offer.capacity_vms.is_some() {
+                    res.push((pools + o, 1));
+                }
+                res
+            })
+            .collect();
+        (free, offer_res)
+    }
+
     pub fn job(&self, j: usize) -> &JobDemand {
         &self.p.jobs[j]
     }

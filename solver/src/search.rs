@@ -72,27 +72,13 @@ impl<'i, 'a> Packing<'i, 'a> {
     /// The gang placements of `sol` (its non-gang ones stay fixed).
     pub fn from_sol(inst: &'i Instance<'a>, sol: &Sol) -> Self {
         let p = inst.p;
-        let pools = inst.pool_limit.len();
-        let unbounded = i64::MAX / 4;
-        let mut free: Vec<i64> = inst.pool_limit.iter().map(|&l| i64::try_from(l).unwrap_or(unbounded)).collect();
-        free.extend(p.offers.iter().map(|o| o.capacity_vms.map_or(unbounded, i64::from)));
+        let (free, offer_res) = inst.resources();
         let mut res_offers = vec![Vec::new(); free.len()];
-        let offer_res: Vec<Vec<(usize, i64)>> = p
-            .offers
-            .iter()
-            .enumerate()
-            .map(|(o, offer)| {
-                let mut res: Vec<(usize, i64)> =
-                    inst.offer_pools[o].iter().map(|&q| (q, i64::from(offer.vcpus_per_vm))).collect();
-                if offer.capacity_vms.is_some() {
-                    res.push((pools + o, 1));
-                }
-                for &(r, _) in &res {
-                    res_offers[r].push(o);
-                }
-                res
-            })
-            .collect();
+        for (o, res) in offer_res.iter().enumerate() {
+            for &(r, _) in res {
+                res_offers[r].push(o);
+            }
+        }
         let mut order: Vec<usize> = (0..p.jobs.len()).filter(|&j| p.jobs[j].gang).collect();
         order.sort_by(|&a, &b| weight(inst, b).total_cmp(&weight(inst, a)).then(a.cmp(&b)));
         let mut rank = vec![usize::MAX; p.jobs.len()];
