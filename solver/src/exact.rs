@@ -15,21 +15,15 @@
 
 use std::time::Instant;
 
-use crate::model::{Assign, Instance, Sol};
-
-/// One of a job's candidates as the search sees it: an offer, the VMs, the cost.
-#[derive(Clone, Copy)]
-struct Choice {
-    offer: usize,
-    vms: i64,
-    cost: f64,
-}
+use crate::model::{Assign, Cand, Instance, Sol, better};
+use crate::search::weight;
 
 struct Search {
     /// Jobs in branching order.
     jobs: Vec<usize>,
     weight: Vec<f64>,
-    options: Vec<Vec<Choice>>,
+    /// Per job, its candidates (as the instance ranks them, cheapest first).
+    options: Vec<Vec<Cand>>,
     /// Per offer, the resources one VM uses and how much.
     offer_res: Vec<Vec<(usize, i64)>>,
     /// Per offer, the Lagrangian price of one VM.
@@ -52,7 +46,8 @@ struct Search {
 }
 
 /// The plan of the most weight, then the least cost, proven, when the problem is small enough and
-/// made of gang jobs only, searched from `incumbent`; `None` when the search could not finish (too large, out of nodes or time). `lambda`:
+/// made of gang jobs only, searched from `incumbent`; `None` when the search could not finish (too large, out of work or
+/// time). `lambda`:
 /// per resource (quota pools, then every offer's capacity), a non-negative multiplier in weight per
 /// unit (vCPU or VM).
 pub(crate) fn solve(
@@ -67,31 +62,17 @@ pub(crate) fn solve(
         return None;
     }
     let (free, offer_res) = inst.resources();
-    let vm_price: Vec<f64> = offer_res
-        .iter()
-        .map(|res| res.iter().map(|&(r, a)| lambda.get(r).copied().unwrap_or(0.0).max(0.0) * a as f64).sum())
-        .collect();
-    let weight: Vec<f64> =
-        (0..p.jobs.len()).map(|j| f64::from(p.jobs[j].priority) * f64::from(p.jobs[j].gpus)).collect();
-    let options: Vec<Vec<Choice>> = (0..p.jobs.len())
-        .map(|j| {
-            let mut o: Vec<Choice> = inst
-                .cands_of(j)
-                .iter()
-                .map(|c| Choice { offer: c.offer, vms: i64::from(c.vms), cost: c.cost })
-                .collect();
-            o.sort_by(|a, b| a.cost.total_cmp(&b.cost).then(a.offer.cmp(&b.offer)));
-            o
-        })
-        .collect();
+    let lambda: Vec<f64> = (0..free.len()).map(|r| lambda.get(r).copied().unwrap_or(0.0).max(0.0)).collect();
+    let vm_price: Vec<f64> = offer_res.iter().map(|res| res.iter().map(|&(r, a)| lambda[r] * a as f64).sum()).collect();
+    let weight: Vec<f64> = (0..p.jobs.len()).map(|j| weight(inst, j)).collect();
+    let options: Vec<Vec<Cand>> = (0..p.jobs.len()).map(|j| inst.cands_of(j).to_vec()).collect();
     let mut jobs: Vec<usize> = (0..p.jobs.len()).filter(|&j| !options[j].is_empty()).collect();
     jobs.sort_by(|&a, &b| weight[b].total_cmp(&weight[a]).then(a.cmp(&b)));
-    // The incumbent, as candidate indices into `options`.
+    // The incumbent, as candidate indices.
     let mut best = vec![None; p.jobs.len()];
     for a in &incumbent.assigns {
-        best[a.job] = options[a.job].iter().position(|o| o.offer == a.offer);
+        best[a.job] = options[a.job].iter().position(|c| c.offer == a.offer);
     }
-    let lambda: Vec<f64> = (0..free.len()).map(|r| lambda.get(r).copied().unwrap_or(0.0).max(0.0)).collect();
     let mut s = Search {
         jobs,
         weight,
@@ -117,7 +98,7 @@ pub(crate) fn solve(
     let mut sol = Sol::new(inst);
     for (j, k) in s.best.iter().enumerate() {
         if let Some(k) = *k {
-            let c = &inst.cands_of(j)[inst.cands_of(j).iter().position(|c| c.offer == s.options[j][k].offer)?];
+            let c = &s.options[j][k];
             sol.take(inst, Assign { job: j, offer: c.offer, vms: c.vms, gpus: c.gpus, cost: c.cost });
         }
     }
@@ -128,13 +109,13 @@ pub(crate) fn solve(
 pub(crate) const MAX_JOBS: usize = 40;
 
 impl Search {
-    fn fits(&self, o: &Choice) -> bool {
-        self.offer_res[o.offer].iter().all(|&(r, a)| a * o.vms <= self.free[r])
+    fn fits(&self, c: &Cand) -> bool {
+        self.offer_res[c.offer].iter().all(|&(r, a)| a * i64::from(c.vms) <= self.free[r])
     }
 
-    fn apply(&mut self, o: &Choice, sign: i64) {
-        for &(r, a) in &self.offer_res[o.offer] {
-            self.free[r] -= sign * a * o.vms;
+    fn apply(&mut self, c: &Cand, sign: i64) {
+        for &(r, a) in &self.offer_res[c.offer] {
+            self.free[r] -= sign * a * i64::from(c.vms);
         }
     }
 
@@ -153,7 +134,7 @@ impl Search {
                 if !self.fits(o) {
                     continue;
                 }
-                net = net.max(w - o.vms as f64 * self.vm_price[o.offer]);
+                net = net.max(w - f64::from(o.vms) * self.vm_price[o.offer]);
                 cheapest = cheapest.min(o.cost);
             }
             ub += net;
@@ -190,9 +171,7 @@ impl Search {
             return;
         }
         if d == self.jobs.len() {
-            let better = w > self.best_weight + 0.5
-                || (w > self.best_weight - 0.5 && c < self.best_cost - 1e-9 * self.best_cost.abs().max(1.0));
-            if better {
+            if better((w, c), (self.best_weight, self.best_cost)) {
                 self.best_weight = w;
                 self.best_cost = c;
                 self.best.clone_from(&self.chosen);
@@ -201,7 +180,8 @@ impl Search {
         }
         let (ub, fill_cost) = self.bounds(d, self.best_weight - w);
         let ub = w + ub;
-        // Weights are integers: a bound below the incumbent's weight + 1 cannot place more.
+        // Weights are integers: below the incumbent's weight no completion reaches it; below its
+        // weight + 1 a completion can only match it, and must then cost less.
         if ub < self.best_weight - 0.5 + 1e-9 * ub.abs() {
             return;
         }

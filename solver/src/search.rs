@@ -687,7 +687,8 @@ fn xorshift(seed: u64) -> impl FnMut() -> u64 {
     }
 }
 
-fn weight(inst: &Instance, j: usize) -> f64 {
+/// The weight a gang job places when it is placed whole: priority × GPUs.
+pub(crate) fn weight(inst: &Instance, j: usize) -> f64 {
     let job = inst.job(j);
     f64::from(job.priority) * f64::from(job.gpus)
 }
