@@ -1,8 +1,12 @@
 //! Branch and bound for small problems of gang jobs: every job on one of its candidates or waiting,
 //! under the quota pools and the offers' capacity; the most weight, then the least cost, proven.
 //!
-//! Depth first over the jobs, heaviest first, each job's candidates cheapest first and "waiting"
-//! last, from the heuristics' plan as the incumbent. A node is cut when it cannot beat the incumbent:
+//! Depth first over the jobs, heaviest first, from the heuristics' plan as the incumbent. While
+//! weight can still be gained a job's choices come in the order the multipliers price them (the
+//! relaxation's choice first, waiting where it is worth nothing net), and a few limited-discrepancy
+//! passes (at most one, two, three choices other than the first) come before the full search: they
+//! find plans the heuristics miss in a few hundred nodes, where a plain depth-first search spends
+//! its budget at the bottom of the first branches. Once only cost is left, cheapest first. A node is cut when it cannot beat the incumbent:
 //! - on weight, by the Lagrangian bound at the root's multipliers (`lagrange`) with the node's free
 //!   resources: Σ λ·free + the weight placed + each open job's best weight net of λ over the
 //!   candidates that still fit (any non-negative λ bounds every completion);
@@ -10,12 +14,13 @@
 //!   least the open jobs can pay to make up the weight still missing (each at its cheapest fitting
 //!   candidate, taken fractionally in order of cost per weight: a relaxation of the resources).
 //!
-//! It stops after a node budget or at the deadline; only a search that ran to the end proves
-//! anything. Deterministic.
+//! It stops after a work budget or at the deadline; only a search that ran to the end proves
+//! anything, but the best plan found on the way is a plan. The same search re-solves a few jobs
+//! with the others fixed for the neighbourhood search (`neighbourhood`). Deterministic.
 
 use std::time::Instant;
 
-use crate::model::{Assign, Cand, Instance, Sol, better};
+use crate::model::{Assign, Cand, Instance, Resources, Sol, better};
 use crate::search::weight;
 
 struct Search {
@@ -45,9 +50,10 @@ struct Search {
     aborted: bool,
 }
 
-/// The plan of the most weight, then the least cost, proven, when the problem is small enough and
-/// made of gang jobs only, searched from `incumbent`; `None` when the search could not finish (too large, out of work or
-/// time). `lambda`:
+/// The best plan the search found from `incumbent` (the incumbent itself when it found none better),
+/// and whether the search finished: then that plan has the most weight, then the least cost,
+/// proven. `None` when the problem is not one the search takes (too large, or not all gang jobs).
+/// `lambda`:
 /// per resource (quota pools, then every offer's capacity), a non-negative multiplier in weight per
 /// unit (vCPU or VM).
 pub(crate) fn solve(
@@ -56,61 +62,156 @@ pub(crate) fn solve(
     lambda: &[f64],
     work_limit: usize,
     deadline: Option<Instant>,
-) -> Option<Sol> {
+) -> Option<(Sol, bool)> {
     let p = inst.p;
     if p.jobs.iter().any(|j| !j.gang) || p.jobs.len() > MAX_JOBS {
         return None;
     }
     let (free, offer_res) = inst.resources();
-    let lambda: Vec<f64> = (0..free.len()).map(|r| lambda.get(r).copied().unwrap_or(0.0).max(0.0)).collect();
-    let vm_price: Vec<f64> = offer_res.iter().map(|res| res.iter().map(|&(r, a)| lambda[r] * a as f64).sum()).collect();
-    let weight: Vec<f64> = (0..p.jobs.len()).map(|j| weight(inst, j)).collect();
-    let options: Vec<Vec<Cand>> = (0..p.jobs.len()).map(|j| inst.cands_of(j).to_vec()).collect();
-    let mut jobs: Vec<usize> = (0..p.jobs.len()).filter(|&j| !options[j].is_empty()).collect();
-    jobs.sort_by(|&a, &b| weight[b].total_cmp(&weight[a]).then(a.cmp(&b)));
-    // The incumbent, as candidate indices.
-    let mut best = vec![None; p.jobs.len()];
-    for a in &incumbent.assigns {
-        best[a.job] = options[a.job].iter().position(|c| c.offer == a.offer);
-    }
-    let mut s = Search {
-        jobs,
-        weight,
-        options,
-        offer_res,
-        vm_price,
-        lambda,
-        free,
-        chosen: vec![None; p.jobs.len()],
-        best_weight: incumbent.weight(inst),
-        best_cost: incumbent.cost(),
-        best,
-        work: 0,
-        work_limit,
-        nodes: 0,
-        deadline,
-        aborted: false,
-    };
-    s.branch(0, 0.0, 0.0);
-    if s.aborted {
-        return None;
-    }
+    let jobs: Vec<usize> = (0..p.jobs.len()).collect();
+    let mut s = Search::new(inst, &jobs, free, offer_res, incumbent, lambda, work_limit, deadline);
+    s.run(DISCREPANCY_PASSES);
+    crate::trace(|| format!("branch and bound: {} nodes, work {}, finished {}", s.nodes, s.work, !s.aborted));
     let mut sol = Sol::new(inst);
-    for (j, k) in s.best.iter().enumerate() {
-        if let Some(k) = *k {
-            let c = &s.options[j][k];
-            sol.take(inst, Assign { job: j, offer: c.offer, vms: c.vms, gpus: c.gpus, cost: c.cost });
+    s.take_best(inst, &mut sol);
+    Some((sol, !s.aborted))
+}
+
+/// Re-solves the gang jobs `subset` of `sol` exactly with every other placement fixed, within
+/// `work_limit`: the sub-plan of the most weight, then the least cost, that the search found,
+/// placed into `sol`. Returns whether it changed `sol` (then for the better) and the work spent.
+pub(crate) fn resolve_subset(
+    inst: &Instance,
+    sol: &mut Sol,
+    subset: &[usize],
+    resources: &Resources,
+    lambda: &[f64],
+    work_limit: usize,
+    deadline: Option<Instant>,
+) -> (bool, usize) {
+    let (free0, offer_res) = resources;
+    let mut in_subset = vec![false; inst.p.jobs.len()];
+    for &j in subset {
+        in_subset[j] = true;
+    }
+    let mut free = free0.clone();
+    let mut inside = Sol::new(inst);
+    for a in &sol.assigns {
+        if in_subset[a.job] {
+            inside.take(inst, *a);
+        } else {
+            for &(r, n) in &offer_res[a.offer] {
+                free[r] -= n * i64::from(a.vms);
+            }
         }
     }
-    Some(sol)
+    let mut s = Search::new(inst, subset, free, offer_res.clone(), &inside, lambda, work_limit, deadline);
+    let before = (s.best_weight, s.best_cost);
+    s.run(1);
+    let work = s.work;
+    crate::trace(|| format!("resolve {subset:?}: nodes {} work {} finished {}", s.nodes, s.work, !s.aborted));
+    if !better((s.best_weight, s.best_cost), before) {
+        return (false, work);
+    }
+    let mut i = 0;
+    while i < sol.assigns.len() {
+        if in_subset[sol.assigns[i].job] {
+            sol.release(inst, i);
+        } else {
+            i += 1;
+        }
+    }
+    s.take_best(inst, sol);
+    (true, work)
 }
 
 /// Gang jobs above which the exact search is not tried: the tree grows too fast for a round.
 pub(crate) const MAX_JOBS: usize = 40;
 
+/// Limited-discrepancy passes before the full search.
+const DISCREPANCY_PASSES: usize = 3;
+
+fn fits(offer_res: &[Vec<(usize, i64)>], free: &[i64], c: &Cand) -> bool {
+    offer_res[c.offer].iter().all(|&(r, a)| a * i64::from(c.vms) <= free[r])
+}
+
 impl Search {
+    /// A search over `subset` (the gang jobs to choose for; every other job's use already taken
+    /// out of `free`), from the incumbent's choices for them.
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        inst: &Instance,
+        subset: &[usize],
+        free: Vec<i64>,
+        offer_res: Vec<Vec<(usize, i64)>>,
+        incumbent: &Sol,
+        lambda: &[f64],
+        work_limit: usize,
+        deadline: Option<Instant>,
+    ) -> Search {
+        let n = inst.p.jobs.len();
+        let lambda: Vec<f64> = (0..free.len()).map(|r| lambda.get(r).copied().unwrap_or(0.0).max(0.0)).collect();
+        let vm_price = offer_res.iter().map(|res| res.iter().map(|&(r, a)| lambda[r] * a as f64).sum()).collect();
+        let weight: Vec<f64> = (0..n).map(|j| weight(inst, j)).collect();
+        let options: Vec<Vec<Cand>> =
+            (0..n).map(|j| if subset.contains(&j) { inst.cands_of(j).to_vec() } else { Vec::new() }).collect();
+        let mut jobs: Vec<usize> = subset.iter().copied().filter(|&j| !options[j].is_empty()).collect();
+        jobs.sort_by(|&a, &b| weight[b].total_cmp(&weight[a]).then(a.cmp(&b)));
+        // The incumbent, as candidate indices.
+        let mut best = vec![None; n];
+        let (mut best_weight, mut best_cost) = (0.0, 0.0);
+        for a in &incumbent.assigns {
+            if let Some(k) = options[a.job].iter().position(|c| c.offer == a.offer) {
+                best[a.job] = Some(k);
+                best_weight += weight[a.job];
+                best_cost += options[a.job][k].cost;
+            }
+        }
+        Search {
+            jobs,
+            weight,
+            options,
+            offer_res,
+            vm_price,
+            lambda,
+            free,
+            chosen: vec![None; n],
+            best_weight,
+            best_cost,
+            best,
+            work: 0,
+            work_limit,
+            nodes: 0,
+            deadline,
+            aborted: false,
+        }
+    }
+
+    /// A few passes that stray from the relaxation's choices at most once, twice, … (`passes`)
+    /// find better plans early (a plain depth-first search spends its budget at the bottom of the
+    /// first branches); then the full search, the only one that proves anything.
+    fn run(&mut self, passes: usize) {
+        for limit in 1..=passes {
+            self.branch(0, 0.0, 0.0, limit);
+            if self.aborted {
+                return;
+            }
+        }
+        self.branch(0, 0.0, 0.0, usize::MAX);
+    }
+
+    /// The best choices found, placed into `sol`.
+    fn take_best(&self, inst: &Instance, sol: &mut Sol) {
+        for (j, k) in self.best.iter().enumerate() {
+            if let Some(k) = *k {
+                let c = &self.options[j][k];
+                sol.take(inst, Assign { job: j, offer: c.offer, vms: c.vms, gpus: c.gpus, cost: c.cost });
+            }
+        }
+    }
+
     fn fits(&self, c: &Cand) -> bool {
-        self.offer_res[c.offer].iter().all(|&(r, a)| a * i64::from(c.vms) <= self.free[r])
+        fits(&self.offer_res, &self.free, c)
     }
 
     fn apply(&mut self, c: &Cand, sign: i64) {
@@ -119,31 +220,44 @@ impl Search {
         }
     }
 
-    /// Upper bound on the weight any completion reaches, and the least cost of making up `need`
-    /// more weight from the open jobs (resources relaxed).
-    fn bounds(&mut self, d: usize, need: f64) -> (f64, f64) {
+    /// The Lagrangian bound on the weight the open jobs (from depth `d`) can add, at the root's
+    /// multipliers and the node's free resources. (Multipliers re-optimised at each node by a few
+    /// subgradient steps from the parent's were tried: they drift, and a 12-job problem proven in
+    /// 42 nodes with the root's was not proven in a million.)
+    fn lagrangian(&mut self, d: usize) -> f64 {
         let mut ub: f64 =
             self.free.iter().zip(&self.lambda).filter(|(_, l)| **l > 0.0).map(|(f, l)| *f as f64 * l).sum();
-        let mut fill: Vec<(f64, f64)> = Vec::new();
         for &j in &self.jobs[d..] {
             self.work += self.options[j].len();
             let w = self.weight[j];
             let mut net = 0.0_f64;
-            let mut cheapest = f64::INFINITY;
             for o in &self.options[j] {
-                if !self.fits(o) {
-                    continue;
+                let n = w - f64::from(o.vms) * self.vm_price[o.offer];
+                if n > net && fits(&self.offer_res, &self.free, o) {
+                    net = n;
                 }
-                net = net.max(w - f64::from(o.vms) * self.vm_price[o.offer]);
-                cheapest = cheapest.min(o.cost);
             }
             ub += net;
-            if cheapest.is_finite() {
-                fill.push((cheapest, w));
-            }
         }
+        ub
+    }
+
+    /// The least cost of making up `need` more weight from the open jobs (resources relaxed).
+    fn fill_cost(&mut self, d: usize, need: f64) -> f64 {
         if need <= 0.5 {
-            return (ub, 0.0);
+            return 0.0;
+        }
+        let mut fill: Vec<(f64, f64)> = Vec::new();
+        for &j in &self.jobs[d..] {
+            self.work += self.options[j].len();
+            let cheapest = self.options[j]
+                .iter()
+                .filter(|o| fits(&self.offer_res, &self.free, o))
+                .map(|o| o.cost)
+                .fold(f64::INFINITY, f64::min);
+            if cheapest.is_finite() {
+                fill.push((cheapest, self.weight[j]));
+            }
         }
         fill.sort_by(|a, b| (a.0 / a.1).total_cmp(&(b.0 / b.1)));
         let mut left = need;
@@ -156,10 +270,10 @@ impl Search {
             cost += take * c;
             left -= take * w;
         }
-        (ub, if left > 0.5 { f64::INFINITY } else { cost })
+        if left > 0.5 { f64::INFINITY } else { cost }
     }
 
-    fn branch(&mut self, d: usize, w: f64, c: f64) {
+    fn branch(&mut self, d: usize, w: f64, c: f64, discrepancies: usize) {
         if self.aborted {
             return;
         }
@@ -175,34 +289,56 @@ impl Search {
                 self.best_weight = w;
                 self.best_cost = c;
                 self.best.clone_from(&self.chosen);
+                crate::trace(|| format!("branch and bound: {w} cost {c:.2} at node {}", self.nodes));
             }
             return;
         }
-        let (ub, fill_cost) = self.bounds(d, self.best_weight - w);
-        let ub = w + ub;
+        let ub = w + self.lagrangian(d);
         // Weights are integers: below the incumbent's weight no completion reaches it; below its
         // weight + 1 a completion can only match it, and must then cost less.
         if ub < self.best_weight - 0.5 + 1e-9 * ub.abs() {
             return;
         }
-        if ub < self.best_weight + 0.5 && c + fill_cost >= self.best_cost - 1e-9 * self.best_cost.abs().max(1.0) {
+        if ub < self.best_weight + 0.5
+            && c + self.fill_cost(d, self.best_weight - w) >= self.best_cost - 1e-9 * self.best_cost.abs().max(1.0)
+        {
             return;
         }
         let j = self.jobs[d];
-        for k in 0..self.options[j].len() {
-            let o = self.options[j][k];
-            if !self.fits(&o) {
-                continue;
+        // While weight can still be gained, the choices the multipliers price best first (the dive
+        // follows the relaxation, where better plans are; waiting is worth nothing net); once only
+        // cost is left, cheapest first and waiting last.
+        let mut order: Vec<(f64, Option<usize>)> = (0..self.options[j].len())
+            .filter(|&k| self.fits(&self.options[j][k]))
+            .map(|k| (f64::from(self.options[j][k].vms) * self.vm_price[self.options[j][k].offer], Some(k)))
+            .collect();
+        order.push((if ub >= self.best_weight + 0.5 { self.weight[j] } else { f64::INFINITY }, None));
+        if ub >= self.best_weight + 0.5 {
+            order.sort_by(|a, b| a.0.total_cmp(&b.0));
+        }
+        for (i, (_, k)) in order.into_iter().enumerate() {
+            // Limited discrepancy: each choice other than the first spends one.
+            let left = if i == 0 {
+                discrepancies
+            } else if discrepancies == 0 {
+                break;
+            } else {
+                discrepancies - 1
+            };
+            match k {
+                Some(k) => {
+                    let o = self.options[j][k];
+                    self.apply(&o, 1);
+                    self.chosen[j] = Some(k);
+                    self.branch(d + 1, w + self.weight[j], c + o.cost, left);
+                    self.chosen[j] = None;
+                    self.apply(&o, -1);
+                }
+                None => self.branch(d + 1, w, c, left),
             }
-            self.apply(&o, 1);
-            self.chosen[j] = Some(k);
-            self.branch(d + 1, w + self.weight[j], c + o.cost);
-            self.chosen[j] = None;
-            self.apply(&o, -1);
             if self.aborted {
                 return;
             }
         }
-        self.branch(d + 1, w, c);
     }
 }

@@ -44,6 +44,7 @@ mod lp;
 #[cfg(feature = "highs")]
 mod milp;
 mod model;
+mod neighbourhood;
 mod plan;
 mod priority;
 mod problem;
@@ -133,10 +134,22 @@ pub(crate) fn lp_round(inst: &Instance, deadline: Option<Instant>, search: Searc
                 // Every placeable job placed: on a small problem, branch and bound proves the cost.
                 if search == Search::On && inst.p.jobs.len() <= exact::MAX_JOBS && !proven(inst, &sol, &bounds) {
                     let zero = vec![0.0; inst.pool_limit.len() + inst.p.offers.len()];
-                    if let Some(proven) = exact::solve(inst, &sol, &zero, EXACT_WORK, deadline) {
-                        let mut bounds = bounds;
-                        bounds.push(Bound { weight: proven.weight(inst), cost: Some(proven.cost()) });
-                        return (pick(inst, sol, proven), "lp-round, proven by branch and bound".to_string(), bounds);
+                    match exact::solve(inst, &sol, &zero, EXACT_WORK, deadline) {
+                        Some((proven, true)) => {
+                            let mut bounds = bounds;
+                            bounds.push(Bound { weight: proven.weight(inst), cost: Some(proven.cost()) });
+                            return (
+                                pick(inst, sol, proven),
+                                "lp-round, proven by branch and bound".to_string(),
+                                bounds,
+                            );
+                        }
+                        Some((found, false)) => {
+                            let mut found = pick(inst, sol, cost_search(inst, found, deadline));
+                            neighbourhood::improve(inst, &mut found, &zero, NEIGHBOURHOOD_WORK, deadline);
+                            return (found, "lp-round".to_string(), bounds);
+                        }
+                        None => {}
                     }
                 }
                 (sol, "lp-round".to_string(), bounds)
@@ -225,11 +238,22 @@ fn lagrangian(
     // Small problems of gang jobs: branch and bound from the best plan proves it (or finds better).
     if inst.p.jobs.len() <= exact::MAX_JOBS && !expired(deadline) && !proven(inst, &best, &bounds) {
         let lambda = lag.unit_multipliers(&dual);
-        if let Some(proven) = exact::solve(inst, &best, &lambda, EXACT_WORK, deadline) {
-            bounds.push(Bound { weight: proven.weight(inst), cost: Some(proven.cost()) });
-            best = pick(inst, best, proven);
-            trace(|| format!("branch and bound: proven {} cost {:.2}", best.weight(inst), best.cost()));
-            return (best, format!("{label}, proven by branch and bound"), bounds);
+        match exact::solve(inst, &best, &lambda, EXACT_WORK, deadline) {
+            Some((proven, true)) => {
+                bounds.push(Bound { weight: proven.weight(inst), cost: Some(proven.cost()) });
+                best = pick(inst, best, proven);
+                trace(|| format!("branch and bound: proven {} cost {:.2}", best.weight(inst), best.cost()));
+                return (best, format!("{label}, proven by branch and bound"), bounds);
+            }
+            // Out of work or time: what it found on the way is still a plan, its cost not yet searched.
+            Some((found, false)) => {
+                let found =
+                    if found.weight(inst) > best.weight(inst) { cost_search(inst, found, deadline) } else { found };
+                let mut found = pick(inst, best, found);
+                neighbourhood::improve(inst, &mut found, &lambda, NEIGHBOURHOOD_WORK, deadline);
+                best = found;
+            }
+            None => {}
         }
     }
     (best, label.to_string(), bounds)
@@ -253,6 +277,11 @@ fn improve(inst: &Instance, mut sol: Sol, prices: &[f64], bounds: &[Bound], dead
         sol = pick(inst, sol, found);
     }
     trace(|| format!("after weight search: plan {} cost {:.2}", sol.weight(inst), sol.cost()));
+    cost_search(inst, sol, deadline)
+}
+
+/// Local search for cost at the plan's weight.
+fn cost_search(inst: &Instance, sol: Sol, deadline: Option<Instant>) -> Sol {
     if expired(deadline) {
         return sol;
     }
@@ -287,7 +316,11 @@ const MAX_KICK_JOBS: usize = 400;
 /// Candidates the exact search's bounds may look at before it gives up: about 15-20 ns each, so a
 /// search that cannot finish costs at most about half a second (10-20 diverse jobs are proven in
 /// 0-20 ms; 30-40 mostly are not within it).
-const EXACT_WORK: usize = 30_000_000;
+const EXACT_WORK: usize = 10_000_000;
+
+/// Candidates the neighbourhood search's exact re-solves may look at in all, after a branch and
+/// bound that could not finish.
+const NEIGHBOURHOOD_WORK: usize = 10_000_000;
 
 /// Subgradient steps at most: on 1,000 distinct jobs the bound is within 0.02 % of the LP's after
 /// 400 (100 leave it 3 % above).

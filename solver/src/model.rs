@@ -197,7 +197,7 @@ impl<'a> Instance<'a> {
     /// The shared resources a placement draws on, as the searches count them: the free amount of
     /// each (quota pools first, in vCPUs, then every offer's capacity, in VMs; unbounded where an offer
     /// states none) and, per offer, the resources one VM uses and how much of each.
-    pub fn resources(&self) -> (Vec<i64>, Vec<Vec<(usize, i64)>>) {
+    pub fn resources(&self) -> Resources {
         let p = self.p;
         let pools = self.pool_limit.len();
         let unbounded = i64::MAX / 4;
@@ -344,6 +344,10 @@ pub(crate) struct Assign {
     pub gpus: u32,
     pub cost: f64,
 }
+
+/// The shared resources a placement draws on (see [`Instance::resources`]): per resource its free
+/// amount, and per offer the resources one VM uses and how much of each.
+pub(crate) type Resources = (Vec<i64>, Vec<Vec<(usize, i64)>>);
 
 /// A partial plan and the resources it uses.
 #[derive(Clone)]

@@ -137,11 +137,9 @@ mod against_highs {
         }
 
         /// Issue #17's weight target on queues that do not repeat: at least 99 % of the optimal weight.
-        /// NOT MET on every problem: a 20-job single-region case places 8,210 of HiGHS's proven 8,738
-        /// (94 %; in the regression corpus, so the test fails on it every run), which the branch and
-        /// bound's budget does not reach; ignored in CI until it holds.
+        /// (The 20-job single-region case in the regression corpus placed 8,210 of HiGHS's proven
+        /// 8,738 until the branch and bound's limited-discrepancy passes found the optimum.)
         #[test]
-        #[ignore = "issue #17's 99 % weight target is not met on every problem yet"]
         fn diverse_plans_place_99_percent_of_the_optimal_weight(params in diverse_params()) {
             let p = diverse(&params);
             let exact = solve(&p, &SolveOptions::default());
@@ -151,10 +149,10 @@ mod against_highs {
         }
 
         /// Issue #17's cost target: at the optimal weight at most 1 % more cost than the optimum. NOT
-        /// MET yet (BENCHMARKS.md, "Queues that do not repeat"): branch and bound now proves the
-        /// 16-job case that was +5.2 %, but a 22-job case whose bounds are 15 % above its weight is
-        /// +24 % and beyond the search's nodes; so it is ignored in CI; run it with `--ignored` to see
-        /// where the default build stands.
+        /// MET on every problem yet (BENCHMARKS.md, "Queues that do not repeat"): the neighbourhood
+        /// search brought the 22-job case in the corpus from +24 % to the optimum, but random
+        /// 25- and 30-job cases stay +6 % and +33 % (the cheaper plan moves 7-8 jobs at once); so
+        /// it is ignored in CI; run it with `--ignored` to see where the default build stands.
         #[test]
         #[ignore = "issue #17's cost target is not met yet"]
         fn diverse_plans_at_the_optimal_weight_cost_at_most_one_percent_more(params in diverse_params()) {

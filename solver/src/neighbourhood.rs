@@ -1,0 +1,206 @@
+//! Large neighbourhood search: a few related gang jobs taken out of the plan and placed again by
+//! the exact search (`exact`), every other placement fixed; kept when the sub-plan places more
+//! weight, or the same for less.
+//!
+//! The moves of `search` change one or two jobs at a time, and a cheaper plan can need five to move
+//! at once (a spot pool freed by moving three jobs to regular VMs so that a fourth can take it). A
+//! neighbourhood of about ten jobs is small enough to search exhaustively in a millisecond or two,
+//! and large enough to hold such a chain when its jobs are chosen as related: jobs that draw on the
+//! same quota pools or offers as a seed job.
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use crate::exact;
+use crate::model::{Instance, Resources, Sol, better};
+use crate::search::xorshift;
+
+/// Jobs in a neighbourhood at first, and at most: a neighbourhood of six jobs is searched in well
+/// under a millisecond; the size grows by two whenever [`PATIENCE`] neighbourhoods in a row change
+/// nothing (a chain of five moves needs a neighbourhood that holds all five).
+const FIRST_SIZE: usize = 6;
+const MAX_SIZE: usize = 16;
+
+/// Work one neighbourhood's search may take: it keeps the best it found when it runs out (proving
+/// that nothing better exists is not the point here), so that many neighbourhoods get looked at.
+const SUBSET_WORK: usize = 300_000;
+
+/// Neighbourhoods of one size tried in a row without a change before the size grows.
+const PATIENCE: usize = 20;
+
+/// Improves `sol` by re-solving neighbourhoods until `work_limit` (candidates looked at by the
+/// exact search, as in `exact`) is spent, neighbourhoods of [`MAX_SIZE`] change nothing either, or
+/// the deadline passes. Deterministic.
+pub(crate) fn improve(inst: &Instance, sol: &mut Sol, lambda: &[f64], work_limit: usize, deadline: Option<Instant>) {
+    let jobs: Vec<usize> =
+        (0..inst.p.jobs.len()).filter(|&j| inst.job(j).gang && !inst.cands_of(j).is_empty()).collect();
+    if jobs.len() < 2 {
+        return;
+    }
+    let resources = inst.resources();
+    let (_, offer_res) = &resources;
+    // Per job, the shared resources any of its candidates draws on.
+    let touches: Vec<Vec<usize>> = (0..inst.p.jobs.len())
+        .map(|j| {
+            let mut r: Vec<usize> =
+                inst.cands_of(j).iter().flat_map(|c| offer_res[c.offer].iter().map(|&(r, _)| r)).collect();
+            r.sort_unstable();
+            r.dedup();
+            r
+        })
+        .collect();
+    let mut next = xorshift(0xD1B5_4A32_D192_ED03);
+    let mut work = 0;
+    let mut idle = 0;
+    let mut tried: HashSet<Vec<usize>> = HashSet::new();
+    let mut size = FIRST_SIZE;
+    let mut round = 0usize;
+    while work < work_limit && size <= MAX_SIZE && deadline.is_none_or(|d| Instant::now() < d) {
+        let mut subset = if round.is_multiple_of(2) {
+            related(&jobs, &touches, size, &mut next)
+        } else {
+            blocking(inst, sol, &jobs, &resources, size, &mut next)
+        };
+        round += 1;
+        subset.sort_unstable();
+        // A neighbourhood searched before, with nothing changed since, cannot change anything now.
+        if !tried.insert(subset.clone()) {
+            idle += 1;
+            if idle == PATIENCE {
+                idle = 0;
+                size += 2;
+            }
+            continue;
+        }
+        let before = (sol.weight(inst), sol.cost());
+        let (changed, spent) =
+            exact::resolve_subset(inst, sol, &subset, &resources, lambda, SUBSET_WORK.min(work_limit - work), deadline);
+        work += spent;
+        if changed && better((sol.weight(inst), sol.cost()), before) {
+            idle = 0;
+            tried.clear();
+            crate::trace(|| {
+                format!(
+                    "neighbourhood: {} cost {:.2} size {} round {round} work {work}",
+                    sol.weight(inst),
+                    sol.cost(),
+                    subset.len()
+                )
+            });
+        } else {
+            idle += 1;
+            if idle == PATIENCE {
+                idle = 0;
+                size += 2;
+            }
+        }
+    }
+}
+
+/// A chain of jobs in each other's way: a seed job (unplaced, or placed dearer than its cheapest
+/// candidate), then, breadth first, the jobs holding a resource that one of the chain's better
+/// candidates lacks (for the seed: candidates cheaper than where it is; for the others: any other
+/// candidate, where it would go to make room). The moves that lower cost by five jobs at once follow
+/// such chains, and jobs merely sharing a pool rarely hold all of them.
+fn blocking(
+    inst: &Instance,
+    sol: &Sol,
+    jobs: &[usize],
+    resources: &Resources,
+    size: usize,
+    next: &mut impl FnMut() -> u64,
+) -> Vec<usize> {
+    let (free0, offer_res) = resources;
+    let n = inst.p.jobs.len();
+    let mut free = free0.clone();
+    let mut at: Vec<Option<usize>> = vec![None; n];
+    let mut holders: Vec<Vec<usize>> = vec![Vec::new(); free.len()];
+    for (i, a) in sol.assigns.iter().enumerate() {
+        at[a.job] = Some(i);
+        for &(r, q) in &offer_res[a.offer] {
+            free[r] -= q * i64::from(a.vms);
+            holders[r].push(a.job);
+        }
+    }
+    // Seeds: jobs that could be better off, the more so the likelier.
+    let gain = |j: usize| -> f64 {
+        let cheapest = inst.cands_of(j).iter().map(|c| c.cost).fold(f64::INFINITY, f64::min);
+        match at[j] {
+            Some(i) => sol.assigns[i].cost - cheapest,
+            None => f64::INFINITY,
+        }
+    };
+    let candidates: Vec<usize> = jobs.iter().copied().filter(|&j| gain(j) > 1e-6).collect();
+    let Some(&seed) = candidates.get((next() % candidates.len().max(1) as u64) as usize) else {
+        return Vec::new();
+    };
+    let mut chain = vec![seed];
+    let mut queue = std::collections::VecDeque::from([seed]);
+    while let Some(j) = queue.pop_front() {
+        let current = at[j].map(|i| &sol.assigns[i]);
+        let limit = if j == seed { current.map_or(f64::INFINITY, |a| a.cost) } else { f64::INFINITY };
+        let mut blockers: Vec<(u64, usize)> = Vec::new();
+        for c in inst.cands_of(j) {
+            if c.cost >= limit - 1e-9 || current.is_some_and(|a| a.offer == c.offer) {
+                continue;
+            }
+            for &(r, q) in &offer_res[c.offer] {
+                if q * i64::from(c.vms) > free[r] {
+                    blockers.extend(holders[r].iter().map(|&h| (next(), h)));
+                }
+            }
+        }
+        blockers.sort_unstable();
+        for (_, h) in blockers {
+            if chain.len() >= size {
+                return chain;
+            }
+            if !chain.contains(&h) && inst.job(h).gang {
+                chain.push(h);
+                queue.push_back(h);
+            }
+        }
+    }
+    chain
+}
+
+/// A seed job and up to `size` − 1 others drawn at random among those sharing the most resources
+/// with it.
+fn related(jobs: &[usize], touches: &[Vec<usize>], size: usize, next: &mut impl FnMut() -> u64) -> Vec<usize> {
+    let seed = jobs[(next() % jobs.len() as u64) as usize];
+    // Shared resources times a random factor in [1, 3): the most related first, but not always the
+    // same few (a seed's neighbourhood would otherwise come back unchanged).
+    let mut scored: Vec<(u64, usize)> = jobs
+        .iter()
+        .filter(|&&j| j != seed)
+        .map(|&j| (shared(&touches[seed], &touches[j]) as u64 * (1024 + next() % 2048), j))
+        .filter(|&(n, _)| n > 0)
+        .collect();
+    scored.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let mut subset: Vec<usize> = std::iter::once(seed).chain(scored.iter().map(|&(_, j)| j)).take(size).collect();
+    // Too few related jobs: fill with others at random.
+    while subset.len() < size.min(jobs.len()) {
+        let j = jobs[(next() % jobs.len() as u64) as usize];
+        if !subset.contains(&j) {
+            subset.push(j);
+        }
+    }
+    subset
+}
+
+/// How many resources two sorted lists share.
+fn shared(a: &[usize], b: &[usize]) -> usize {
+    let (mut i, mut k, mut n) = (0, 0, 0);
+    while i < a.len() && k < b.len() {
+        match a[i].cmp(&b[k]) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => k += 1,
+            std::cmp::Ordering::Equal => {
+                n += 1;
+                i += 1;
+                k += 1;
+            }
+        }
+    }
+    n
+}
