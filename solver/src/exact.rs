@@ -36,6 +36,9 @@ struct Search {
     /// Per resource, its multiplier (weight per unit).
     lambda: Vec<f64>,
     free: Vec<i64>,
+    /// Scratch buffers: per depth, its choices in order; the cost bound's (cost, weight) pairs.
+    orders: Vec<Vec<(f64, Option<usize>)>>,
+    fill: Vec<(f64, f64)>,
     chosen: Vec<Option<usize>>,
     best_weight: f64,
     best_cost: f64,
@@ -174,6 +177,8 @@ impl Search {
             offer_res,
             vm_price,
             lambda,
+            orders: vec![Vec::new(); subset.len() + 1],
+            fill: Vec::new(),
             free,
             chosen: vec![None; n],
             best_weight,
@@ -247,7 +252,8 @@ impl Search {
         if need <= 0.5 {
             return 0.0;
         }
-        let mut fill: Vec<(f64, f64)> = Vec::new();
+        let mut fill = std::mem::take(&mut self.fill);
+        fill.clear();
         for &j in &self.jobs[d..] {
             self.work += self.options[j].len();
             let cheapest = self.options[j]
@@ -262,7 +268,7 @@ impl Search {
         fill.sort_by(|a, b| (a.0 / a.1).total_cmp(&(b.0 / b.1)));
         let mut left = need;
         let mut cost = 0.0;
-        for (c, w) in fill {
+        for &(c, w) in &fill {
             if left <= 0.0 {
                 break;
             }
@@ -270,6 +276,7 @@ impl Search {
             cost += take * c;
             left -= take * w;
         }
+        self.fill = fill;
         if left > 0.5 { f64::INFINITY } else { cost }
     }
 
@@ -308,15 +315,19 @@ impl Search {
         // While weight can still be gained, the choices the multipliers price best first (the dive
         // follows the relaxation, where better plans are; waiting is worth nothing net); once only
         // cost is left, cheapest first and waiting last.
-        let mut order: Vec<(f64, Option<usize>)> = (0..self.options[j].len())
-            .filter(|&k| self.fits(&self.options[j][k]))
-            .map(|k| (f64::from(self.options[j][k].vms) * self.vm_price[self.options[j][k].offer], Some(k)))
-            .collect();
+        // Each depth's order in its own buffer, kept across nodes (no allocation per node).
+        let mut order = std::mem::take(&mut self.orders[d]);
+        order.clear();
+        order.extend(
+            (0..self.options[j].len())
+                .filter(|&k| self.fits(&self.options[j][k]))
+                .map(|k| (f64::from(self.options[j][k].vms) * self.vm_price[self.options[j][k].offer], Some(k))),
+        );
         order.push((if ub >= self.best_weight + 0.5 { self.weight[j] } else { f64::INFINITY }, None));
         if ub >= self.best_weight + 0.5 {
             order.sort_by(|a, b| a.0.total_cmp(&b.0));
         }
-        for (i, (_, k)) in order.into_iter().enumerate() {
+        for (i, &(_, k)) in order.iter().enumerate() {
             // Limited discrepancy: each choice other than the first spends one.
             let left = if i == 0 {
                 discrepancies
@@ -337,8 +348,9 @@ impl Search {
                 None => self.branch(d + 1, w, c, left),
             }
             if self.aborted {
-                return;
+                break;
             }
         }
+        self.orders[d] = order;
     }
 }

@@ -235,9 +235,9 @@ fn lagrangian(
         let other = improve(inst, b, &prices, &bounds, deadline);
         best = pick(inst, best, other);
     }
+    let lambda = lag.unit_multipliers(&dual);
     // Small problems of gang jobs: branch and bound from the best plan proves it (or finds better).
     if inst.p.jobs.len() <= exact::MAX_JOBS && !expired(deadline) && !proven(inst, &best, &bounds) {
-        let lambda = lag.unit_multipliers(&dual);
         match exact::solve(inst, &best, &lambda, EXACT_WORK, deadline) {
             Some((proven, true)) => {
                 bounds.push(Bound { weight: proven.weight(inst), cost: Some(proven.cost()) });
@@ -249,12 +249,13 @@ fn lagrangian(
             Some((found, false)) => {
                 let found =
                     if found.weight(inst) > best.weight(inst) { cost_search(inst, found, deadline) } else { found };
-                let mut found = pick(inst, best, found);
-                neighbourhood::improve(inst, &mut found, &lambda, NEIGHBOURHOOD_WORK, deadline);
-                best = found;
+                best = pick(inst, best, found);
             }
             None => {}
         }
+    }
+    if inst.p.jobs.len() <= neighbourhood::MAX_JOBS && !expired(deadline) && !proven(inst, &best, &bounds) {
+        neighbourhood::improve(inst, &mut best, &lambda, NEIGHBOURHOOD_WORK, deadline);
     }
     (best, label.to_string(), bounds)
 }
