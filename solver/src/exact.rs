@@ -323,8 +323,9 @@ impl Search {
                 .filter(|&k| self.fits(&self.options[j][k]))
                 .map(|k| (f64::from(self.options[j][k].vms) * self.vm_price[self.options[j][k].offer], Some(k))),
         );
-        order.push((if ub >= self.best_weight + 0.5 { self.weight[j] } else { f64::INFINITY }, None));
-        if ub >= self.best_weight + 0.5 {
+        let guided = ub >= self.best_weight + 0.5 && discrepancies != usize::MAX;
+        order.push((if guided { self.weight[j] } else { f64::INFINITY }, None));
+        if guided {
             order.sort_by(|a, b| a.0.total_cmp(&b.0));
         }
         for (i, &(_, k)) in order.iter().enumerate() {
