@@ -1,12 +1,14 @@
 //! Branch and bound for small problems of gang jobs: every job on one of its candidates or waiting,
 //! under the quota pools and the offers' capacity; the most weight, then the least cost, proven.
 //!
-//! Depth first over the jobs, heaviest first, from the heuristics' plan as the incumbent. While
-//! weight can still be gained a job's choices come in the order the multipliers price them (the
-//! relaxation's choice first, waiting where it is worth nothing net), and a few limited-discrepancy
-//! passes (at most one, two, three choices other than the first) come before the full search: they
-//! find plans the heuristics miss in a few hundred nodes, where a plain depth-first search spends
-//! its budget at the bottom of the first branches. Once only cost is left, cheapest first. A node is cut when it cannot beat the incumbent:
+//! Depth first over the jobs, heaviest first, from the heuristics' plan as the incumbent. First a
+//! few limited-discrepancy passes (at most one, two, three choices other than the first per path)
+//! in which, while weight can still be gained, a job's choices come in the order the multipliers
+//! price them (the relaxation's choice first, waiting where it is worth nothing net): they find
+//! plans the heuristics miss in a few hundred nodes, where a plain depth-first search spends its
+//! budget at the bottom of the first branches. Then the full search, cheapest first and waiting
+//! last (that order proved more problems than the multipliers'). A node is cut when it cannot beat
+//! the incumbent:
 //! - on weight, by the Lagrangian bound at the root's multipliers (`lagrange`) with the node's free
 //!   resources: Σ λ·free + the weight placed + each open job's best weight net of λ over the
 //!   candidates that still fit (any non-negative λ bounds every completion);
@@ -312,9 +314,9 @@ impl Search {
             return;
         }
         let j = self.jobs[d];
-        // While weight can still be gained, the choices the multipliers price best first (the dive
-        // follows the relaxation, where better plans are; waiting is worth nothing net); once only
-        // cost is left, cheapest first and waiting last.
+        // In the limited-discrepancy passes, while weight can still be gained, the choices the
+        // multipliers price best first (the dive follows the relaxation, where better plans are;
+        // waiting is worth nothing net); otherwise cheapest first and waiting last.
         // Each depth's order in its own buffer, kept across nodes (no allocation per node).
         let mut order = std::mem::take(&mut self.orders[d]);
         order.clear();
