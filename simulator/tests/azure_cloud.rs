@@ -96,7 +96,7 @@ async fn create_poll_succeed_get_list_delete() {
         (fleet.region.as_str(), fleet.priority, fleet.capacity_vms, fleet.min_capacity_vms),
         ("eastus", Priority::Regular, 2, 2)
     );
-    assert_eq!(fleet.sizes, [A100]);
+    assert_eq!(fleet.sizes[..], [A100]);
     assert_eq!(fleet.tags.get("spillway-job").map(String::as_str), Some("job-a"));
     assert_eq!(fleet.tags.get("spillway-attempt").map(String::as_str), Some("1"));
 

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -157,8 +158,10 @@ pub struct Fleet {
     pub region: String,
     /// Spot or regular (the profile with non-zero capacity; spot when both have some).
     pub priority: Priority,
-    /// Sizes, ranked.
-    pub sizes: Vec<String>,
+    /// Sizes, ranked. Shared, as are the tags: a cloud that keeps its fleets in memory (the
+    /// simulator) hands out its own copy, read every round for every live fleet, without copying
+    /// every string of it.
+    pub sizes: Arc<[String]>,
     /// VMs asked for.
     pub capacity_vms: u32,
     /// Minimum VMs.
@@ -166,7 +169,7 @@ pub struct Fleet {
     /// Where its last operation is.
     pub provisioning_state: ProvisioningState,
     /// Tags.
-    pub tags: BTreeMap<String, String>,
+    pub tags: Arc<BTreeMap<String, String>>,
     /// VMs running now, when the cloud can tell (it falls on spot evictions).
     pub running_vms: Option<u32>,
     /// A mixed fleet's regular part; `None` for a one-priority fleet.

@@ -385,11 +385,11 @@ fn fleet_record(w: &World, f: &world::SimFleet) -> Fleet {
         name: f.req.name.clone(),
         region: f.req.region.clone(),
         priority: f.req.priority,
-        sizes: f.req.sizes.clone(),
+        sizes: f.shared.sizes.clone(),
         capacity_vms: f.req.vms,
         min_capacity_vms: f.req.min_vms,
         provisioning_state: f.state.clone(),
-        tags: f.req.tags.clone(),
+        tags: f.shared.tags.clone(),
         running_vms: Some(f.running),
         regular,
     }

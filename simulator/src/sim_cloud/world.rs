@@ -7,6 +7,7 @@
 //! hundred fleets a scenario holds.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -181,7 +182,23 @@ pub(crate) struct SimFleet {
     pub part_of: Option<String>,
     /// Being deleted until then (state `Deleting`).
     pub deleting_until_ms: Option<i64>,
+    /// `req`'s sizes and tags as every read of the fleet hands them out (kept with `req`).
+    pub shared: SharedRecord,
     rng: StdRng,
+}
+
+/// The parts of a fleet's record that each read shares instead of copying: the control loop reads
+/// every live fleet every round (its own, and the reconciliation's listing of all of them).
+#[derive(Debug, Clone)]
+pub(crate) struct SharedRecord {
+    pub sizes: Arc<[String]>,
+    pub tags: Arc<BTreeMap<String, String>>,
+}
+
+impl SharedRecord {
+    fn of(req: &FleetRequest) -> Self {
+        SharedRecord { sizes: req.sizes.as_slice().into(), tags: Arc::new(req.tags.clone()) }
+    }
 }
 
 /// The key of a mixed fleet's regular part in [`World::fleets`] (`/` never appears in a fleet name).
@@ -850,6 +867,7 @@ impl World {
     ) {
         let now = self.now_ms;
         let seed = self.cfg.seed ^ fnv1a(&req.name) ^ generation.rotate_left(32);
+        let shared = SharedRecord::of(&req);
         self.fleets.insert(
             req.name.clone(),
             SimFleet {
@@ -872,6 +890,7 @@ impl World {
                 base,
                 part_of,
                 deleting_until_ms: None,
+                shared,
                 rng: StdRng::seed_from_u64(seed),
             },
         );
@@ -969,6 +988,7 @@ impl World {
         self.expect_event_at(ready);
         for (key, part_req) in parts {
             let part = self.fleets.get_mut(&key).expect("listed above");
+            part.shared = SharedRecord::of(&part_req);
             part.req = part_req;
             part.maintain = maintain;
             part.op_id = op_id.clone();

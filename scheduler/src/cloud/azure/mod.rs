@@ -464,7 +464,7 @@ impl AzureCloud {
             && let Ok(f) = to_fleet(f, name)
         {
             ctx.region = Some(f.region);
-            ctx.sizes = f.sizes;
+            ctx.sizes = f.sizes.to_vec();
             ctx.priority = Some(f.priority);
         }
         ctx
@@ -798,7 +798,7 @@ fn to_fleet(f: models::Fleet, name: &str) -> Result<Fleet, CloudError> {
         capacity_vms: capacity,
         min_capacity_vms: min,
         provisioning_state: props.provisioning_state.unwrap_or_else(|| ProvisioningState::Other("Unknown".into())),
-        tags: f.tags,
+        tags: Arc::new(f.tags),
         running_vms: None,
         regular,
     })

@@ -100,11 +100,11 @@ fn fleet(name: &str, state: ProvisioningState, running: u32, tags: &[(&str, &str
         name: name.to_string(),
         region: "eastus".into(),
         priority: Priority::Spot,
-        sizes: vec![SIZE.into()],
+        sizes: vec![SIZE.to_string()].into(),
         capacity_vms: 2,
         min_capacity_vms: 2,
         provisioning_state: state,
-        tags: tags.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>(),
+        tags: std::sync::Arc::new(tags.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>()),
         running_vms: Some(running),
         regular: None,
     }
