@@ -5,12 +5,13 @@
 
 use std::collections::BTreeSet;
 
+use rustc_hash::FxHashMap;
+
 use super::accounts::{accrue, overlap_scale};
 use super::actions::{Action, Change, JobEdit};
 use super::snapshot::Snapshot;
 use crate::cloud::{Fleet, TAG_ATTEMPT, TAG_JOB};
 use crate::model::{Attempt, AttemptState, EventKind, Job};
-use crate::records::attempt_key;
 
 /// A fleet of a job that ended (or vanished) is deleted; once the cloud has accepted the deletion,
 /// the attempt's cost is settled up to now and the attempt ends. The job's cost is *added to* as
@@ -108,6 +109,11 @@ pub(crate) struct Orphan {
 /// The tagged fleets among `fleets` that no active attempt of the snapshot owns by name. Fleets
 /// `known` to be on their way out already (being deleted) are left out.
 pub(crate) fn orphans(snap: &Snapshot, fleets: &[Fleet], known: &BTreeSet<String>) -> Vec<Orphan> {
+    // The listing holds every live fleet, nearly all owned: each is matched by a hashed look-up of
+    // its name among the active attempts' fleets (ordered maps keyed by ids that share long
+    // prefixes cost a string comparison per level), and only a fleet that is no active attempt's
+    // looks its tagged attempt up to say why.
+    let live: FxHashMap<&str, &Attempt> = snap.active().map(|a| (a.fleet_name.as_str(), a)).collect();
     let mut out = Vec::new();
     for fleet in fleets {
         let Some(job_id) = fleet.tags.get(TAG_JOB) else { continue };
@@ -115,7 +121,10 @@ pub(crate) fn orphans(snap: &Snapshot, fleets: &[Fleet], known: &BTreeSet<String
             continue;
         }
         let number: Option<u32> = fleet.tags.get(TAG_ATTEMPT).and_then(|n| n.parse().ok());
-        let attempt = number.and_then(|n| snap.attempts.get(&attempt_key(job_id, n)));
+        if live.get(fleet.name.as_str()).is_some_and(|a| &a.job_id == job_id && Some(a.number) == number) {
+            continue;
+        }
+        let attempt = number.and_then(|n| snap.attempts_of(job_id).find(|a| a.number == n));
         let why = match attempt {
             Some(a) if a.is_active() && a.fleet_name == fleet.name => continue,
             Some(a) => format!(

@@ -67,6 +67,11 @@ impl Deletions {
         self.pending.values().filter(|p| p.owned).map(|p| p.next_try_ms).min()
     }
 
+    /// Whether no deletion is pending (the common case: the round then builds no set of live fleets).
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
     /// Forgets the spacing of decisions' deletions whose fleet no live attempt holds any more
     /// (the decision that asked will not ask again).
     pub fn forget_unowned_except(&mut self, live: &std::collections::BTreeSet<&str>) {

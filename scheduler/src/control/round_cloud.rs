@@ -29,8 +29,10 @@ impl Controller {
             let known: BTreeSet<String> =
                 fleets.iter().filter(|f| st.deletions.knows(&f.name)).map(|f| f.name.clone()).collect();
             let orphans = cleanup::orphans(snap, &fleets, &known);
-            let live: BTreeSet<&str> = fleets.iter().map(|f| f.name.as_str()).collect();
-            st.orphans_reported.retain(|f| live.contains(f.as_str()));
+            if !st.orphans_reported.is_empty() {
+                let live: BTreeSet<&str> = fleets.iter().map(|f| f.name.as_str()).collect();
+                st.orphans_reported.retain(|f| live.contains(f.as_str()));
+            }
             for o in orphans {
                 report.orphans += 1;
                 if st.orphans_reported.insert(o.fleet.clone()) {

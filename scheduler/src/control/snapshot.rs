@@ -159,8 +159,10 @@ impl Controller {
         // What the loop remembers of attempts no longer active is of no use any more.
         st.look_again.retain(|key, _| snap.attempts.get(key).is_some_and(Attempt::is_active));
         st.unresizable.retain(|key| snap.attempts.get(key).is_some_and(Attempt::is_active));
-        let live: BTreeSet<&str> = snap.active().map(|a| a.fleet_name.as_str()).collect();
-        st.deletions.forget_unowned_except(&live);
+        if !st.deletions.is_empty() {
+            let live: BTreeSet<&str> = snap.active().map(|a| a.fleet_name.as_str()).collect();
+            st.deletions.forget_unowned_except(&live);
+        }
         let mut cloud_errors = self.refresh_world(st, &snap, now).await;
         for (key, a) in snap.attempts.iter().filter(|(_, a)| a.is_active()) {
             if snap.jobs.get(&a.job_id).is_none_or(|j| j.state.is_final()) {
