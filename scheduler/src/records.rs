@@ -249,6 +249,8 @@ impl IndexQuery for IdempotencyKeysOfJob<'_> {
 pub trait Lookup {
     /// Every record the query finds, in key order.
     fn find<Q: IndexQuery>(&self, query: Q) -> Result<Vec<Q::Record>, StoreError>;
+    /// [`Lookup::find`], each record shared with the store's decoded-record cache, not copied.
+    fn find_shared<Q: IndexQuery>(&self, query: Q) -> Result<Vec<std::sync::Arc<Q::Record>>, StoreError>;
     /// How many records the query finds.
     fn count_where<Q: IndexQuery>(&self, query: Q) -> Result<usize, StoreError>;
     /// The first `n` records the query finds, in key order.
@@ -267,6 +269,9 @@ pub trait Lookup {
 impl Lookup for Store {
     fn find<Q: IndexQuery>(&self, query: Q) -> Result<Vec<Q::Record>, StoreError> {
         self.by_index::<Q::Record>(query.index().name, &query.value())
+    }
+    fn find_shared<Q: IndexQuery>(&self, query: Q) -> Result<Vec<std::sync::Arc<Q::Record>>, StoreError> {
+        self.by_index_shared::<Q::Record>(query.index().name, &query.value())
     }
     fn count_where<Q: IndexQuery>(&self, query: Q) -> Result<usize, StoreError> {
         self.count_by_index::<Q::Record>(query.index().name, &query.value())

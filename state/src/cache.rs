@@ -40,8 +40,9 @@ pub(crate) struct RecordCache {
 
 /// What a lookup found for bytes read from the store.
 pub(crate) enum Lookup<R> {
-    /// The cached record (a clone) and, if asked for and known, the index value at the pointer.
-    Hit(R, Option<Option<String>>),
+    /// The cached record (shared, not copied) and, if asked for and known, the index value at the
+    /// pointer.
+    Hit(Arc<R>, Option<Option<String>>),
     Miss,
 }
 
@@ -57,7 +58,7 @@ impl RecordCache {
     }
 
     /// The cached record of `table`/`key` if it was decoded from exactly `bytes`.
-    pub(crate) fn get<R: Clone + 'static>(
+    pub(crate) fn get<R: Send + Sync + 'static>(
         &self,
         table: &'static str,
         key: &str,
@@ -69,9 +70,9 @@ impl RecordCache {
         if !same_bytes(&c.bytes, bytes) {
             return Lookup::Miss;
         }
-        let Some(value) = c.value.downcast_ref::<R>() else { return Lookup::Miss };
+        let Ok(value) = c.value.clone().downcast::<R>() else { return Lookup::Miss };
         let index = pointer.and_then(|p| c.pointers.iter().find(|(q, _)| *q == p).map(|(_, v)| v.clone()));
-        Lookup::Hit(value.clone(), index)
+        Lookup::Hit(value, index)
     }
 
     /// The index values at `pointers` of the record stored as `bytes`, if all are known.
@@ -93,11 +94,16 @@ impl RecordCache {
     /// The record stored as `bytes`: the cached one when it was decoded from these bytes, else
     /// decoded now and remembered.
     pub(crate) fn decode<R: Record>(&self, key: &str, bytes: sled::IVec) -> Result<R, StoreError> {
+        Ok(Arc::unwrap_or_clone(self.decode_shared(key, bytes)?))
+    }
+
+    /// [`RecordCache::decode`], the record shared with the cache instead of copied.
+    pub(crate) fn decode_shared<R: Record>(&self, key: &str, bytes: sled::IVec) -> Result<Arc<R>, StoreError> {
         if let Lookup::Hit(r, _) = self.get::<R>(R::TABLE.name, key, &bytes, None) {
             return Ok(r);
         }
-        let r: R = crate::encoding::decode(&bytes, R::TABLE.name, key)?;
-        self.put(R::TABLE.name, key, bytes, &r, Vec::new());
+        let r: Arc<R> = Arc::new(crate::encoding::decode(&bytes, R::TABLE.name, key)?);
+        self.put_shared(R::TABLE.name, key, bytes, &r, Vec::new());
         Ok(r)
     }
 
@@ -109,6 +115,29 @@ impl RecordCache {
         key: &str,
         bytes: sled::IVec,
         value: &R,
+        index: Vec<(&'static str, Option<String>)>,
+    ) {
+        self.put_with(table, key, bytes, || Arc::new(value.clone()), index);
+    }
+
+    /// [`RecordCache::put`] of a record already shared (it is kept, not copied).
+    pub(crate) fn put_shared<R: Send + Sync + 'static>(
+        &self,
+        table: &'static str,
+        key: &str,
+        bytes: sled::IVec,
+        value: &Arc<R>,
+        index: Vec<(&'static str, Option<String>)>,
+    ) {
+        self.put_with(table, key, bytes, || value.clone(), index);
+    }
+
+    fn put_with<R: Send + Sync + 'static>(
+        &self,
+        table: &'static str,
+        key: &str,
+        bytes: sled::IVec,
+        value: impl FnOnce() -> Arc<R>,
         index: Vec<(&'static str, Option<String>)>,
     ) {
         let mut guard = self.lock();
@@ -128,7 +157,7 @@ impl RecordCache {
             }
             _ => {
                 *held += bytes.len();
-                let fresh = Cached { bytes, value: Arc::new(value.clone()), pointers: index };
+                let fresh = Cached { bytes, value: value(), pointers: index };
                 if let Some(old) = t.insert(key.to_string(), fresh) {
                     *held -= old.bytes.len();
                 }

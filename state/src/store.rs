@@ -418,6 +418,25 @@ impl Store {
         self.page_by_index(index, value, None, usize::MAX, false)
     }
 
+    /// [`Store::by_index`], each record shared with the store's decoded-record cache rather than
+    /// copied: for readers that hold many records for a while and change few (the control loop
+    /// reads every open job and active attempt each round, and most are as they were).
+    pub fn by_index_shared<R: Record>(&self, index: &str, value: &str) -> Result<Vec<Arc<R>>, StoreError> {
+        self.page_by_index_shared(index, value, None, usize::MAX, false)
+    }
+
+    /// [`Store::get`], the record shared with the decoded-record cache.
+    pub fn get_shared<R: Record>(&self, key: &str) -> Result<Option<Arc<R>>, StoreError> {
+        self.watch((|| {
+            let reg = self.ensure_table(&R::TABLE)?;
+            let h = &reg.tables[R::TABLE.name];
+            match reg.trees[h.tree].get(key.as_bytes())? {
+                Some(bytes) => Ok(Some(self.inner.cache.decode_shared::<R>(key, bytes)?)),
+                None => Ok(None),
+            }
+        })())
+    }
+
     /// How many records the index lists under `value`, without reading the records: cheap enough for
     /// gauges refreshed every round. A count taken while a transaction commits may be off by the
     /// records that transaction moves.
@@ -466,6 +485,19 @@ impl Store {
         n: usize,
         from_end: bool,
     ) -> Result<Vec<R>, StoreError> {
+        let shared = self.page_by_index_shared::<R>(index, value, before, n, from_end)?;
+        Ok(shared.into_iter().map(Arc::unwrap_or_clone).collect())
+    }
+
+    /// [`Store::page_by_index`], the records shared with the decoded-record cache.
+    fn page_by_index_shared<R: Record>(
+        &self,
+        index: &str,
+        value: &str,
+        before: Option<&str>,
+        n: usize,
+        from_end: bool,
+    ) -> Result<Vec<Arc<R>>, StoreError> {
         self.watch((|| {
             let reg = self.ensure_table(&R::TABLE)?;
             let h = &reg.tables[R::TABLE.name];
@@ -504,7 +536,7 @@ impl Store {
         bytes: sled::IVec,
         pointer: &'static str,
         value: &str,
-    ) -> Result<Option<R>, StoreError> {
+    ) -> Result<Option<Arc<R>>, StoreError> {
         let cached = match self.inner.cache.get::<R>(R::TABLE.name, key, &bytes, Some(pointer)) {
             Lookup::Hit(r, Some(at)) => return Ok((at.as_deref() == Some(value)).then_some(r)),
             Lookup::Hit(r, None) => Some(r),
@@ -519,12 +551,12 @@ impl Store {
         let at = pointer_value(json, pointer).map_err(decode_err)?;
         let matches = at.as_deref() == Some(value);
         // Cached by a plain `get`: only the index value was missing; the record is not decoded again.
-        let r: R = match cached {
+        let r: Arc<R> = match cached {
             Some(r) => r,
-            None if matches => serde_json::from_slice(json).map_err(decode_err)?,
+            None if matches => Arc::new(serde_json::from_slice(json).map_err(decode_err)?),
             None => return Ok(None),
         };
-        self.inner.cache.put(R::TABLE.name, key, bytes, &r, vec![(pointer, at)]);
+        self.inner.cache.put_shared(R::TABLE.name, key, bytes, &r, vec![(pointer, at)]);
         Ok(matches.then_some(r))
     }
 

@@ -59,7 +59,7 @@ pub(crate) fn retire(snap: &Snapshot, old: &Attempt, billed: bool) -> Vec<Action
         && old.state == AttemptState::Running
         && let Some(job) = snap.jobs.get(&old.job_id)
     {
-        let mut job = job.clone();
+        let mut job = Job::clone(job);
         let scale = overlap_scale(&job, snap.attempts_of(&job.id));
         let spend = accrue(&mut old, &mut job, now, scale);
         change.spend = Some((job.spec.tenant.clone(), spend));
@@ -79,7 +79,7 @@ pub(crate) fn retire_leftover(snap: &Snapshot, old: &Attempt) -> Action {
     let mut old = old.clone();
     let mut change = Change::default();
     if let Some(job) = snap.jobs.get(&old.job_id) {
-        let mut job = job.clone();
+        let mut job = Job::clone(job);
         let scale = overlap_scale(&job, snap.attempts_of(&job.id));
         let spend = if old.state == AttemptState::Running { accrue(&mut old, &mut job, now, scale) } else { 0.0 };
         let message = format!("attempt {} ({} in {}) retired: the job moved", old.number, old.priority, old.region);

@@ -88,7 +88,7 @@ fn gate_failing(snap: &Snapshot, failing: &BTreeSet<String>, job: &Job) -> Gate 
         if failing.contains(id) {
             return Some(Upstream { state: JobState::Failed, last_region, output_gb: None });
         }
-        if let Some(stored) = snap.jobs.get(id).or_else(|| snap.upstream.get(id)) {
+        if let Some(stored) = snap.jobs.get(id).map(|j| &**j).or_else(|| snap.upstream.get(id)) {
             return Some(Upstream {
                 state: stored.state,
                 last_region,

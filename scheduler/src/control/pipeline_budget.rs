@@ -42,6 +42,7 @@ fn siblings<'a>(snap: &'a Snapshot, job: &'a Job) -> impl Iterator<Item = &'a Jo
     let pipeline_id = job.pipeline.as_ref().map(|l| l.pipeline_id.as_str());
     snap.jobs
         .values()
+        .map(|j| &**j)
         .filter(move |j| j.id != job.id && j.pipeline.as_ref().map(|l| l.pipeline_id.as_str()) == pipeline_id)
 }
 

@@ -23,7 +23,7 @@ impl Controller {
         ended: &mut Vec<(Attempt, Option<Job>)>,
     ) -> Result<(), ControlError> {
         for a in snap.in_state(AttemptState::Provisioning) {
-            let job = snap.jobs.get(&a.job_id).cloned();
+            let job = snap.jobs.get(&a.job_id).map(|j| Job::clone(j));
             if job.as_ref().is_none_or(|j| j.state.is_final()) {
                 ended.push((a, job));
                 continue;
@@ -124,7 +124,7 @@ impl Controller {
             match snap.jobs.get(&a.job_id) {
                 Some(job) if !job.state.is_final() => {}
                 other => {
-                    ended.push((a.clone(), other.cloned()));
+                    ended.push((Attempt::clone(a), other.map(|j| Job::clone(j))));
                     continue;
                 }
             }
@@ -133,7 +133,7 @@ impl Controller {
             if a.growing_to.is_some() && a.operation.is_none() {
                 // A growth written but never sent (a crash, a throttled call): send it again.
                 job_before = snap.jobs.get(&a.job_id).cloned();
-                let resend = vec![Action::Resize(a.clone())];
+                let resend = vec![Action::Resize(Attempt::clone(a))];
                 let refused = self.act(st, snap, report, resend).await?;
                 self.fail_refused(st, snap, report, refused).await?;
             }

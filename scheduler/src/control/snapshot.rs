@@ -10,6 +10,7 @@
 //! live attempt owns.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use state::StoreError;
 
@@ -38,10 +39,13 @@ pub(crate) struct Seen {
 pub(crate) struct Snapshot {
     /// When the round runs (clock time), Unix milliseconds.
     pub now: i64,
-    /// Every open job and the job of every active attempt (final ones included), by id.
-    pub jobs: BTreeMap<String, Job>,
+    /// Every open job and the job of every active attempt (final ones included), by id. Shared
+    /// with the store's decoded-record cache (as are the attempts): a round reads every open job
+    /// and active attempt, nearly all unchanged since the last round, and copying each (and
+    /// dropping the copies) was a visible share of a long what-if run (#21).
+    pub jobs: BTreeMap<String, Arc<Job>>,
     /// Every active attempt, and every attempt of a deadline job, by key (job, then number).
-    pub attempts: BTreeMap<String, Attempt>,
+    pub attempts: BTreeMap<String, Arc<Attempt>>,
     /// Every tenant on record, by name.
     pub tenants: BTreeMap<String, Tenant>,
     /// What the cloud said of active attempts' fleets, by attempt key.
@@ -68,12 +72,12 @@ pub(crate) struct Snapshot {
 impl Snapshot {
     /// Active attempts (holding or about to hold cloud resources), in (job, number) order.
     pub fn active(&self) -> impl Iterator<Item = &Attempt> {
-        self.attempts.values().filter(|a| a.is_active())
+        self.attempts.values().map(|a| &**a).filter(|a| a.is_active())
     }
 
     /// Active attempts in one state, in (job, number) order.
     pub fn in_state(&self, state: AttemptState) -> Vec<Attempt> {
-        self.attempts.values().filter(|a| a.state == state).cloned().collect()
+        self.attempts.values().filter(|a| a.state == state).map(|a| Attempt::clone(a)).collect()
     }
 
     /// The attempts of one job the snapshot holds, in number order.
@@ -84,7 +88,7 @@ impl Snapshot {
             .range::<str, _>((std::ops::Bound::Included(job_id), std::ops::Bound::Unbounded))
             .take_while(move |(k, _)| k.starts_with(job_id))
             .filter(move |(_, a)| a.job_id == job_id)
-            .map(|(_, a)| a)
+            .map(|(_, a)| &**a)
     }
 
     /// Whether the job has an active attempt other than number `but`.
@@ -105,7 +109,7 @@ impl Snapshot {
 
     /// [`Snapshot::open_jobs`] as they stand in the snapshot.
     pub fn open_refs(&self) -> Vec<&Job> {
-        let mut jobs: Vec<&Job> = self.jobs.values().filter(|j| !j.state.is_final()).collect();
+        let mut jobs: Vec<&Job> = self.jobs.values().map(|j| &**j).filter(|j| !j.state.is_final()).collect();
         jobs.sort_by(|a, b| {
             (std::cmp::Reverse(a.spec.priority), a.submitted_at_ms, &a.id).cmp(&(
                 std::cmp::Reverse(b.spec.priority),
@@ -128,17 +132,17 @@ impl Snapshot {
 
     /// Records what a write put in the store.
     pub fn put_attempt(&mut self, a: &Attempt) {
-        self.attempts.insert(attempt_key(&a.job_id, a.number), a.clone());
+        self.attempts.insert(attempt_key(&a.job_id, a.number), Arc::new(a.clone()));
     }
 
     /// Holds an attempt read from the store.
-    fn hold_attempt(&mut self, a: Attempt) {
+    fn hold_attempt(&mut self, a: Arc<Attempt>) {
         self.attempts.insert(attempt_key(&a.job_id, a.number), a);
     }
 
     /// Records what a write put in the store.
     pub fn put_job(&mut self, j: &Job) {
-        self.jobs.insert(j.id.clone(), j.clone());
+        self.jobs.insert(j.id.clone(), Arc::new(j.clone()));
     }
 
     /// Records what a write put in the store.
@@ -157,8 +161,8 @@ impl Controller {
         }
         let mut snap = self.read_records(now)?;
         // What the loop remembers of attempts no longer active is of no use any more.
-        st.look_again.retain(|key, _| snap.attempts.get(key).is_some_and(Attempt::is_active));
-        st.unresizable.retain(|key| snap.attempts.get(key).is_some_and(Attempt::is_active));
+        st.look_again.retain(|key, _| snap.attempts.get(key).is_some_and(|a| a.is_active()));
+        st.unresizable.retain(|key| snap.attempts.get(key).is_some_and(|a| a.is_active()));
         if !st.deletions.is_empty() {
             let live: BTreeSet<&str> = snap.active().map(|a| a.fleet_name.as_str()).collect();
             st.deletions.forget_unowned_except(&live);
@@ -240,19 +244,19 @@ impl Controller {
     pub(crate) fn read_records(&self, now: i64) -> Result<Snapshot, StoreError> {
         let mut snap = Snapshot { now, ..Snapshot::default() };
         for s in [JobState::Pending, JobState::Provisioning, JobState::Running, JobState::Migrating] {
-            for j in self.store.find(JobsBy::State(s))? {
+            for j in self.store.find_shared(JobsBy::State(s))? {
                 snap.jobs.insert(j.id.clone(), j);
             }
         }
         for s in [AttemptState::Provisioning, AttemptState::Running] {
-            for a in self.store.find(AttemptsBy::State(s))? {
+            for a in self.store.find_shared(AttemptsBy::State(s))? {
                 snap.hold_attempt(a);
             }
         }
         let owners: BTreeSet<String> = snap.active().map(|a| a.job_id.clone()).collect();
         for id in owners {
             if !snap.jobs.contains_key(&id)
-                && let Some(j) = self.store.get::<Job>(&id)?
+                && let Some(j) = self.store.get_shared::<Job>(&id)?
             {
                 snap.jobs.insert(id, j);
             }
@@ -260,7 +264,7 @@ impl Controller {
         let deadline_jobs: Vec<String> =
             snap.jobs.values().filter(|j| !j.state.is_final() && deadline_managed(j)).map(|j| j.id.clone()).collect();
         for id in deadline_jobs {
-            for a in self.store.find(AttemptsBy::Job(&id))? {
+            for a in self.store.find_shared(AttemptsBy::Job(&id))? {
                 snap.hold_attempt(a);
             }
         }
@@ -281,7 +285,7 @@ impl Controller {
         for (id, pipeline_id) in deps {
             let job = match snap.jobs.get(&id) {
                 Some(j) => Some(j.clone()),
-                None => self.store.get::<Job>(&id)?,
+                None => self.store.get_shared::<Job>(&id)?,
             };
             let Some(job) = job else {
                 // Forgotten by retention: its pipeline kept how it ended.
@@ -310,7 +314,7 @@ impl Controller {
                 snap.upstream_regions.insert(id.clone(), a.region);
             }
             if !snap.jobs.contains_key(&id) {
-                snap.upstream.insert(id, job);
+                snap.upstream.insert(id, Arc::unwrap_or_clone(job));
             }
         }
         // What the ended jobs of each pipeline with a budget cost: with its open jobs' costs, what

@@ -21,7 +21,7 @@ pub(crate) fn recomputed(snap: &Snapshot, job: &Job) -> Option<(i64, f64)> {
     }
     let mut start: Option<i64> = None;
     for d in &link.depends_on {
-        let ended = match snap.jobs.get(&d.job_id).or_else(|| snap.upstream.get(&d.job_id)) {
+        let ended = match snap.jobs.get(&d.job_id).map(|j| &**j).or_else(|| snap.upstream.get(&d.job_id)) {
             Some(dep) if dep.state.is_final() => dep.finished_at_ms?,
             Some(_) => return None,
             None => snap.forgotten.get(&d.job_id)?.finished_at_ms,
