@@ -89,13 +89,18 @@ type Tiers = (Option<TierOffer>, Option<TierOffer>);
 pub(crate) fn observe_spot(st: &mut LoopState, catalog: &Catalog, now: i64, tick_ms: i64) {
     let mut available: BTreeMap<String, bool> = BTreeMap::new();
     for o in &st.world.offers {
-        let listed = o.priority == Priority::Spot
-            && o.price_per_hour.is_some()
-            && o.capacity_vms != Some(0)
-            && o.placement_score != Some(PlacementScore::Low)
-            && catalog.size(&o.size).is_some_and(|s| s.gpus > 0);
-        let e = available.entry(o.region.clone()).or_insert(false);
-        *e |= listed;
+        // Runs every round over every offer: a region's name is copied once, and the offer is
+        // looked at only while its region has no spot offer listed yet.
+        let e = match available.get_mut(o.region.as_str()) {
+            Some(e) => e,
+            None => available.entry(o.region.clone()).or_insert(false),
+        };
+        *e = *e
+            || (o.priority == Priority::Spot
+                && o.price_per_hour.is_some()
+                && o.capacity_vms != Some(0)
+                && o.placement_score != Some(PlacementScore::Low)
+                && catalog.size(&o.size).is_some_and(|s| s.gpus > 0));
     }
     for (region, up) in available.iter_mut() {
         let blocked = st.world.blocked.iter().any(|b| {

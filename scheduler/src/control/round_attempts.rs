@@ -159,8 +159,9 @@ impl Controller {
             }
         }
         // Placements a refilled fleet made surplus go (make before break: what stays runs).
-        for id in snap.open_job_ids() {
-            let Some(job) = snap.jobs.get(&id) else { continue };
+        for open in snap.open_shared() {
+            let id = &open.id;
+            let Some(job) = snap.jobs.get(id) else { continue };
             for old in watch::surplus(snap, &self.config, job) {
                 let event = (
                     EventKind::FleetDeleted,

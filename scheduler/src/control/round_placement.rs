@@ -34,8 +34,9 @@ impl Controller {
         deadline::observe_spot(st, &self.catalog, now, tick_ms);
         // A pipeline job whose dependencies ended takes its share of what is left of the
         // pipeline's deadline before its policy first plans with it.
-        for id in snap.open_job_ids() {
-            let Some(job) = snap.jobs.get(&id) else { continue };
+        for open in snap.open_shared() {
+            let id = &open.id;
+            let Some(job) = snap.jobs.get(id) else { continue };
             let Some((deadline_ms, left_hours)) = stage_deadlines::recomputed(snap, job) else { continue };
             let was = job.spec.deadline.map_or_else(|| "none".to_string(), placement::fmt_time_of);
             let at = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(deadline_ms) * 1_000_000);
@@ -44,7 +45,7 @@ impl Controller {
                 "deadline {new} (was {was}): its share of the {left_hours:.1} h left to the pipeline's deadline when its dependencies ended"
             );
             let edit = JobEdit::Deadline { deadline_ms, message };
-            let change = Change { job: Some((id, edit)), ..Change::default() };
+            let change = Change { job: Some((id.clone(), edit)), ..Change::default() };
             self.act(st, snap, report, vec![Action::Record(change)]).await?;
         }
         // A pipeline job waiting for its dependencies holds nothing yet: no policy chooses for it.

@@ -12,6 +12,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use rustc_hash::FxHashMap;
+
 use state::StoreError;
 
 use super::deadline_choice::deadline_managed;
@@ -48,8 +50,9 @@ pub(crate) struct Snapshot {
     pub attempts: BTreeMap<String, Arc<Attempt>>,
     /// Every tenant on record, by name.
     pub tenants: BTreeMap<String, Tenant>,
-    /// What the cloud said of active attempts' fleets, by attempt key.
-    pub seen: BTreeMap<String, Seen>,
+    /// What the cloud said of active attempts' fleets, by attempt key (hashed: filled and read
+    /// once per active attempt per round, never walked in order).
+    pub seen: FxHashMap<String, Seen>,
     /// Every fleet in the cloud, when this round reconciles the cloud with the store.
     pub cloud_fleets: Option<Vec<Fleet>>,
     /// Running attempts of open jobs whose agents reported that the VMs can no longer carry the
@@ -101,22 +104,19 @@ impl Snapshot {
         self.open_refs().into_iter().cloned().collect()
     }
 
-    /// The ids of [`Snapshot::open_jobs`], in the same order: for steps that write as they go,
-    /// and so look each job up afresh instead of holding a copy of every open job.
-    pub fn open_job_ids(&self) -> Vec<String> {
-        self.open_refs().into_iter().map(|j| j.id.clone()).collect()
+    /// [`Snapshot::open_jobs`] as the snapshot holds them now, shared, in the same order: for
+    /// steps that write as they go, and so look each job up afresh by its id (no id is copied:
+    /// this runs every round over every open job).
+    pub fn open_shared(&self) -> Vec<Arc<Job>> {
+        let mut jobs: Vec<&Arc<Job>> = self.jobs.values().filter(|j| !j.state.is_final()).collect();
+        jobs.sort_by(|a, b| planning_order(a, b));
+        jobs.into_iter().cloned().collect()
     }
 
     /// [`Snapshot::open_jobs`] as they stand in the snapshot.
     pub fn open_refs(&self) -> Vec<&Job> {
         let mut jobs: Vec<&Job> = self.jobs.values().map(|j| &**j).filter(|j| !j.state.is_final()).collect();
-        jobs.sort_by(|a, b| {
-            (std::cmp::Reverse(a.spec.priority), a.submitted_at_ms, &a.id).cmp(&(
-                std::cmp::Reverse(b.spec.priority),
-                b.submitted_at_ms,
-                &b.id,
-            ))
-        });
+        jobs.sort_by(|a, b| planning_order(a, b));
         jobs
     }
 
@@ -149,6 +149,15 @@ impl Snapshot {
     pub fn put_tenant(&mut self, t: &Tenant) {
         self.tenants.insert(t.name.clone(), t.clone());
     }
+}
+
+/// Planning order: priority first, then submission order (then id).
+fn planning_order(a: &Job, b: &Job) -> std::cmp::Ordering {
+    (std::cmp::Reverse(a.spec.priority), a.submitted_at_ms, &a.id).cmp(&(
+        std::cmp::Reverse(b.spec.priority),
+        b.submitted_at_ms,
+        &b.id,
+    ))
 }
 
 impl Controller {
