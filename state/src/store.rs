@@ -415,7 +415,7 @@ impl Store {
     /// The records whose index `index` has the value `value` (see [`IndexDef`](crate::IndexDef) for
     /// how values are written), in key order.
     pub fn by_index<R: Record>(&self, index: &str, value: &str) -> Result<Vec<R>, StoreError> {
-        self.page_by_index(index, value, None, usize::MAX, false)
+        self.page_by_index_shared(index, value, None, usize::MAX, false).map(unshared)
     }
 
     /// [`Store::by_index`], each record shared with the store's decoded-record cache rather than
@@ -466,7 +466,7 @@ impl Store {
         before: Option<&str>,
         n: usize,
     ) -> Result<Vec<R>, StoreError> {
-        let mut out = self.page_by_index(index, value, before, n, true)?;
+        let mut out = unshared(self.page_by_index_shared(index, value, before, n, true)?);
         out.reverse();
         Ok(out)
     }
@@ -474,22 +474,11 @@ impl Store {
     /// The first `n` records (in key order) whose index `index` has the value `value`: the oldest,
     /// when keys grow with time.
     pub fn first_by_index<R: Record>(&self, index: &str, value: &str, n: usize) -> Result<Vec<R>, StoreError> {
-        self.page_by_index(index, value, None, n, false)
+        self.page_by_index_shared(index, value, None, n, false).map(unshared)
     }
 
-    fn page_by_index<R: Record>(
-        &self,
-        index: &str,
-        value: &str,
-        before: Option<&str>,
-        n: usize,
-        from_end: bool,
-    ) -> Result<Vec<R>, StoreError> {
-        let shared = self.page_by_index_shared::<R>(index, value, before, n, from_end)?;
-        Ok(shared.into_iter().map(Arc::unwrap_or_clone).collect())
-    }
-
-    /// [`Store::page_by_index`], the records shared with the decoded-record cache.
+    /// Up to `n` records whose index `index` has the value `value`, in key order from the start or
+    /// (`from_end`) from the end, below `before` if given; shared with the decoded-record cache.
     fn page_by_index_shared<R: Record>(
         &self,
         index: &str,
@@ -1085,4 +1074,10 @@ fn open_sled_once(path: &Path) -> Result<sled::Db, StoreError> {
             Err(StoreError::Open { path: path.to_path_buf(), reason: format!("sled failed: {reason}") })
         }
     }
+}
+
+/// Records read shared with the decoded-record cache, as owned copies (a record no one else holds is
+/// moved out, not copied).
+fn unshared<R: Clone>(records: Vec<Arc<R>>) -> Vec<R> {
+    records.into_iter().map(Arc::unwrap_or_clone).collect()
 }
