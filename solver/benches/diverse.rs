@@ -8,10 +8,17 @@
 //! cargo bench -p solver --bench diverse -- --sizes 60,100 --seeds 1,2   # other sizes and seeds
 //! cargo bench -p solver --bench diverse -- --write DIR                  # writes DIR/diverse-{n}-{seed}.json
 //! cargo bench -p solver --features highs --bench diverse -- --files a.json b.json   # other problems
+//! cargo bench -p solver --features highs --bench diverse -- --sweep 48 --reference-ms 10000
 //! ```
 //!
 //! The reference is HiGHS with `--reference-ms` (default 60,000; 0 skips it, for timing the large
 //! sizes) as its whole budget; where it does not prove the optimum, the ratio is against its best plan.
+//!
+//! `--sweep N` takes N small problems of many shapes instead of the sizes: problem s (0 ≤ s < N) has
+//! 12, 20, 25, 30, 35 or 40 jobs (s mod 6) over 1-4 regions (s / 6 mod 4), seed s × 0x9E3779B97F4A7C15
+//! (`sweep-JOBS:REGIONS:SEED`, the arguments of `DiverseParams`). Every run ends with a summary: the
+//! worst weight ratio, the problems below the reference's weight, those above +1 % of its cost at its
+//! weight (counted only where the reference is proven), the proven ones and the wall time.
 
 use std::time::Instant;
 
@@ -61,6 +68,14 @@ fn main() {
             let text = std::fs::read_to_string(path).expect("read problem");
             problems.push((path.clone(), Problem::from_json_str(&text).expect("a valid problem")));
         }
+    } else if let Some(n) = arg(&args, "--sweep") {
+        let n: u64 = n.parse().expect("a number of problems");
+        for s in 0..n {
+            let jobs = [12, 20, 25, 30, 35, 40][(s % 6) as usize];
+            let regions = 1 + (s / 6 % 4) as usize;
+            let seed = s.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            problems.push((format!("sweep-{jobs}:{regions}:{seed}"), diverse(&DiverseParams { jobs, regions, seed })));
+        }
     } else {
         for &n in &sizes {
             for &seed in &seeds {
@@ -78,6 +93,7 @@ fn main() {
         "| problem | jobs | method | ms | CPU ms | placed weight | gap | optimal | reference weight | weight ratio | cost ratio |"
     );
     println!("| --- | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |");
+    let mut summary = Summary::default();
     for (name, problem) in &problems {
         let opts = SolveOptions { time_limit_ms: time_limit, ..SolveOptions::default() };
         let (plan, ms, cpu) = timed(problem, |p| solve_lp_round(p, &opts));
@@ -91,8 +107,14 @@ fn main() {
             Some((r, rms, _)) => {
                 eprintln!("{name}: reference {} in {rms:.0} ms, optimal {}, gap {}", r.solver, r.optimal, r.gap);
                 let ratio = if r.placed_weight > 0.0 { plan.placed_weight / r.placed_weight } else { 1.0 };
+                summary.worst_weight = summary.worst_weight.min(ratio);
+                summary.below += usize::from(plan.placed_weight < r.placed_weight - 0.5);
                 let cost = if (plan.placed_weight - r.placed_weight).abs() < 0.5 && r.expected_cost > 0.0 {
-                    format!("{:.5}", plan.expected_cost / r.expected_cost)
+                    let ratio = plan.expected_cost / r.expected_cost;
+                    if r.optimal && ratio > 1.01 {
+                        summary.dearer.push(format!("{name} {:+.1} %", (ratio - 1.0) * 100.0));
+                    }
+                    format!("{ratio:.5}")
                 } else {
                     "-".to_string()
                 };
@@ -111,6 +133,44 @@ fn main() {
             plan.placed_weight,
             plan.gap,
             plan.optimal
+        );
+        summary.proven += usize::from(plan.optimal);
+        summary.ms.push(ms);
+    }
+    summary.print();
+}
+
+/// What a run adds up to: the numbers a change to the solver is judged by.
+struct Summary {
+    worst_weight: f64,
+    /// Problems placing less weight than the reference.
+    below: usize,
+    /// Problems above +1 % of a proven reference's cost at its weight, with how much.
+    dearer: Vec<String>,
+    proven: usize,
+    ms: Vec<f64>,
+}
+
+impl Default for Summary {
+    fn default() -> Summary {
+        Summary { worst_weight: 1.0, below: 0, dearer: Vec::new(), proven: 0, ms: Vec::new() }
+    }
+}
+
+impl Summary {
+    fn print(&self) {
+        let n = self.ms.len();
+        let mean = self.ms.iter().sum::<f64>() / n.max(1) as f64;
+        let max = self.ms.iter().copied().fold(0.0, f64::max);
+        println!(
+            "\n{n} problems: worst weight ratio {:.4}, {} below the reference's weight, {} above +1 % of a \
+             proven reference's cost{}{}, {} proven optimal, wall ms mean {mean:.0} max {max:.0}",
+            self.worst_weight,
+            self.below,
+            self.dearer.len(),
+            if self.dearer.is_empty() { "" } else { ": " },
+            self.dearer.join(", "),
+            self.proven
         );
     }
 }
