@@ -15,6 +15,12 @@ const CASES: &[(usize, usize, u64, f64, f64)] = &[
     (22, 2, 7_696_311_165_983_138_323, 9_497.0, 21_253.51),
     // +59 % cost before the neighbourhood search.
     (40, 1, 17_026_080_507_310_378_593, 17_177.0, 17_971.89),
+    // +33 % cost until the exact search's weight bound counted only the jobs that still fit (before,
+    // its cost bound never acted in a neighbourhood and the branch and bound found nothing cheaper).
+    (30, 2, 10_372_713_005_361_028_285, 10_193.0, 10_691.68),
+    // +1.4 % until the limited-discrepancy passes took the choices in order of their cost with the
+    // resources priced.
+    (35, 4, 7_924_047_624_999_685_062, 20_908.0, 13_880.05),
 ];
 
 #[test]
