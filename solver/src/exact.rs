@@ -51,8 +51,8 @@ struct Search {
     /// Scratch buffers: per depth, its choices in order; the cost bound's (cost, weight) pairs, at
     /// zero multipliers and at the cost multipliers.
     orders: Vec<Vec<(f64, Option<usize>)>>,
-    fill: Vec<(f64, f64)>,
-    priced: Vec<(f64, f64)>,
+    fill: Vec<(f64, f64, ())>,
+    priced: Vec<(f64, f64, ())>,
     chosen: Vec<Option<usize>>,
     best_weight: f64,
     best_cost: f64,
@@ -153,21 +153,28 @@ const DISCREPANCY_PASSES: usize = 3;
 const COST_STEPS: usize = 200;
 const COST_STALL: usize = 10;
 
-/// The least cost of `need` weight from (cost, weight) items taken fractionally, cheapest per
-/// weight first (infinite when they cannot make it up); sorts `items`.
-fn cover(items: &mut [(f64, f64)], need: f64) -> f64 {
+/// The least cost of `need` weight from (cost, weight, tag) items taken fractionally, cheapest per
+/// weight first (infinite when they cannot make it up); sorts `items` and tells `taken` each tag
+/// taken and how much of it.
+fn cover<T>(items: &mut [(f64, f64, T)], need: f64, mut taken: impl FnMut(&T, f64)) -> f64 {
     items.sort_by(|a, b| (a.0 / a.1).total_cmp(&(b.0 / b.1)));
     let mut left = need;
     let mut cost = 0.0;
-    for &(c, w) in items.iter() {
+    for (c, w, tag) in items.iter() {
         if left <= 0.0 {
             break;
         }
         let take = (left / w).min(1.0);
         cost += take * c;
         left -= take * w;
+        taken(tag, take);
     }
     if left > 0.5 { f64::INFINITY } else { cost }
+}
+
+/// Per offer, the price of one VM's resources at `per_unit` (per resource).
+fn vm_prices(offer_res: &[Vec<(usize, i64)>], per_unit: &[f64]) -> Vec<f64> {
+    offer_res.iter().map(|res| res.iter().map(|&(r, a)| per_unit[r] * a as f64).sum()).collect()
 }
 
 fn fits(offer_res: &[Vec<(usize, i64)>], free: &[i64], c: &Cand) -> bool {
@@ -190,7 +197,7 @@ impl Search {
     ) -> Search {
         let n = inst.p.jobs.len();
         let lambda: Vec<f64> = (0..free.len()).map(|r| lambda.get(r).copied().unwrap_or(0.0).max(0.0)).collect();
-        let vm_price = offer_res.iter().map(|res| res.iter().map(|&(r, a)| lambda[r] * a as f64).sum()).collect();
+        let vm_price = vm_prices(&offer_res, &lambda);
         let weight: Vec<f64> = (0..n).map(|j| weight(inst, j)).collect();
         let options: Vec<Vec<Cand>> =
             (0..n).map(|j| if subset.contains(&j) { inst.cands_of(j).to_vec() } else { Vec::new() }).collect();
@@ -256,11 +263,10 @@ impl Search {
         let mut mu = vec![0.0_f64; self.free.len()];
         let (mut best, mut best_mu) = (f64::NEG_INFINITY, Vec::new());
         let (mut theta, mut stall) = (1.0, 0);
-        let mut items: Vec<(f64, f64, usize, usize)> = Vec::new();
+        let mut items: Vec<(f64, f64, (usize, usize))> = Vec::new();
         let mut g = vec![0.0_f64; self.free.len()];
         for _ in 0..COST_STEPS {
-            let vm_cost: Vec<f64> =
-                self.offer_res.iter().map(|res| res.iter().map(|&(r, a)| mu[r] * a as f64).sum()).collect();
+            let vm_cost = vm_prices(&self.offer_res, &mu);
             items.clear();
             for &j in &self.jobs {
                 self.work += self.options[j].len();
@@ -272,27 +278,20 @@ impl Search {
                     .map(priced)
                     .min_by(|a, b| a.0.total_cmp(&b.0));
                 if let Some((c, k)) = cheapest {
-                    items.push((c, self.weight[j], j, k));
+                    items.push((c, self.weight[j], (j, k)));
                 }
             }
-            items.sort_by(|a, b| (a.0 / a.1).total_cmp(&(b.0 / b.1)));
             for &r in &used {
                 g[r] = -(self.free[r] as f64);
             }
-            let (mut left, mut bound) = (need, 0.0);
-            for &(c, w, j, k) in &items {
-                if left <= 0.0 {
-                    break;
-                }
-                let take = (left / w).min(1.0);
-                bound += take * c;
-                left -= take * w;
+            // The relaxed plan's use of each resource, less what is free: the subgradient.
+            let mut bound = cover(&mut items, need, |&(j, k), take| {
                 let o = &self.options[j][k];
                 for &(r, a) in &self.offer_res[o.offer] {
                     g[r] += take * f64::from(o.vms) * a as f64;
                 }
-            }
-            if left > 0.5 {
+            });
+            if !bound.is_finite() {
                 return;
             }
             bound -= used.iter().map(|&r| mu[r] * self.free[r] as f64).sum::<f64>();
@@ -322,7 +321,7 @@ impl Search {
             return;
         }
         self.mu = (0..best_mu.len()).filter(|&r| best_mu[r] > 0.0).map(|r| (r, best_mu[r])).collect();
-        self.vm_cost = self.offer_res.iter().map(|res| res.iter().map(|&(r, a)| best_mu[r] * a as f64).sum()).collect();
+        self.vm_cost = vm_prices(&self.offer_res, &best_mu);
     }
 
     /// A few passes that stray from the relaxation's choices at most once, twice, … (`passes`)
@@ -411,16 +410,16 @@ impl Search {
                 }
             }
             if cheapest.is_finite() {
-                fill.push((cheapest, self.weight[j]));
-                priced.push((cheapest_priced, self.weight[j]));
+                fill.push((cheapest, self.weight[j], ()));
+                priced.push((cheapest_priced, self.weight[j], ()));
             }
         }
-        let plain = cover(&mut fill, need);
+        let plain = cover(&mut fill, need, |_, _| {});
         let bound = if self.mu.is_empty() {
             plain
         } else {
             let free: f64 = self.mu.iter().map(|&(r, m)| m * self.free[r] as f64).sum();
-            plain.max(cover(&mut priced, need) - free)
+            plain.max(cover(&mut priced, need, |_, _| {}) - free)
         };
         self.fill = fill;
         self.priced = priced;

@@ -378,14 +378,7 @@ impl Store {
 
     /// The record with this key.
     pub fn get<R: Record>(&self, key: &str) -> Result<Option<R>, StoreError> {
-        self.watch((|| {
-            let reg = self.ensure_table(&R::TABLE)?;
-            let h = &reg.tables[R::TABLE.name];
-            match reg.trees[h.tree].get(key.as_bytes())? {
-                Some(bytes) => Ok(Some(self.inner.cache.decode::<R>(key, bytes)?)),
-                None => Ok(None),
-            }
-        })())
+        Ok(self.get_shared(key)?.map(Arc::unwrap_or_clone))
     }
 
     /// The stored JSON of a record, byte for byte, looked up by table name (for tools and tests).
