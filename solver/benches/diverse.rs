@@ -9,6 +9,7 @@
 //! cargo bench -p solver --bench diverse -- --write DIR                  # writes DIR/diverse-{n}-{seed}.json
 //! cargo bench -p solver --features highs --bench diverse -- --files a.json b.json   # other problems
 //! cargo bench -p solver --features highs --bench diverse -- --sweep 48 --reference-ms 10000
+//! cargo bench -p solver --features highs --bench diverse -- --sweep 48 --family generate --reference-ms 10000
 //! ```
 //!
 //! The reference is HiGHS with `--reference-ms` (default 60,000; 0 skips it, for timing the large
@@ -18,11 +19,13 @@
 //! 12, 20, 25, 30, 35 or 40 jobs (s mod 6) over 1-4 regions (s / 6 mod 4), seed s × 0x9E3779B97F4A7C15
 //! (`sweep-JOBS:REGIONS:SEED`, the arguments of `DiverseParams`). Every run ends with a summary: the
 //! worst weight ratio, the problems below the reference's weight, those above +1 % of its cost at its
-//! weight (counted only where the reference is proven), the proven ones and the wall time.
+//! weight (counted only where the reference is proven), the proven ones and the wall time. With
+//! `--family generate` the sweep's problems come from `solver::generate::generate` instead (the older
+//! generator, which issue #17's work was not tuned on): 4-30 sizes, quota 0.3-1.1 of the demand.
 
 use std::time::Instant;
 
-use solver::generate::{DiverseParams, diverse};
+use solver::generate::{DiverseParams, GenParams, diverse, generate};
 use solver::{Plan, Problem, SolveOptions, check, solve_lp_round};
 
 fn arg<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
@@ -74,7 +77,17 @@ fn main() {
             let jobs = [12, 20, 25, 30, 35, 40][(s % 6) as usize];
             let regions = 1 + (s / 6 % 4) as usize;
             let seed = s.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-            problems.push((format!("sweep-{jobs}:{regions}:{seed}"), diverse(&DiverseParams { jobs, regions, seed })));
+            if arg(&args, "--family") == Some("generate") {
+                // The older generator (jobs copied from a few shapes), quota from tight to loose.
+                let sizes = 4 + (s as usize * 7) % 27;
+                let quota_fraction = 0.3 + 0.2 * (s % 5) as f64;
+                let params = GenParams { jobs, regions, sizes, quota_fraction, seed };
+                problems
+                    .push((format!("generate-{jobs}:{regions}:{sizes}:{quota_fraction:.1}:{seed}"), generate(&params)));
+            } else {
+                problems
+                    .push((format!("sweep-{jobs}:{regions}:{seed}"), diverse(&DiverseParams { jobs, regions, seed })));
+            }
         }
     } else {
         for &n in &sizes {
