@@ -1,5 +1,13 @@
-//! Branch and bound for small problems of gang jobs: every job on one of its candidates or waiting,
-//! under the quota pools and the offers' capacity; the most weight, then the least cost, proven.
+//! Branch and bound for small problems: every gang job on one of its candidates or waiting, every
+//! non-gang job split over its candidates in whole VMs (or partly placed, or waiting), under the
+//! quota pools, the offers' capacity and the non-gang jobs' price caps and budgets; the most
+//! weight, then the least cost, proven.
+//!
+//! A non-gang job is decided in steps at its depth: full parts (VMs whose GPUs it all uses, on
+//! candidates in rank order, each at most once), then at most one part with idle GPUs that
+//! completes the job, on any candidate. That covers every plan worth having: with two parts that
+//! both have idle GPUs, moving GPUs to the one with the cheaper egress until one is full or a VM is
+//! wholly idle (and dropped) costs no more.
 //!
 //! Depth first over the jobs, heaviest first, from the heuristics' plan as the incumbent. First a
 //! few limited-discrepancy passes (at most one, two, three choices other than the first per path)
@@ -28,15 +36,30 @@
 
 use std::time::Instant;
 
-use crate::model::{Assign, Cand, Instance, Resources, Sol, better};
+use crate::model::{Assign, Cand, EPS, Instance, Resources, Sol, better};
 use crate::search::weight;
+
+/// A choice at a node: a job's candidate index and VMs on it, or waiting (`None`).
+type Choice = Option<(usize, u32)>;
 
 struct Search {
     /// Jobs in branching order.
     jobs: Vec<usize>,
+    /// Per job, the weight of placing it whole, and its priority (a non-gang job's weight per GPU).
     weight: Vec<f64>,
+    prio: Vec<f64>,
+    gang: Vec<bool>,
+    /// Per non-gang job: the GPUs it still needs, the first candidate its next full part may use
+    /// (parts come in rank order), its price cap and budget (infinite when none) and what its parts
+    /// so far take of them (USD per hour, USD).
+    rem: Vec<u32>,
+    from: Vec<usize>,
+    limits: Vec<(f64, f64)>,
+    spent: Vec<(f64, f64)>,
     /// Per job, its candidates (as the instance ranks them, cheapest first).
     options: Vec<Vec<Cand>>,
+    /// Per offer, its hourly price per VM.
+    offer_price: Vec<f64>,
     /// Per offer, the resources one VM uses and how much.
     offer_res: Vec<Vec<(usize, i64)>>,
     /// Per offer, the Lagrangian price of one VM.
@@ -48,15 +71,16 @@ struct Search {
     /// The resources with a positive cost multiplier, and the multiplier (USD per unit).
     mu: Vec<(usize, f64)>,
     free: Vec<i64>,
-    /// Scratch buffers: per depth, its choices in order; the cost bound's (cost, weight) pairs, at
-    /// zero multipliers and at the cost multipliers.
-    orders: Vec<Vec<(f64, Option<usize>)>>,
+    /// Scratch buffers: per level of the recursion, its choices in order; the cost bound's (cost,
+    /// weight) pairs, at zero multipliers and at the cost multipliers.
+    orders: Vec<Vec<(f64, f64, Choice)>>,
     fill: Vec<(f64, f64, ())>,
     priced: Vec<(f64, f64, ())>,
-    chosen: Vec<Option<usize>>,
+    /// Per job, the (candidate, VMs) parts chosen on the current path: one for a gang job.
+    chosen: Vec<Vec<(usize, u32)>>,
     best_weight: f64,
     best_cost: f64,
-    best: Vec<Option<usize>>,
+    best: Vec<Vec<(usize, u32)>>,
     /// Candidates looked at by the bounds so far, and the most it may look at: a node's cost is its
     /// open jobs' candidates, so this measures the work in a way the machine's load does not change
     /// (the plan stays the same on every run).
@@ -69,10 +93,8 @@ struct Search {
 
 /// The best plan the search found from `incumbent` (the incumbent itself when it found none better),
 /// and whether the search finished: then that plan has the most weight, then the least cost,
-/// proven. `None` when the problem is not one the search takes (too large, or not all gang jobs).
-/// `lambda`:
-/// per resource (quota pools, then every offer's capacity), a non-negative multiplier in weight per
-/// unit (vCPU or VM).
+/// proven. `None` when the problem is too large for the search. `lambda`: per resource (quota
+/// pools, then every offer's capacity), a non-negative multiplier in weight per unit (vCPU or VM).
 pub(crate) fn solve(
     inst: &Instance,
     incumbent: &Sol,
@@ -81,7 +103,7 @@ pub(crate) fn solve(
     deadline: Option<Instant>,
 ) -> Option<(Sol, bool)> {
     let p = inst.p;
-    if p.jobs.iter().any(|j| !j.gang) || p.jobs.len() > MAX_JOBS {
+    if p.jobs.len() > MAX_JOBS {
         return None;
     }
     let (free, offer_res) = inst.resources();
@@ -94,7 +116,7 @@ pub(crate) fn solve(
     Some((sol, !s.aborted))
 }
 
-/// Re-solves the gang jobs `subset` of `sol` exactly with every other placement fixed, within
+/// Re-solves the jobs `subset` of `sol` exactly with every other placement fixed, within
 /// `work_limit`: the sub-plan of the most weight, then the least cost, that the search found,
 /// placed into `sol`. Returns whether it changed `sol` (then for the better) and the work spent.
 pub(crate) fn resolve_subset(
@@ -123,7 +145,8 @@ pub(crate) fn resolve_subset(
         }
     }
     let mut s = Search::new(inst, subset, free, offer_res.clone(), &inside, lambda, work_limit, deadline);
-    let before = (s.best_weight, s.best_cost);
+    // The sub-plan as it is (the search's own accounting of a split job's egress may differ).
+    let before = (inside.weight(inst), inside.cost());
     s.run(1);
     let work = s.work;
     crate::trace(|| format!("resolve {subset:?}: nodes {} work {} finished {}", s.nodes, s.work, !s.aborted));
@@ -142,7 +165,7 @@ pub(crate) fn resolve_subset(
     (true, work)
 }
 
-/// Gang jobs above which the exact search is not tried: the tree grows too fast for a round.
+/// Jobs above which the exact search is not tried: the tree grows too fast for a round.
 pub(crate) const MAX_JOBS: usize = 40;
 
 /// Limited-discrepancy passes before the full search.
@@ -177,13 +200,21 @@ fn vm_prices(offer_res: &[Vec<(usize, i64)>], per_unit: &[f64]) -> Vec<f64> {
     offer_res.iter().map(|res| res.iter().map(|&(r, a)| per_unit[r] * a as f64).sum()).collect()
 }
 
-fn fits(offer_res: &[Vec<(usize, i64)>], free: &[i64], c: &Cand) -> bool {
-    offer_res[c.offer].iter().all(|&(r, a)| a * i64::from(c.vms) <= free[r])
+/// Whether `vms` VMs of the offer fit in what is free.
+fn fits(offer_res: &[Vec<(usize, i64)>], free: &[i64], offer: usize, vms: u32) -> bool {
+    offer_res[offer].iter().all(|&(r, a)| a * i64::from(vms) <= free[r])
+}
+
+/// A non-gang part's GPUs and cost: `vms` VMs of the candidate for a job that needs `rem` more GPUs
+/// (the last VM's idle GPUs are paid, not moved).
+fn part(c: &Cand, vms: u32, rem: u32) -> (u32, f64) {
+    let gpus = rem.min(vms * c.gpus);
+    (gpus, f64::from(vms) * c.cost + c.egress_per_gpu * f64::from(gpus))
 }
 
 impl Search {
-    /// A search over `subset` (the gang jobs to choose for; every other job's use already taken
-    /// out of `free`), from the incumbent's choices for them.
+    /// A search over `subset` (the jobs to choose for; every other job's use already taken out of
+    /// `free`), from the incumbent's choices for them.
     #[allow(clippy::too_many_arguments)]
     fn new(
         inst: &Instance,
@@ -195,39 +226,72 @@ impl Search {
         work_limit: usize,
         deadline: Option<Instant>,
     ) -> Search {
-        let n = inst.p.jobs.len();
+        let p = inst.p;
+        let n = p.jobs.len();
         let lambda: Vec<f64> = (0..free.len()).map(|r| lambda.get(r).copied().unwrap_or(0.0).max(0.0)).collect();
         let vm_price = vm_prices(&offer_res, &lambda);
         let weight: Vec<f64> = (0..n).map(|j| weight(inst, j)).collect();
+        let prio: Vec<f64> = p.jobs.iter().map(|j| f64::from(j.priority)).collect();
+        let gang: Vec<bool> = p.jobs.iter().map(|j| j.gang).collect();
+        let limits: Vec<(f64, f64)> = p
+            .jobs
+            .iter()
+            .map(|j| (j.max_price_per_hour.unwrap_or(f64::INFINITY), j.budget.unwrap_or(f64::INFINITY)))
+            .collect();
         let options: Vec<Vec<Cand>> =
             (0..n).map(|j| if subset.contains(&j) { inst.cands_of(j).to_vec() } else { Vec::new() }).collect();
         let mut jobs: Vec<usize> = subset.iter().copied().filter(|&j| !options[j].is_empty()).collect();
         jobs.sort_by(|&a, &b| weight[b].total_cmp(&weight[a]).then(a.cmp(&b)));
-        // The incumbent, as candidate indices.
-        let mut best = vec![None; n];
-        let (mut best_weight, mut best_cost) = (0.0, 0.0);
+        // The incumbent, as (candidate, VMs) parts: a split job's VMs merged per candidate, in rank
+        // order, and valued as the search values them.
+        let mut best: Vec<Vec<(usize, u32)>> = vec![Vec::new(); n];
         for a in &incumbent.assigns {
             if let Some(k) = options[a.job].iter().position(|c| c.offer == a.offer) {
-                best[a.job] = Some(k);
-                best_weight += weight[a.job];
-                best_cost += options[a.job][k].cost;
+                match best[a.job].iter_mut().find(|(kk, _)| *kk == k) {
+                    Some(part) => part.1 += a.vms,
+                    None => best[a.job].push((k, a.vms)),
+                }
+            }
+        }
+        let (mut best_weight, mut best_cost) = (0.0, 0.0);
+        for j in 0..n {
+            best[j].sort_unstable();
+            let mut rem = p.jobs[j].gpus;
+            for &(k, vms) in &best[j] {
+                let c = &options[j][k];
+                if gang[j] {
+                    best_weight += weight[j];
+                    best_cost += c.cost;
+                } else {
+                    let (gpus, cost) = part(c, vms, rem);
+                    rem -= gpus;
+                    best_weight += prio[j] * f64::from(gpus);
+                    best_cost += cost;
+                }
             }
         }
         let vm_cost = vec![0.0; offer_res.len()];
         let mut s = Search {
             jobs,
             weight,
+            prio,
+            gang,
+            rem: p.jobs.iter().map(|j| j.gpus).collect(),
+            from: vec![0; n],
+            limits,
+            spent: vec![(0.0, 0.0); n],
             options,
+            offer_price: p.offers.iter().map(|o| o.price_per_hour).collect(),
             offer_res,
             vm_price,
             lambda,
             vm_cost,
             mu: Vec::new(),
-            orders: vec![Vec::new(); subset.len() + 1],
+            orders: Vec::new(),
             fill: Vec::new(),
             priced: Vec::new(),
             free,
-            chosen: vec![None; n],
+            chosen: vec![Vec::new(); n],
             best_weight,
             best_cost,
             best,
@@ -270,15 +334,8 @@ impl Search {
             items.clear();
             for &j in &self.jobs {
                 self.work += self.options[j].len();
-                let priced = |(k, o): (usize, &Cand)| (o.cost + f64::from(o.vms) * vm_cost[o.offer], k);
-                let cheapest = self.options[j]
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, o)| fits(&self.offer_res, &self.free, o))
-                    .map(priced)
-                    .min_by(|a, b| a.0.total_cmp(&b.0));
-                if let Some((c, k)) = cheapest {
-                    items.push((c, self.weight[j], (j, k)));
+                if let Some((c, w, k)) = self.cheapest(j, &vm_cost) {
+                    items.push((c, w, (j, k)));
                 }
             }
             for &r in &used {
@@ -287,8 +344,9 @@ impl Search {
             // The relaxed plan's use of each resource, less what is free: the subgradient.
             let mut bound = cover(&mut items, need, |&(j, k), take| {
                 let o = &self.options[j][k];
+                let vms = if self.gang[j] { f64::from(o.vms) } else { f64::from(self.rem[j]) / f64::from(o.gpus) };
                 for &(r, a) in &self.offer_res[o.offer] {
-                    g[r] += take * f64::from(o.vms) * a as f64;
+                    g[r] += take * vms * a as f64;
                 }
             });
             if !bound.is_finite() {
@@ -324,37 +382,74 @@ impl Search {
         self.vm_cost = vm_prices(&self.offer_res, &best_mu);
     }
 
+    /// The least an open job can pay for what it still needs, resources relaxed but each VM's
+    /// resources priced at `vm_cost`, over the candidates that still fit: (cost, the weight it
+    /// buys, the candidate). A split job pays per GPU at its cheapest candidate's full-VM rate (a
+    /// partly used VM costs more per GPU, never less).
+    fn cheapest(&self, j: usize, vm_cost: &[f64]) -> Option<(f64, f64, usize)> {
+        let gang = self.gang[j];
+        let mut best: Option<(f64, usize)> = None;
+        for (k, o) in self.options[j].iter().enumerate() {
+            if !fits(&self.offer_res, &self.free, o.offer, o.vms) {
+                continue;
+            }
+            let c = if gang {
+                o.cost + f64::from(o.vms) * vm_cost[o.offer]
+            } else {
+                (o.cost + vm_cost[o.offer]) / f64::from(o.gpus) + o.egress_per_gpu
+            };
+            if best.is_none_or(|(b, _)| c < b) {
+                best = Some((c, k));
+            }
+        }
+        let (c, k) = best?;
+        if gang {
+            Some((c, self.weight[j], k))
+        } else {
+            let rem = f64::from(self.rem[j]);
+            (rem > 0.0).then_some((c * rem, self.prio[j] * rem, k))
+        }
+    }
+
     /// A few passes that stray from the relaxation's choices at most once, twice, … (`passes`)
     /// find better plans early (a plain depth-first search spends its budget at the bottom of the
     /// first branches); then the full search, the only one that proves anything.
     fn run(&mut self, passes: usize) {
         for limit in 1..=passes {
-            self.branch(0, 0.0, 0.0, limit);
+            self.branch(0, 0, 0.0, 0.0, limit);
             if self.aborted {
                 return;
             }
         }
-        self.branch(0, 0.0, 0.0, usize::MAX);
+        self.branch(0, 0, 0.0, 0.0, usize::MAX);
     }
 
     /// The best choices found, placed into `sol`.
     fn take_best(&self, inst: &Instance, sol: &mut Sol) {
-        for (j, k) in self.best.iter().enumerate() {
-            if let Some(k) = *k {
+        for (j, parts) in self.best.iter().enumerate() {
+            let mut rem = inst.p.jobs[j].gpus;
+            for &(k, vms) in parts {
                 let c = &self.options[j][k];
-                sol.take(inst, Assign { job: j, offer: c.offer, vms: c.vms, gpus: c.gpus, cost: c.cost });
+                let (gpus, cost) = if self.gang[j] { (c.gpus, c.cost) } else { part(c, vms, rem) };
+                rem -= gpus.min(rem);
+                sol.take(inst, Assign { job: j, offer: c.offer, vms, gpus, cost });
             }
         }
     }
 
-    fn fits(&self, c: &Cand) -> bool {
-        fits(&self.offer_res, &self.free, c)
+    fn apply(&mut self, offer: usize, vms: u32, sign: i64) {
+        for &(r, a) in &self.offer_res[offer] {
+            self.free[r] -= sign * a * i64::from(vms);
+        }
     }
 
-    fn apply(&mut self, c: &Cand, sign: i64) {
-        for &(r, a) in &self.offer_res[c.offer] {
-            self.free[r] -= sign * a * i64::from(c.vms);
-        }
+    /// VMs of the offer that fit in what is free.
+    fn room(&self, offer: usize) -> u32 {
+        self.offer_res[offer]
+            .iter()
+            .map(|&(r, a)| u32::try_from((self.free[r] / a).max(0)).unwrap_or(u32::MAX))
+            .min()
+            .unwrap_or(u32::MAX)
     }
 
     /// The Lagrangian bound on the weight the open jobs (from depth `d`) can add, at the root's
@@ -371,12 +466,22 @@ impl Search {
         let mut fitting = 0.0;
         for &j in &self.jobs[d..] {
             self.work += self.options[j].len();
-            let w = self.weight[j];
+            // A split job's GPUs each add its priority less the price of a VM's share of them: its
+            // best net per GPU times the GPUs it still needs bounds every way of placing them.
+            let (w, per) = if self.gang[j] {
+                (self.weight[j], 1.0)
+            } else {
+                (self.prio[j] * f64::from(self.rem[j]), f64::from(self.rem[j]))
+            };
             let mut net = 0.0_f64;
             let mut fit = false;
             for o in &self.options[j] {
-                let n = w - f64::from(o.vms) * self.vm_price[o.offer];
-                if (n > net || !fit) && fits(&self.offer_res, &self.free, o) {
+                let n = if self.gang[j] {
+                    w - f64::from(o.vms) * self.vm_price[o.offer]
+                } else {
+                    per * (self.prio[j] - self.vm_price[o.offer] / f64::from(o.gpus))
+                };
+                if (n > net || !fit) && fits(&self.offer_res, &self.free, o.offer, o.vms) {
                     net = net.max(n);
                     fit = true;
                 }
@@ -402,16 +507,28 @@ impl Search {
         priced.clear();
         for &j in &self.jobs[d..] {
             self.work += self.options[j].len();
+            let gang = self.gang[j];
             let (mut cheapest, mut cheapest_priced) = (f64::INFINITY, f64::INFINITY);
             for o in &self.options[j] {
-                if fits(&self.offer_res, &self.free, o) {
-                    cheapest = cheapest.min(o.cost);
-                    cheapest_priced = cheapest_priced.min(o.cost + f64::from(o.vms) * self.vm_cost[o.offer]);
+                if fits(&self.offer_res, &self.free, o.offer, o.vms) {
+                    let (c, p) = if gang {
+                        (o.cost, o.cost + f64::from(o.vms) * self.vm_cost[o.offer])
+                    } else {
+                        let g = f64::from(o.gpus);
+                        (o.cost / g + o.egress_per_gpu, (o.cost + self.vm_cost[o.offer]) / g + o.egress_per_gpu)
+                    };
+                    cheapest = cheapest.min(c);
+                    cheapest_priced = cheapest_priced.min(p);
                 }
             }
-            if cheapest.is_finite() {
-                fill.push((cheapest, self.weight[j], ()));
-                priced.push((cheapest_priced, self.weight[j], ()));
+            let (w, times) = if gang {
+                (self.weight[j], 1.0)
+            } else {
+                (self.prio[j] * f64::from(self.rem[j]), f64::from(self.rem[j]))
+            };
+            if cheapest.is_finite() && w > 0.0 {
+                fill.push((cheapest * times, w, ()));
+                priced.push((cheapest_priced * times, w, ()));
             }
         }
         let plain = cover(&mut fill, need, |_, _| {});
@@ -426,7 +543,9 @@ impl Search {
         bound
     }
 
-    fn branch(&mut self, d: usize, w: f64, c: f64, discrepancies: usize) {
+    /// The node at depth `d` (its job next to decide) and recursion `level`, with weight `w` and
+    /// cost `c` placed so far.
+    fn branch(&mut self, d: usize, level: usize, w: f64, c: f64, discrepancies: usize) {
         if self.aborted {
             return;
         }
@@ -462,28 +581,32 @@ impl Search {
         // multipliers price best first (the dive follows the relaxation, where better plans are;
         // waiting is worth nothing net); once only cost can be gained, by cost with the resources
         // priced; in the full search cheapest first and waiting last.
-        // Each depth's order in its own buffer, kept across nodes (no allocation per node).
-        let mut order = std::mem::take(&mut self.orders[d]);
-        order.clear();
-        order.extend(
-            (0..self.options[j].len())
-                .filter(|&k| self.fits(&self.options[j][k]))
-                .map(|k| (f64::from(self.options[j][k].vms) * self.vm_price[self.options[j][k].offer], Some(k))),
-        );
         let guided = ub >= self.best_weight + 0.5 && discrepancies != usize::MAX;
-        order.push((if guided { self.weight[j] } else { f64::INFINITY }, None));
-        if guided {
-            order.sort_by(|a, b| a.0.total_cmp(&b.0));
-        } else if discrepancies != usize::MAX && !self.mu.is_empty() {
-            for e in order.iter_mut() {
-                if let Some(k) = e.1 {
-                    let o = &self.options[j][k];
-                    e.0 = o.cost + f64::from(o.vms) * self.vm_cost[o.offer];
-                }
-            }
-            order.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let priced = !guided && discrepancies != usize::MAX && !self.mu.is_empty();
+        // Each level's order in its own buffer, kept across nodes (no allocation per node).
+        if self.orders.len() <= level {
+            self.orders.resize_with(level + 1, Vec::new);
         }
-        for (i, &(_, k)) in order.iter().enumerate() {
+        let mut order = std::mem::take(&mut self.orders[level]);
+        order.clear();
+        if self.gang[j] {
+            order.extend((0..self.options[j].len()).filter_map(|k| {
+                let o = &self.options[j][k];
+                let key = if priced {
+                    o.cost + f64::from(o.vms) * self.vm_cost[o.offer]
+                } else {
+                    f64::from(o.vms) * self.vm_price[o.offer]
+                };
+                fits(&self.offer_res, &self.free, o.offer, o.vms).then_some((key, 0.0, Some((k, o.vms))))
+            }));
+            order.push((if guided { self.weight[j] } else { f64::INFINITY }, 0.0, None));
+            if guided || priced {
+                order.sort_by(|a, b| a.0.total_cmp(&b.0));
+            }
+        } else {
+            self.split_choices(j, guided, priced, &mut order);
+        }
+        for (i, &(_, _, choice)) in order.iter().enumerate() {
             // Limited discrepancy: each choice other than the first spends one.
             let left = if i == 0 {
                 discrepancies
@@ -492,21 +615,83 @@ impl Search {
             } else {
                 discrepancies - 1
             };
-            match k {
-                Some(k) => {
+            match choice {
+                Some((k, vms)) if self.gang[j] => {
                     let o = self.options[j][k];
-                    self.apply(&o, 1);
-                    self.chosen[j] = Some(k);
-                    self.branch(d + 1, w + self.weight[j], c + o.cost, left);
-                    self.chosen[j] = None;
-                    self.apply(&o, -1);
+                    self.apply(o.offer, vms, 1);
+                    self.chosen[j].push((k, vms));
+                    self.branch(d + 1, level + 1, w + self.weight[j], c + o.cost, left);
+                    self.chosen[j].pop();
+                    self.apply(o.offer, vms, -1);
                 }
-                None => self.branch(d + 1, w, c, left),
+                Some((k, vms)) => {
+                    let o = self.options[j][k];
+                    let (rem, from, spent) = (self.rem[j], self.from[j], self.spent[j]);
+                    let (gpus, cost) = part(&o, vms, rem);
+                    self.apply(o.offer, vms, 1);
+                    self.chosen[j].push((k, vms));
+                    self.rem[j] = rem - gpus;
+                    self.from[j] = k + 1;
+                    self.spent[j] = (spent.0 + f64::from(vms) * self.offer_price[o.offer], spent.1 + cost);
+                    // Done when it has all its GPUs, or no candidate is left for a full part
+                    // (a part with idle GPUs comes last).
+                    let done = self.rem[j] == 0 || gpus < vms * o.gpus;
+                    let next = if done { d + 1 } else { d };
+                    self.branch(next, level + 1, w + self.prio[j] * f64::from(gpus), c + cost, left);
+                    self.rem[j] = rem;
+                    self.from[j] = from;
+                    self.spent[j] = spent;
+                    self.chosen[j].pop();
+                    self.apply(o.offer, vms, -1);
+                }
+                None => self.branch(d + 1, level + 1, w, c, left),
             }
             if self.aborted {
                 break;
             }
         }
-        self.orders[d] = order;
+        self.orders[level] = order;
+    }
+
+    /// The next choices for split job `j`: a full part (VMs whose GPUs it all uses) on a candidate
+    /// from `from` on, a part with idle GPUs that completes it on any candidate, or stopping where
+    /// it is. Ordered as for a gang job: by the multipliers' price per GPU while weight can be
+    /// gained (stopping at its priority), by priced cost per GPU when only cost can, by cost per GPU
+    /// in the full search (stopping last); the more GPUs first on a tie.
+    fn split_choices(&mut self, j: usize, guided: bool, priced: bool, order: &mut Vec<(f64, f64, Choice)>) {
+        let rem = self.rem[j];
+        let (cap, budget) = self.limits[j];
+        let (price, spent) = self.spent[j];
+        self.work += self.options[j].len();
+        for k in 0..self.options[j].len() {
+            let o = self.options[j][k];
+            let mut most = self.room(o.offer);
+            let hourly = self.offer_price[o.offer];
+            if cap.is_finite() && hourly > 0.0 {
+                most = most.min(((cap - price + EPS) / hourly).floor().max(0.0) as u32);
+            }
+            let full = if k >= self.from[j] { (rem / o.gpus).min(most) } else { 0 };
+            let overflow = !rem.is_multiple_of(o.gpus) && rem.div_ceil(o.gpus) <= most;
+            let vms_list = (1..=full).rev().chain(overflow.then(|| rem.div_ceil(o.gpus)));
+            for vms in vms_list {
+                let (gpus, cost) = part(&o, vms, rem);
+                if spent + cost > budget + EPS {
+                    continue;
+                }
+                let g = f64::from(gpus);
+                let key = if guided {
+                    f64::from(vms) * self.vm_price[o.offer] / g
+                } else if priced {
+                    (cost + f64::from(vms) * self.vm_cost[o.offer]) / g
+                } else {
+                    cost / g
+                };
+                order.push((key, -g, Some((k, vms))));
+            }
+        }
+        order.push((if guided { self.prio[j] } else { f64::INFINITY }, 0.0, None));
+        // Its choices can be many more than its candidates (one per VM count): they are work too.
+        self.work += order.len();
+        order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
     }
 }

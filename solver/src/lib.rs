@@ -14,9 +14,10 @@
 //!   dominated offers pruned) where it is small, with clarabel, rounded and repaired; the Lagrangian
 //!   bound (`lagrange`: the pool and capacity rows priced, each class choosing alone, no LP), whose
 //!   multipliers drive the Lagrangian heuristic; and local search on the best plans (`search`: insert,
-//!   eject lighter jobs, relocate, drop one for many, then cost moves). On up to 40 gang jobs, branch
-//!   and bound from the best plan (`exact`) proves the optimum (`optimal: true`) when it finishes
-//!   within its node budget. The best bound found gives the reported `gap`. With `--features highs`: an exact MILP through HiGHS, started from that plan, so
+//!   eject lighter jobs, relocate, drop one for many, then cost moves). On up to 40 jobs, branch and
+//!   bound from the best plan (`exact`; a non-gang job split over candidates in whole VMs) proves
+//!   the optimum (`optimal: true`) when it finishes within its node budget, and re-solves
+//!   neighbourhoods of related jobs when it does not (`neighbourhood`). The best bound found gives the reported `gap`. With `--features highs`: an exact MILP through HiGHS, started from that plan, so
 //!   that it is never worse than the default build even when its time limit stops it.
 //! - `Greedy`: priority order, cheapest feasible offer first; also the fallback when the time limit
 //!   hits.
@@ -236,7 +237,7 @@ fn lagrangian(
         best = pick(inst, best, other);
     }
     let lambda = lag.unit_multipliers(&dual);
-    // Small problems of gang jobs: branch and bound from the best plan proves it (or finds better).
+    // Small problems: branch and bound from the best plan proves it (or finds better).
     if inst.p.jobs.len() <= exact::MAX_JOBS && !expired(deadline) && !proven(inst, &best, &bounds) {
         match exact::solve(inst, &best, &lambda, EXACT_WORK, deadline) {
             Some((proven, true)) => {

@@ -1,4 +1,4 @@
-//! Large neighbourhood search: a few related gang jobs taken out of the plan and placed again by
+//! Large neighbourhood search: a few related jobs taken out of the plan and placed again by
 //! the exact search (`exact`), every other placement fixed; kept when the sub-plan places more
 //! weight, or the same for less.
 //!
@@ -12,7 +12,7 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 use crate::exact;
-use crate::model::{Instance, Resources, Sol};
+use crate::model::{Cand, Instance, Resources, Sol};
 use crate::search::xorshift;
 
 /// Jobs above which the search is not tried. On 100-300 diverse jobs it took 0.3-0.8 s of CPU for
@@ -44,8 +44,7 @@ const PATIENCE: usize = 20;
 /// exact search, as in `exact`) is spent, neighbourhoods of [`MAX_SIZE`] change nothing either, or
 /// the deadline passes. Deterministic.
 pub(crate) fn improve(inst: &Instance, sol: &mut Sol, lambda: &[f64], work_limit: usize, deadline: Option<Instant>) {
-    let jobs: Vec<usize> =
-        (0..inst.p.jobs.len()).filter(|&j| inst.job(j).gang && !inst.cands_of(j).is_empty()).collect();
+    let jobs: Vec<usize> = (0..inst.p.jobs.len()).filter(|&j| !inst.cands_of(j).is_empty()).collect();
     if jobs.len() < 2 {
         return;
     }
@@ -127,22 +126,26 @@ fn blocking(
     let (free0, offer_res) = resources;
     let n = inst.p.jobs.len();
     let mut free = free0.clone();
-    let mut at: Vec<Option<usize>> = vec![None; n];
+    // Per job, the offers it is on (a split job may be on several).
+    let mut at: Vec<Vec<usize>> = vec![Vec::new(); n];
     let mut holders: Vec<Vec<usize>> = vec![Vec::new(); free.len()];
-    for (i, a) in sol.assigns.iter().enumerate() {
-        at[a.job] = Some(i);
+    for a in &sol.assigns {
+        at[a.job].push(a.offer);
         for &(r, q) in &offer_res[a.offer] {
             free[r] -= q * i64::from(a.vms);
             holders[r].push(a.job);
         }
     }
+    // What the whole job costs on a candidate, and the least it uses of it (a split job can take a
+    // single VM of it).
+    let whole = |j: usize, c: &Cand| {
+        if inst.job(j).gang { c.cost } else { c.cost_per_gpu() * f64::from(inst.job(j).gpus) }
+    };
+    let least = |j: usize, c: &Cand| if inst.job(j).gang { c.vms } else { 1 };
     // Seeds: jobs that could be better off, the more so the likelier.
     let gain = |j: usize| -> f64 {
-        let cheapest = inst.cands_of(j).iter().map(|c| c.cost).fold(f64::INFINITY, f64::min);
-        match at[j] {
-            Some(i) => sol.assigns[i].cost - cheapest,
-            None => f64::INFINITY,
-        }
+        let cheapest = inst.cands_of(j).iter().map(|c| whole(j, c)).fold(f64::INFINITY, f64::min);
+        if sol.job_gpus[j] < inst.job(j).gpus { f64::INFINITY } else { sol.job_cost[j] - cheapest }
     };
     let candidates: Vec<usize> = jobs.iter().copied().filter(|&j| gain(j) > 1e-6).collect();
     let Some(&seed) = candidates.get((next() % candidates.len().max(1) as u64) as usize) else {
@@ -151,15 +154,15 @@ fn blocking(
     let mut chain = vec![seed];
     let mut queue = std::collections::VecDeque::from([seed]);
     while let Some(j) = queue.pop_front() {
-        let current = at[j].map(|i| &sol.assigns[i]);
-        let limit = if j == seed { current.map_or(f64::INFINITY, |a| a.cost) } else { f64::INFINITY };
+        let full = sol.job_gpus[j] >= inst.job(j).gpus;
+        let limit = if j == seed && full { sol.job_cost[j] } else { f64::INFINITY };
         let mut blockers: Vec<(u64, usize)> = Vec::new();
         for c in inst.cands_of(j) {
-            if c.cost >= limit - 1e-9 || current.is_some_and(|a| a.offer == c.offer) {
+            if whole(j, c) >= limit - 1e-9 || at[j].contains(&c.offer) {
                 continue;
             }
             for &(r, q) in &offer_res[c.offer] {
-                if q * i64::from(c.vms) > free[r] {
+                if q * i64::from(least(j, c)) > free[r] {
                     blockers.extend(holders[r].iter().map(|&h| (next(), h)));
                 }
             }
@@ -169,7 +172,7 @@ fn blocking(
             if chain.len() >= size {
                 return chain;
             }
-            if !chain.contains(&h) && inst.job(h).gang {
+            if !chain.contains(&h) {
                 chain.push(h);
                 queue.push_back(h);
             }
