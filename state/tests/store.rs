@@ -670,7 +670,7 @@ fn changing_an_index_definition_rebuilds_it_and_check_finds_damage() {
     }
     // Damage an index behind the store's back: check must notice.
     {
-        let db = sled::open(dir.path()).unwrap();
+        let db = open_raw(dir.path());
         let ix = db.open_tree("i/jobs/state").unwrap();
         let (k, _) = ix.iter().next().unwrap().unwrap();
         ix.remove(k).unwrap();
@@ -745,4 +745,20 @@ fn repeated_reads_see_every_change_at_once() {
     store.delete::<Job>("j-1").unwrap();
     assert_eq!(store.get::<Job>("j-1").unwrap(), None);
     assert!(store.by_index::<Job>("state", "succeeded").unwrap().is_empty());
+}
+
+/// sled itself, under the store: its lock is released from background threads a moment after the
+/// last handle drops (the store's own open waits for that; a bare `sled::open` right after closing
+/// the store failed under load), so this waits too, up to a few seconds.
+fn open_raw(path: &std::path::Path) -> sled::Db {
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match sled::open(path) {
+            Ok(db) => return db,
+            Err(e) if e.to_string().contains("could not acquire lock") && std::time::Instant::now() < give_up => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => panic!("open {}: {e}", path.display()),
+        }
+    }
 }
