@@ -7,13 +7,18 @@
 //!   that hold the missing quota or capacity, which are then placed elsewhere if they fit (an
 //!   ejection chain of depth one);
 //! - drop one, add many: a placed job removed to make room for several unplaced jobs worth more;
+//! - place a split job: what a non-gang job still needs, on one of its candidates, after taking out
+//!   lighter holders (gang jobs, placed elsewhere if they fit, or other split jobs' pieces);
 //! - relocate and swap (cost phase): a job moved to a cheaper candidate, if need be after moving the
 //!   job that holds its room elsewhere.
 //!
 //! On small problems, iterated search on top of both phases: kicks (jobs removed, or one forced in
 //! whatever it displaces) followed by the search again, across plateaus of equal weight.
 //!
-//! Non-gang jobs keep the placements they come in with (the `Sol` methods place and re-place them).
+//! Non-gang jobs keep the placements they come in with (the `Sol` methods place and re-place them),
+//! except that an ejection may take one of their placements (a piece: some VMs of one offer) out
+//! when a heavier gang job needs its room, counting the GPUs the piece held as lost; what is left of
+//! the job is placed again, where there is room, when the plan is rebuilt.
 
 use std::time::Instant;
 
@@ -42,10 +47,15 @@ pub(crate) struct Packing<'i, 'a> {
     slot: Vec<u32>,
     /// Gang jobs placed on each offer.
     on_offer: Vec<Vec<usize>>,
-    /// Non-gang placements, kept as they are.
+    /// Non-gang placements (pieces), kept as they are unless an ejection takes one out.
     fixed: Vec<Assign>,
+    /// Per piece, whether an ejection took it out; per offer, the pieces on it.
+    out: Vec<bool>,
+    pieces_on: Vec<Vec<usize>>,
     /// Gang jobs, in the order the weight phase tries to place them: most weight first.
     order: Vec<usize>,
+    /// Split jobs, highest priority first (then input order).
+    splits: Vec<usize>,
     /// Per job, its position in `order`.
     rank: Vec<usize>,
     /// Per resource, the gang jobs with a candidate that uses it, in `order`.
@@ -81,6 +91,8 @@ impl<'i, 'a> Packing<'i, 'a> {
         }
         let mut order: Vec<usize> = (0..p.jobs.len()).filter(|&j| p.jobs[j].gang).collect();
         order.sort_by(|&a, &b| weight(inst, b).total_cmp(&weight(inst, a)).then(a.cmp(&b)));
+        let mut splits: Vec<usize> = (0..p.jobs.len()).filter(|&j| !p.jobs[j].gang).collect();
+        splits.sort_by_key(|&j| (std::cmp::Reverse(p.jobs[j].priority), j));
         let mut rank = vec![usize::MAX; p.jobs.len()];
         let mut res_jobs: Vec<Vec<usize>> = vec![Vec::new(); free.len()];
         for (pos, &j) in order.iter().enumerate() {
@@ -101,6 +113,9 @@ impl<'i, 'a> Packing<'i, 'a> {
             slot: vec![NONE; p.jobs.len()],
             on_offer: vec![Vec::new(); p.offers.len()],
             fixed: Vec::new(),
+            out: Vec::new(),
+            pieces_on: vec![Vec::new(); p.offers.len()],
+            splits,
             order,
             rank,
             res_jobs,
@@ -115,7 +130,9 @@ impl<'i, 'a> Packing<'i, 'a> {
                 for &(r, per_vm) in &pack.offer_res[a.offer] {
                     pack.free[r] -= per_vm * i64::from(a.vms);
                 }
+                pack.pieces_on[a.offer].push(pack.fixed.len());
                 pack.fixed.push(*a);
+                pack.out.push(false);
             }
         }
         pack
@@ -135,7 +152,15 @@ impl<'i, 'a> Packing<'i, 'a> {
             self.promising[j] = n > -0.25 * weight(inst, j);
             let cands = inst.cands_of(j);
             let mut order: Vec<u32> = (0..cands.len() as u32).collect();
-            let key = |k: u32| f64::from(cands[k as usize].vms) * price[cands[k as usize].offer];
+            // A split job's candidates by the price per GPU of their VMs.
+            let per = |k: u32| {
+                if inst.job(j).gang {
+                    f64::from(cands[k as usize].vms)
+                } else {
+                    1.0 / f64::from(cands[k as usize].gpus)
+                }
+            };
+            let key = |k: u32| per(k) * price[cands[k as usize].offer];
             order.sort_by(|&a, &b| key(a).total_cmp(&key(b)).then(a.cmp(&b)));
             order.truncate(TRIED_CANDIDATES);
             self.tried[j] = order;
@@ -153,8 +178,10 @@ impl<'i, 'a> Packing<'i, 'a> {
     pub fn to_sol(&self) -> Sol {
         let inst = self.inst;
         let mut sol = Sol::new(inst);
-        for a in &self.fixed {
-            sol.take(inst, *a);
+        for (a, &out) in self.fixed.iter().zip(&self.out) {
+            if !out {
+                sol.take(inst, *a);
+            }
         }
         for (j, &k) in self.slot.iter().enumerate() {
             if k != NONE {
@@ -171,8 +198,13 @@ impl<'i, 'a> Packing<'i, 'a> {
 
     /// The resources candidate `c` lacks room in, and by how much.
     fn lacks(&self, c: &Cand) -> Vec<(usize, i64)> {
-        let vms = i64::from(c.vms);
-        self.offer_res[c.offer]
+        self.lacks_vms(c.offer, c.vms)
+    }
+
+    /// The resources `vms` VMs of `offer` lack room in, and by how much.
+    fn lacks_vms(&self, offer: usize, vms: u32) -> Vec<(usize, i64)> {
+        let vms = i64::from(vms);
+        self.offer_res[offer]
             .iter()
             .filter_map(|&(r, a)| {
                 let d = a * vms - self.free[r];
@@ -236,6 +268,72 @@ impl<'i, 'a> Packing<'i, 'a> {
         out
     }
 
+    /// The pieces (as holder ids: the number of jobs + the piece's index) that hold some of the
+    /// resources in `needs`, each once.
+    fn piece_holders(&self, needs: &[(usize, i64)]) -> Vec<usize> {
+        let n = self.slot.len();
+        let mut out = Vec::new();
+        for &(r, _) in needs {
+            for &o in &self.res_offers[r] {
+                out.extend(self.pieces_on[o].iter().filter(|&&x| !self.out[x]).map(|&x| n + x));
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// The weight a holder (a gang job, or a piece) places.
+    fn holder_weight(&self, i: usize) -> f64 {
+        match i.checked_sub(self.slot.len()) {
+            None => weight(self.inst, i),
+            Some(x) => {
+                let a = &self.fixed[x];
+                f64::from(a.gpus) * f64::from(self.inst.job(a.job).priority)
+            }
+        }
+    }
+
+    /// How much of resource `r` a holder holds.
+    fn holder_held(&self, i: usize, r: usize) -> i64 {
+        match i.checked_sub(self.slot.len()) {
+            None => self.held(i, r),
+            Some(x) => {
+                let a = &self.fixed[x];
+                self.offer_res[a.offer].iter().find(|&&(y, _)| y == r).map_or(0, |&(_, q)| q * i64::from(a.vms))
+            }
+        }
+    }
+
+    /// Takes a holder out (returns its candidate index; 0 for a piece).
+    fn take_out(&mut self, i: usize) -> usize {
+        match i.checked_sub(self.slot.len()) {
+            None => self.remove(i),
+            Some(x) => {
+                let a = self.fixed[x];
+                for &(r, q) in &self.offer_res[a.offer] {
+                    self.free[r] += q * i64::from(a.vms);
+                }
+                self.out[x] = true;
+                0
+            }
+        }
+    }
+
+    /// Puts a holder taken out back.
+    fn put_back(&mut self, i: usize, k: usize) {
+        match i.checked_sub(self.slot.len()) {
+            None => self.put(i, k),
+            Some(x) => {
+                let a = self.fixed[x];
+                for &(r, q) in &self.offer_res[a.offer] {
+                    self.free[r] -= q * i64::from(a.vms);
+                }
+                self.out[x] = false;
+            }
+        }
+    }
+
     /// How much of resource `r` job `i` (placed) holds.
     fn held(&self, i: usize, r: usize) -> i64 {
         let c = self.cand(i, self.slot[i] as usize);
@@ -246,17 +344,27 @@ impl<'i, 'a> Packing<'i, 'a> {
     /// `None` when none weighs less than `limit`.
     fn ejection(&self, j: usize, k: usize, limit: f64) -> Option<(Vec<usize>, f64)> {
         let c = self.cand(j, k);
-        let needs = self.lacks(c);
+        self.ejection_vms(j, c.offer, c.vms, limit)
+    }
+
+    /// The holders to take out so that `vms` VMs of `offer` fit, for job `j` (never its own
+    /// pieces), of least weight found, and that weight; `None` when none weighs less than `limit`.
+    fn ejection_vms(&self, j: usize, offer: usize, vms: u32, limit: f64) -> Option<(Vec<usize>, f64)> {
+        let needs = self.lacks_vms(offer, vms);
         if needs.is_empty() {
             return Some((Vec::new(), 0.0));
         }
+        let n = self.slot.len();
         let mut holders = self.holders(&needs);
-        let inst = self.inst;
+        holders.extend(self.piece_holders(&needs).into_iter().filter(|&i| self.fixed[i - n].job != j));
         // The lightest single job that frees everything needed.
         let mut single: Option<(usize, f64)> = None;
         for &i in &holders {
-            let w = weight(inst, i);
-            if w < limit && single.is_none_or(|(_, sw)| w < sw) && needs.iter().all(|&(r, d)| self.held(i, r) >= d) {
+            let w = self.holder_weight(i);
+            if w < limit
+                && single.is_none_or(|(_, sw)| w < sw)
+                && needs.iter().all(|&(r, d)| self.holder_held(i, r) >= d)
+            {
                 single = Some((i, w));
             }
         }
@@ -268,7 +376,7 @@ impl<'i, 'a> Packing<'i, 'a> {
         // a busy pool has thousands of holders).
         if holders.len() > MAX_HOLDERS {
             holders.select_nth_unstable_by(MAX_HOLDERS, |&a, &b| {
-                weight(inst, a).total_cmp(&weight(inst, b)).then(a.cmp(&b))
+                self.holder_weight(a).total_cmp(&self.holder_weight(b)).then(a.cmp(&b))
             });
             holders.truncate(MAX_HOLDERS);
             holders.sort_unstable();
@@ -280,12 +388,16 @@ impl<'i, 'a> Packing<'i, 'a> {
                 let cover: f64 = left
                     .iter()
                     .zip(&needs)
-                    .map(|(&(r, d), &(_, d0))| if d > 0 { self.held(i, r).min(d) as f64 / d0 as f64 } else { 0.0 })
+                    .map(
+                        |(&(r, d), &(_, d0))| {
+                            if d > 0 { self.holder_held(i, r).min(d) as f64 / d0 as f64 } else { 0.0 }
+                        },
+                    )
                     .sum();
                 if cover <= 0.0 {
                     continue;
                 }
-                let ratio = weight(inst, i) / cover;
+                let ratio = self.holder_weight(i) / cover;
                 if best.is_none_or(|(_, b)| ratio < b) {
                     best = Some((idx, ratio));
                 }
@@ -293,9 +405,9 @@ impl<'i, 'a> Packing<'i, 'a> {
             let Some((idx, _)) = best else { break };
             let i = pool.swap_remove(idx);
             for (r, d) in left.iter_mut() {
-                *d -= self.held(i, *r);
+                *d -= self.holder_held(i, *r);
             }
-            total += weight(inst, i);
+            total += self.holder_weight(i);
             chosen.push(i);
             if total >= limit {
                 break;
@@ -321,7 +433,6 @@ impl<'i, 'a> Packing<'i, 'a> {
     }
 
     fn eject_among(&mut self, j: usize, wj: f64, tried: &[u32]) -> f64 {
-        let inst = self.inst;
         let mut options: Vec<(f64, usize, Vec<usize>)> = Vec::new();
         for k in tried.iter().map(|&k| k as usize) {
             if let Some((victims, w)) = self.ejection(j, k, wj - 0.5) {
@@ -330,10 +441,10 @@ impl<'i, 'a> Packing<'i, 'a> {
         }
         options.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         for (_, k, victims) in options.into_iter().take(3) {
-            let old: Vec<(usize, usize)> = victims.iter().map(|&i| (i, self.remove(i))).collect();
+            let old: Vec<(usize, usize)> = victims.iter().map(|&i| (i, self.take_out(i))).collect();
             if !self.fits(j, k) {
                 for &(i, ki) in &old {
-                    self.put(i, ki);
+                    self.put_back(i, ki);
                 }
                 continue;
             }
@@ -341,10 +452,11 @@ impl<'i, 'a> Packing<'i, 'a> {
             let mut lost = 0.0;
             let mut moved = Vec::new();
             for &(i, _) in &old {
-                if self.insert(i) {
+                // A piece taken out is lost here; its job is placed again when the plan is rebuilt.
+                if i < self.slot.len() && self.insert(i) {
                     moved.push(i);
                 } else {
-                    lost += weight(inst, i);
+                    lost += self.holder_weight(i);
                 }
             }
             if wj - lost > 0.5 {
@@ -355,7 +467,7 @@ impl<'i, 'a> Packing<'i, 'a> {
             }
             self.remove(j);
             for &(i, ki) in &old {
-                self.put(i, ki);
+                self.put_back(i, ki);
             }
         }
         // Relocate: one placed job, of any weight, that holds all the room a candidate lacks moves
@@ -379,6 +491,80 @@ impl<'i, 'a> Packing<'i, 'a> {
             }
         }
         0.0
+    }
+
+    /// Tries to place more of split job `j` (what it still needs, on one candidate) by taking out
+    /// lighter holders; keeps the change only if more weight is placed. Returns the gain.
+    fn eject_for_split(&mut self, j: usize) -> f64 {
+        let inst = self.inst;
+        let job = inst.job(j);
+        let n = self.slot.len();
+        let (mut placed, mut price, mut spent) = (0, 0.0, 0.0);
+        for (a, &out) in self.fixed.iter().zip(&self.out) {
+            if a.job == j && !out {
+                placed += a.gpus;
+                price += f64::from(a.vms) * inst.p.offers[a.offer].price_per_hour;
+                spent += a.cost;
+            }
+        }
+        let rem = job.gpus - placed;
+        if rem == 0 {
+            return 0.0;
+        }
+        let prio = f64::from(job.priority);
+        let tried = std::mem::take(&mut self.tried[j]);
+        let mut gain = 0.0;
+        for &k in &tried {
+            let c = *self.cand(j, k as usize);
+            let vms = rem.div_ceil(c.gpus);
+            let gpus = rem.min(vms * c.gpus);
+            let cost = f64::from(vms) * c.cost + c.egress_per_gpu * f64::from(gpus);
+            let hourly = f64::from(vms) * inst.p.offers[c.offer].price_per_hour;
+            if job.max_price_per_hour.is_some_and(|cap| price + hourly > cap + EPS)
+                || job.budget.is_some_and(|b| spent + cost > b + EPS)
+            {
+                continue;
+            }
+            let wj = prio * f64::from(gpus);
+            let Some((victims, _)) = self.ejection_vms(j, c.offer, vms, wj - 0.5) else { continue };
+            let old: Vec<(usize, usize)> = victims.iter().map(|&i| (i, self.take_out(i))).collect();
+            if !self.lacks_vms(c.offer, vms).is_empty() {
+                for &(i, ki) in &old {
+                    self.put_back(i, ki);
+                }
+                continue;
+            }
+            let piece = self.fixed.len();
+            self.fixed.push(Assign { job: j, offer: c.offer, vms, gpus, cost });
+            self.out.push(true);
+            self.pieces_on[c.offer].push(piece);
+            self.put_back(n + piece, 0);
+            let mut lost = 0.0;
+            let mut moved = Vec::new();
+            for &(i, _) in &old {
+                if i < n && self.insert(i) {
+                    moved.push(i);
+                } else {
+                    lost += self.holder_weight(i);
+                }
+            }
+            if wj - lost > 0.5 {
+                gain = wj - lost;
+                break;
+            }
+            for i in moved {
+                self.remove(i);
+            }
+            self.take_out(n + piece);
+            self.fixed.pop();
+            self.out.pop();
+            self.pieces_on[c.offer].pop();
+            for &(i, ki) in &old {
+                self.put_back(i, ki);
+            }
+        }
+        self.tried[j] = tried;
+        gain
     }
 
     /// Removes placed job `i` and fills the room with unplaced jobs; keeps the change only if more
@@ -426,6 +612,14 @@ impl<'i, 'a> Packing<'i, 'a> {
                     improved = true;
                 }
             }
+            for &j in &self.splits.clone() {
+                if out_of_time(&mut steps) {
+                    return;
+                }
+                if self.promising[j] && self.eject_for_split(j) > 0.0 {
+                    improved = true;
+                }
+            }
             // Drop one, add many: lightest placed jobs first (they are the likeliest to be outweighed).
             let mut placed: Vec<usize> = order.iter().copied().filter(|&j| self.slot[j] != NONE).collect();
             placed.reverse();
@@ -444,9 +638,11 @@ impl<'i, 'a> Packing<'i, 'a> {
         }
     }
 
-    /// Weight of the gang jobs placed.
+    /// Weight placed: the gang jobs and the pieces not taken out.
     fn gang_weight(&self) -> f64 {
-        (0..self.slot.len()).filter(|&j| self.slot[j] != NONE).map(|j| weight(self.inst, j)).sum()
+        let n = self.slot.len();
+        let gangs: f64 = (0..n).filter(|&j| self.slot[j] != NONE).map(|j| weight(self.inst, j)).sum();
+        gangs + (0..self.fixed.len()).filter(|&x| !self.out[x]).map(|x| self.holder_weight(n + x)).sum::<f64>()
     }
 
     /// Iterated local search: `kicks` times, perturbs the current packing and searches again (a fixed
@@ -633,9 +829,10 @@ impl<'i, 'a> Packing<'i, 'a> {
         }
     }
 
-    /// Cost of the gang jobs placed.
+    /// Cost placed: the gang jobs and the pieces not taken out.
     fn gang_cost(&self) -> f64 {
-        (0..self.slot.len()).filter(|&j| self.slot[j] != NONE).map(|j| self.cost_of(j)).sum()
+        let gangs: f64 = (0..self.slot.len()).filter(|&j| self.slot[j] != NONE).map(|j| self.cost_of(j)).sum();
+        gangs + self.fixed.iter().zip(&self.out).filter(|(_, out)| !**out).map(|(a, _)| a.cost).sum::<f64>()
     }
 
     fn cost_of(&self, j: usize) -> f64 {
