@@ -16,8 +16,9 @@
 //!   multipliers drive the Lagrangian heuristic; and local search on the best plans (`search`: insert,
 //!   eject lighter jobs, relocate, drop one for many, then cost moves). On up to 40 jobs, branch and
 //!   bound from the best plan (`exact`; a non-gang job split over candidates in whole VMs) proves
-//!   the optimum (`optimal: true`) when it finishes within its node budget, and re-solves
-//!   neighbourhoods of related jobs when it does not (`neighbourhood`). The best bound found gives the reported `gap`. With `--features highs`: an exact MILP through HiGHS, started from that plan, so
+//!   the optimum (`optimal: true`) when it finishes within its node budget; on up to 100 jobs the
+//!   same search re-solves neighbourhoods of related jobs when it has not proven the plan
+//!   (`neighbourhood`). The best bound found gives the reported `gap`. With `--features highs`: an exact MILP through HiGHS, started from that plan, so
 //!   that it is never worse than the default build even when its time limit stops it.
 //! - `Greedy`: priority order, cheapest feasible offer first; also the fallback when the time limit
 //!   hits.
