@@ -30,19 +30,16 @@ const CASES: &[(usize, usize, u64, f64, f64)] = &[
 fn plans_reach_the_proven_optimum_weight_and_cost_within_one_percent() {
     for &(jobs, regions, seed, weight, cost) in CASES {
         let p = diverse(&DiverseParams { jobs, regions, seed });
-        let plan = solve_lp_round(&p, &SolveOptions::default());
-        check(&p, &plan).expect("feasible");
-        assert!(
-            plan.placed_weight >= weight,
-            "{jobs}:{regions}:{seed}: weight {} below the optimum {weight}",
-            plan.placed_weight
-        );
-        assert!(
-            plan.expected_cost <= 1.01 * cost,
-            "{jobs}:{regions}:{seed}: cost {} above the optimum {cost} + 1 %",
-            plan.expected_cost
-        );
+        reaches_the_optimum(&p, &format!("{jobs}:{regions}:{seed}"), weight, cost);
     }
+}
+
+/// Solves `p` and checks the plan: feasible, the optimum's weight, at most 1 % above its cost.
+fn reaches_the_optimum(p: &Problem, case: &str, weight: f64, cost: f64) {
+    let plan = solve_lp_round(p, &SolveOptions::default());
+    check(p, &plan).expect("feasible");
+    assert!(plan.placed_weight >= weight, "{case}: weight {} below the optimum {weight}", plan.placed_weight);
+    assert!(plan.expected_cost <= 1.01 * cost, "{case}: cost {} above the optimum {cost} + 1 %", plan.expected_cost);
 }
 
 /// (jobs, regions, sizes, quota fraction, seed) of `solver::generate` (slots 1, 2, 9 and 35 of
@@ -61,18 +58,7 @@ fn plans_with_split_jobs_reach_the_proven_optimum_weight_and_cost_within_one_per
     for &(jobs, regions, sizes, quota_fraction, seed, weight, cost) in MIXED_CASES {
         let p = generate(&GenParams { jobs, regions, sizes, quota_fraction, seed });
         assert!(p.jobs.iter().any(|j| !j.gang), "{jobs}:{seed}: the case has split jobs");
-        let plan = solve_lp_round(&p, &SolveOptions::default());
-        check(&p, &plan).expect("feasible");
-        assert!(
-            plan.placed_weight >= weight,
-            "{jobs}:{seed}: weight {} below the optimum {weight}",
-            plan.placed_weight
-        );
-        assert!(
-            plan.expected_cost <= 1.01 * cost,
-            "{jobs}:{seed}: cost {} above the optimum {cost} + 1 %",
-            plan.expected_cost
-        );
+        reaches_the_optimum(&p, &format!("{jobs}:{seed}"), weight, cost);
     }
 }
 
