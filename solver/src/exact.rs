@@ -403,12 +403,8 @@ impl Search {
             }
         }
         let (c, k) = best?;
-        if gang {
-            Some((c, self.weight[j], k))
-        } else {
-            let rem = f64::from(self.rem[j]);
-            (rem > 0.0).then_some((c * rem, self.prio[j] * rem, k))
-        }
+        let (w, units) = self.open(j);
+        (units > 0.0).then_some((c * units, w, k))
     }
 
     /// A few passes that stray from the relaxation's choices at most once, twice, … (`passes`)
@@ -443,6 +439,17 @@ impl Search {
         }
     }
 
+    /// What open job `j` can still add: its weight, and the units its per-unit terms count (1 for
+    /// a gang job; for a split job the GPUs it still needs, as its terms are per GPU).
+    fn open(&self, j: usize) -> (f64, f64) {
+        if self.gang[j] {
+            (self.weight[j], 1.0)
+        } else {
+            let rem = f64::from(self.rem[j]);
+            (self.prio[j] * rem, rem)
+        }
+    }
+
     /// VMs of the offer that fit in what is free.
     fn room(&self, offer: usize) -> u32 {
         self.offer_res[offer]
@@ -468,11 +475,7 @@ impl Search {
             self.work += self.options[j].len();
             // A split job's GPUs each add its priority less the price of a VM's share of them: its
             // best net per GPU times the GPUs it still needs bounds every way of placing them.
-            let (w, per) = if self.gang[j] {
-                (self.weight[j], 1.0)
-            } else {
-                (self.prio[j] * f64::from(self.rem[j]), f64::from(self.rem[j]))
-            };
+            let (w, per) = self.open(j);
             let mut net = 0.0_f64;
             let mut fit = false;
             for o in &self.options[j] {
@@ -521,11 +524,7 @@ impl Search {
                     cheapest_priced = cheapest_priced.min(p);
                 }
             }
-            let (w, times) = if gang {
-                (self.weight[j], 1.0)
-            } else {
-                (self.prio[j] * f64::from(self.rem[j]), f64::from(self.rem[j]))
-            };
+            let (w, times) = self.open(j);
             if cheapest.is_finite() && w > 0.0 {
                 fill.push((cheapest * times, w, ()));
                 priced.push((cheapest_priced * times, w, ()));

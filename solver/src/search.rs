@@ -68,6 +68,13 @@ pub(crate) struct Packing<'i, 'a> {
     tried: Vec<Vec<u32>>,
 }
 
+/// What an ejection makes room for: a gang job's candidate, or a split job's new piece.
+#[derive(Clone, Copy)]
+enum Target {
+    Gang(usize, usize),
+    Piece(Assign),
+}
+
 /// Unplaced jobs per resource that "drop one, add many" tries to fill a freed room with.
 const MAX_NEIGHBOURS: usize = 48;
 
@@ -127,9 +134,7 @@ impl<'i, 'a> Packing<'i, 'a> {
                 let k = inst.cands_of(a.job).iter().position(|c| c.offer == a.offer).expect("a placed candidate");
                 pack.put(a.job, k);
             } else {
-                for &(r, per_vm) in &pack.offer_res[a.offer] {
-                    pack.free[r] -= per_vm * i64::from(a.vms);
-                }
+                pack.charge(a.offer, a.vms, 1);
                 pack.pieces_on[a.offer].push(pack.fixed.len());
                 pack.fixed.push(*a);
                 pack.out.push(false);
@@ -219,12 +224,21 @@ impl<'i, 'a> Packing<'i, 'a> {
         self.offer_res[c.offer].iter().all(|&(r, a)| a * vms <= self.free[r])
     }
 
+    /// Takes (`sign` 1) or gives back (-1) what `vms` VMs of `offer` use.
+    fn charge(&mut self, offer: usize, vms: u32, sign: i64) {
+        for &(r, a) in &self.offer_res[offer] {
+            self.free[r] -= sign * a * i64::from(vms);
+        }
+    }
+
+    /// How much of resource `r` `vms` VMs of `offer` use.
+    fn uses(&self, offer: usize, vms: u32, r: usize) -> i64 {
+        self.offer_res[offer].iter().find(|&&(x, _)| x == r).map_or(0, |&(_, a)| a * i64::from(vms))
+    }
+
     fn put(&mut self, j: usize, k: usize) {
         let c = *self.cand(j, k);
-        let vms = i64::from(c.vms);
-        for &(r, a) in &self.offer_res[c.offer] {
-            self.free[r] -= a * vms;
-        }
+        self.charge(c.offer, c.vms, 1);
         self.slot[j] = k as u32;
         self.on_offer[c.offer].push(j);
     }
@@ -232,10 +246,7 @@ impl<'i, 'a> Packing<'i, 'a> {
     fn remove(&mut self, j: usize) -> usize {
         let k = self.slot[j] as usize;
         let c = *self.cand(j, k);
-        let vms = i64::from(c.vms);
-        for &(r, a) in &self.offer_res[c.offer] {
-            self.free[r] += a * vms;
-        }
+        self.charge(c.offer, c.vms, -1);
         self.slot[j] = NONE;
         let list = &mut self.on_offer[c.offer];
         let i = list.iter().position(|&x| x == j).expect("placed on its offer");
@@ -298,10 +309,7 @@ impl<'i, 'a> Packing<'i, 'a> {
     fn holder_held(&self, i: usize, r: usize) -> i64 {
         match i.checked_sub(self.slot.len()) {
             None => self.held(i, r),
-            Some(x) => {
-                let a = &self.fixed[x];
-                self.offer_res[a.offer].iter().find(|&&(y, _)| y == r).map_or(0, |&(_, q)| q * i64::from(a.vms))
-            }
+            Some(x) => self.uses(self.fixed[x].offer, self.fixed[x].vms, r),
         }
     }
 
@@ -310,10 +318,7 @@ impl<'i, 'a> Packing<'i, 'a> {
         match i.checked_sub(self.slot.len()) {
             None => self.remove(i),
             Some(x) => {
-                let a = self.fixed[x];
-                for &(r, q) in &self.offer_res[a.offer] {
-                    self.free[r] += q * i64::from(a.vms);
-                }
+                self.charge(self.fixed[x].offer, self.fixed[x].vms, -1);
                 self.out[x] = true;
                 0
             }
@@ -325,10 +330,7 @@ impl<'i, 'a> Packing<'i, 'a> {
         match i.checked_sub(self.slot.len()) {
             None => self.put(i, k),
             Some(x) => {
-                let a = self.fixed[x];
-                for &(r, q) in &self.offer_res[a.offer] {
-                    self.free[r] -= q * i64::from(a.vms);
-                }
+                self.charge(self.fixed[x].offer, self.fixed[x].vms, 1);
                 self.out[x] = false;
             }
         }
@@ -337,7 +339,7 @@ impl<'i, 'a> Packing<'i, 'a> {
     /// How much of resource `r` job `i` (placed) holds.
     fn held(&self, i: usize, r: usize) -> i64 {
         let c = self.cand(i, self.slot[i] as usize);
-        self.offer_res[c.offer].iter().find(|&&(x, _)| x == r).map_or(0, |&(_, a)| a * i64::from(c.vms))
+        self.uses(c.offer, c.vms, r)
     }
 
     /// The jobs to remove so that candidate `k` of `j` fits, of least weight found, and that weight;
@@ -441,33 +443,8 @@ impl<'i, 'a> Packing<'i, 'a> {
         }
         options.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         for (_, k, victims) in options.into_iter().take(3) {
-            let old: Vec<(usize, usize)> = victims.iter().map(|&i| (i, self.take_out(i))).collect();
-            if !self.fits(j, k) {
-                for &(i, ki) in &old {
-                    self.put_back(i, ki);
-                }
-                continue;
-            }
-            self.put(j, k);
-            let mut lost = 0.0;
-            let mut moved = Vec::new();
-            for &(i, _) in &old {
-                // A piece taken out is lost here; its job is placed again when the plan is rebuilt.
-                if i < self.slot.len() && self.insert(i) {
-                    moved.push(i);
-                } else {
-                    lost += self.holder_weight(i);
-                }
-            }
-            if wj - lost > 0.5 {
-                return wj - lost;
-            }
-            for i in moved {
-                self.remove(i);
-            }
-            self.remove(j);
-            for &(i, ki) in &old {
-                self.put_back(i, ki);
+            if let Some(gain) = self.eject_and_place(&victims, Target::Gang(j, k), wj) {
+                return gain;
             }
         }
         // Relocate: one placed job, of any weight, that holds all the room a candidate lacks moves
@@ -498,7 +475,6 @@ impl<'i, 'a> Packing<'i, 'a> {
     fn eject_for_split(&mut self, j: usize) -> f64 {
         let inst = self.inst;
         let job = inst.job(j);
-        let n = self.slot.len();
         let (mut placed, mut price, mut spent) = (0, 0.0, 0.0);
         for (a, &out) in self.fixed.iter().zip(&self.out) {
             if a.job == j && !out {
@@ -527,44 +503,73 @@ impl<'i, 'a> Packing<'i, 'a> {
             }
             let wj = prio * f64::from(gpus);
             let Some((victims, _)) = self.ejection_vms(j, c.offer, vms, wj - 0.5) else { continue };
-            let old: Vec<(usize, usize)> = victims.iter().map(|&i| (i, self.take_out(i))).collect();
-            if !self.lacks_vms(c.offer, vms).is_empty() {
-                for &(i, ki) in &old {
-                    self.put_back(i, ki);
-                }
-                continue;
+            let piece = Assign { job: j, offer: c.offer, vms, gpus, cost };
+            if let Some(g) = self.eject_and_place(&victims, Target::Piece(piece), wj) {
+                gain = g;
+                break;
             }
-            let piece = self.fixed.len();
-            self.fixed.push(Assign { job: j, offer: c.offer, vms, gpus, cost });
-            self.out.push(true);
-            self.pieces_on[c.offer].push(piece);
-            self.put_back(n + piece, 0);
+        }
+        self.tried[j] = tried;
+        gain
+    }
+
+    /// Takes `victims` out and places `target` (worth `wj`) in their room, then places the gang
+    /// victims again where they fit; keeps the change and returns the weight gained if it is
+    /// positive, else undoes it all. A piece taken out is lost here: its job is placed again when
+    /// the plan is rebuilt.
+    fn eject_and_place(&mut self, victims: &[usize], target: Target, wj: f64) -> Option<f64> {
+        let old: Vec<(usize, usize)> = victims.iter().map(|&i| (i, self.take_out(i))).collect();
+        let (offer, vms) = match target {
+            Target::Gang(j, k) => (self.cand(j, k).offer, self.cand(j, k).vms),
+            Target::Piece(a) => (a.offer, a.vms),
+        };
+        if self.lacks_vms(offer, vms).is_empty() {
+            match target {
+                Target::Gang(j, k) => self.put(j, k),
+                Target::Piece(a) => self.add_piece(a),
+            }
             let mut lost = 0.0;
             let mut moved = Vec::new();
             for &(i, _) in &old {
-                if i < n && self.insert(i) {
+                if i < self.slot.len() && self.insert(i) {
                     moved.push(i);
                 } else {
                     lost += self.holder_weight(i);
                 }
             }
             if wj - lost > 0.5 {
-                gain = wj - lost;
-                break;
+                return Some(wj - lost);
             }
             for i in moved {
                 self.remove(i);
             }
-            self.take_out(n + piece);
-            self.fixed.pop();
-            self.out.pop();
-            self.pieces_on[c.offer].pop();
-            for &(i, ki) in &old {
-                self.put_back(i, ki);
+            match target {
+                Target::Gang(j, _) => {
+                    self.remove(j);
+                }
+                Target::Piece(_) => self.drop_last_piece(),
             }
         }
-        self.tried[j] = tried;
-        gain
+        for &(i, ki) in &old {
+            self.put_back(i, ki);
+        }
+        None
+    }
+
+    /// Places a new piece (it must fit).
+    fn add_piece(&mut self, a: Assign) {
+        self.pieces_on[a.offer].push(self.fixed.len());
+        self.fixed.push(a);
+        self.out.push(false);
+        self.charge(a.offer, a.vms, 1);
+    }
+
+    /// Removes the piece [`Packing::add_piece`] placed last.
+    fn drop_last_piece(&mut self) {
+        let a = self.fixed.pop().expect("a piece");
+        self.out.pop();
+        self.pieces_on[a.offer].pop();
+        self.charge(a.offer, a.vms, -1);
     }
 
     /// Removes placed job `i` and fills the room with unplaced jobs; keeps the change only if more
@@ -612,7 +617,8 @@ impl<'i, 'a> Packing<'i, 'a> {
                     improved = true;
                 }
             }
-            for &j in &self.splits.clone() {
+            for s in 0..self.splits.len() {
+                let j = self.splits[s];
                 if out_of_time(&mut steps) {
                     return;
                 }
@@ -639,7 +645,7 @@ impl<'i, 'a> Packing<'i, 'a> {
     }
 
     /// Weight placed: the gang jobs and the pieces not taken out.
-    fn gang_weight(&self) -> f64 {
+    fn placed_weight(&self) -> f64 {
         let n = self.slot.len();
         let gangs: f64 = (0..n).filter(|&j| self.slot[j] != NONE).map(|j| weight(self.inst, j)).sum();
         gangs + (0..self.fixed.len()).filter(|&x| !self.out[x]).map(|x| self.holder_weight(n + x)).sum::<f64>()
@@ -654,7 +660,7 @@ impl<'i, 'a> Packing<'i, 'a> {
     /// jobs over keeping only gains), and the best is kept. Leaves the local optimum the weight
     /// search alone gets stuck in, where a different set of jobs shares the binding pools.
     pub fn kick(&mut self, kicks: usize, deadline: Option<Instant>) {
-        let mut best_weight = self.gang_weight();
+        let mut best_weight = self.placed_weight();
         let mut cur = self.clone();
         let mut cur_weight = best_weight;
         let mut next = xorshift(0x9E37_79B9_7F4A_7C15);
@@ -683,7 +689,7 @@ impl<'i, 'a> Packing<'i, 'a> {
                 }
             }
             trial.improve_weight(deadline);
-            let w = trial.gang_weight();
+            let w = trial.placed_weight();
             if w > best_weight + 0.5 {
                 best_weight = w;
                 *self = trial.clone();
@@ -790,7 +796,7 @@ impl<'i, 'a> Packing<'i, 'a> {
     /// (a large gang to a cheaper region, the jobs there elsewhere) that no single relocation or
     /// swap pays for alone.
     pub fn kick_cost(&mut self, kicks: usize, deadline: Option<Instant>) {
-        let mut best = (self.gang_weight(), self.gang_cost());
+        let mut best = (self.placed_weight(), self.placed_cost());
         let mut next = xorshift(0x2545_F491_4F6C_DD1D);
         for _ in 0..kicks {
             if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -821,7 +827,7 @@ impl<'i, 'a> Packing<'i, 'a> {
             }
             trial.improve_weight(deadline);
             trial.improve_cost(deadline);
-            let found = (trial.gang_weight(), trial.gang_cost());
+            let found = (trial.placed_weight(), trial.placed_cost());
             if found.0 > best.0 + 0.5 || (found.0 > best.0 - 0.5 && found.1 < best.1 - EPS * best.1.max(1.0)) {
                 best = found;
                 *self = trial;
@@ -830,7 +836,7 @@ impl<'i, 'a> Packing<'i, 'a> {
     }
 
     /// Cost placed: the gang jobs and the pieces not taken out.
-    fn gang_cost(&self) -> f64 {
+    fn placed_cost(&self) -> f64 {
         let gangs: f64 = (0..self.slot.len()).filter(|&j| self.slot[j] != NONE).map(|j| self.cost_of(j)).sum();
         gangs + self.fixed.iter().zip(&self.out).filter(|(_, out)| !**out).map(|(a, _)| a.cost).sum::<f64>()
     }
