@@ -69,7 +69,7 @@ pub struct Advice {
     pub before: PlanSummary,
     /// The confirming plan: every recommended increase applied.
     pub after: PlanSummary,
-    /// Solves made (the base plan, options, probes and confirmation).
+    /// Distinct solves made (the base plan, options, probes and confirmation).
     pub solves: u32,
 }
 
@@ -325,6 +325,8 @@ struct Advisor<'a> {
     job_index: BTreeMap<&'a str, usize>,
     /// Grant step per quota row.
     step: Vec<u64>,
+    /// Plans made so far, by free vCPUs per quota row.
+    solved: BTreeMap<Vec<u64>, Plan>,
     solves: u32,
 }
 
@@ -358,17 +360,26 @@ impl<'a> Advisor<'a> {
                 .collect(),
             job_index: problem.jobs.iter().enumerate().map(|(i, j)| (j.id.as_str(), i)).collect(),
             step,
+            solved: BTreeMap::new(),
             solves: 0,
         }
     }
 
+    /// The plan with `free` vCPUs per quota row. Each is solved once: the probes, the confirmation
+    /// and the report come back to the same quota (the plan with every increase, each rank's, a
+    /// bisection's midpoints), and a plan is a function of its problem.
     fn solve_with(&mut self, free: &[u64]) -> Plan {
+        if let Some(plan) = self.solved.get(free) {
+            return plan.clone();
+        }
         self.solves += 1;
         let mut p = self.problem.clone();
         for (q, f) in p.quotas.iter_mut().zip(free) {
             q.vcpus = *f;
         }
-        solve(&p, &self.options.solve)
+        let plan = solve(&p, &self.options.solve);
+        self.solved.insert(free.to_vec(), plan.clone());
+        plan
     }
 
     fn free_with(&self, levels: &[&Levels]) -> Vec<u64> {
@@ -623,14 +634,32 @@ impl<'a> Advisor<'a> {
             for (r, i) in order {
                 let q = chosen[r].0[i].0;
                 let step = self.step[q];
+                let holds = |a: &mut Advisor, steps: u64| {
+                    let mut trial = chosen.clone();
+                    trial[r].0[i].1 = steps * step;
+                    let levels: Vec<&Levels> = trial.iter().map(|c| &c.0).collect();
+                    let f = a.free_with(&levels);
+                    a.solve_with(&f).placed_weight >= goal - WEIGHT_EPS
+                };
                 let (mut lo, mut hi) = (0u64, chosen[r].0[i].1 / step);
+                // What the confirming plan draws from the pool beyond its free vCPUs (and the
+                // other recommendations' increases of it) is enough for that plan: one solve there
+                // first, and the bisection below it, since the increases found one at a time
+                // are often larger than the plan with all of them needs.
+                let others: u64 = chosen
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(k, c)| c.0.iter().enumerate().map(move |(m, l)| ((k, m), l)))
+                    .filter(|&((k, m), l)| l.0 == q && (k, m) != (r, i))
+                    .map(|(_, l)| l.1)
+                    .sum();
+                let drawn = used[q].saturating_sub(self.base_free[q] + others).div_ceil(step);
+                if drawn < hi && holds(self, drawn) {
+                    hi = drawn;
+                }
                 while lo < hi {
                     let mid = (lo + hi) / 2;
-                    let mut trial = chosen.clone();
-                    trial[r].0[i].1 = mid * step;
-                    let levels: Vec<&Levels> = trial.iter().map(|c| &c.0).collect();
-                    let f = self.free_with(&levels);
-                    if self.solve_with(&f).placed_weight >= goal - WEIGHT_EPS {
+                    if holds(self, mid) {
                         hi = mid;
                     } else {
                         lo = mid + 1;
