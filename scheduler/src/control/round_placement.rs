@@ -111,10 +111,32 @@ impl Controller {
         snap: &mut Snapshot,
         report: &mut RoundReport,
     ) -> Result<usize, ControlError> {
-        let now = snap.now;
         let input = placement::plan_input(snap, st, &self.config, &self.catalog);
         let caps: BTreeMap<String, Option<f64>> =
             input.problem.jobs.iter().map(|d| (d.id.clone(), d.max_price_per_hour)).collect();
+        self.record_input(st, snap, report, &input).await?;
+        let placement::PlanInput { jobs, problem, mut reasons, data, .. } = input;
+        let plan = self.solve_round(st, snap.now, problem, report);
+        if let Some(plan) = &plan {
+            for u in &plan.unplaced {
+                let (job_id, _) = DemandPart::parse(&u.job);
+                reasons.entry(job_id.to_string()).or_default().extend(u.reasons.iter().cloned());
+            }
+        }
+        self.record_waiting(st, snap, report, &jobs, reasons, plan.as_ref()).await?;
+        let Some(plan) = plan else { return Ok(0) };
+        self.place_plan(st, snap, report, &plan, (&caps, &data)).await
+    }
+
+    /// What the problem's making found: how many listings each feasibility filter rejected (a
+    /// gauge per filter) and the jobs that fail before they are placed.
+    async fn record_input(
+        &self,
+        st: &mut LoopState,
+        snap: &mut Snapshot,
+        report: &mut RoundReport,
+        input: &placement::PlanInput,
+    ) -> Result<(), ControlError> {
         for filter in crate::model::OfferFilter::ALL {
             let n = input.offer_counts.rejected.get(&filter).copied().unwrap_or(0);
             self.metrics
@@ -131,42 +153,60 @@ impl Controller {
             })
             .collect();
         self.act(st, snap, report, failed).await?;
-        let data = input.data;
-        let mut reasons = input.reasons;
-        let plan = if input.problem.jobs.is_empty() {
+        Ok(())
+    }
+
+    /// The round's plan (`None` when no job is in the problem), solved or reused, with the pools
+    /// that block work kept up to date for the quota watch.
+    fn solve_round(
+        &self,
+        st: &mut LoopState,
+        now: i64,
+        problem: solver::Problem,
+        report: &mut RoundReport,
+    ) -> Option<solver::Plan> {
+        if problem.jobs.is_empty() {
             st.quota_blocking.clear();
-            None
-        } else {
-            let (plan, solved_in) = placement::solve(st, input.problem, self.config.solve_time_limit_ms);
-            if let Some(secs) = solved_in {
-                report.solve_ms += secs * 1000.0;
-                self.metrics.solve_seconds.observe(secs);
-                // A plan reused for the same problem keeps the same pools blocking.
-                if self.config.quota_exhausted_after_ms.is_some()
-                    && let Some((problem, plan)) = &st.last_solve
-                {
-                    let chain = Feasibility { world: &st.world, breakers: &st.breakers, catalog: &self.catalog, now };
-                    let blocking = quota_watch::blocking(problem, plan, &chain.quota_blocked_offers());
-                    st.quota_blocking = blocking;
-                }
+            return None;
+        }
+        let (plan, solved_in) = placement::solve(st, problem, self.config.solve_time_limit_ms);
+        if let Some(secs) = solved_in {
+            report.solve_ms += secs * 1000.0;
+            self.metrics.solve_seconds.observe(secs);
+            // A plan reused for the same problem keeps the same pools blocking.
+            if self.config.quota_exhausted_after_ms.is_some()
+                && let Some((problem, plan)) = &st.last_solve
+            {
+                let chain = Feasibility { world: &st.world, breakers: &st.breakers, catalog: &self.catalog, now };
+                let blocking = quota_watch::blocking(problem, plan, &chain.quota_blocked_offers());
+                st.quota_blocking = blocking;
             }
-            for u in &plan.unplaced {
-                let (job_id, _) = DemandPart::parse(&u.job);
-                reasons.entry(job_id.to_string()).or_default().extend(u.reasons.iter().cloned());
-            }
-            Some(plan)
-        };
-        // Why each job waits is decided for all of them first (from the same view of the world),
-        // then written together: one change per job whose reasons changed.
+        }
+        Some(plan)
+    }
+
+    /// Why each waiting job waits, decided for all of them first (from the same view of the
+    /// world), then written together: one change per job whose reasons changed. `reasons` holds
+    /// why jobs were held out of the problem and why the plan left them unplaced.
+    async fn record_waiting(
+        &self,
+        st: &mut LoopState,
+        snap: &mut Snapshot,
+        report: &mut RoundReport,
+        jobs: &[Job],
+        mut reasons: BTreeMap<String, Vec<String>>,
+        plan: Option<&solver::Plan>,
+    ) -> Result<(), ControlError> {
+        let now = snap.now;
         let chain = Feasibility { world: &st.world, breakers: &st.breakers, catalog: &self.catalog, now };
         // Built on first use: most rounds change no job's reasons, and the counter indexes every
         // listed offer.
         let ours = std::cell::OnceCell::new();
         let counter = std::cell::OnceCell::new();
         let mut waiting = Vec::new();
-        for job in input.jobs.iter().filter(|j| placement::is_waiting(j)) {
+        for job in jobs.iter().filter(|j| placement::is_waiting(j)) {
             let why = reasons.remove(&job.id).unwrap_or_default();
-            let Some(why) = placement::wait_reasons(st, &self.catalog, now, job, why, plan.as_ref()) else { continue };
+            let Some(why) = placement::wait_reasons(st, &self.catalog, now, job, why, plan) else { continue };
             if !why.is_empty() && placement::is_pending(job) {
                 report.pending += 1;
             }
@@ -180,7 +220,21 @@ impl Controller {
             }
         }
         self.act(st, snap, report, waiting).await?;
-        let Some(plan) = plan else { return Ok(0) };
+        Ok(())
+    }
+
+    /// Acts on the plan: each placement (a mixed fleet's spot and regular parts together) grows
+    /// the job's fleet on that offer or asks for a new one. `caps` is each demand's price cap,
+    /// `data` where each job's input lies. Returns how many placements the cloud refused at once.
+    async fn place_plan(
+        &self,
+        st: &mut LoopState,
+        snap: &mut Snapshot,
+        report: &mut RoundReport,
+        plan: &solver::Plan,
+        (caps, data): (&BTreeMap<String, Option<f64>>, &BTreeMap<String, (String, Option<f64>)>),
+    ) -> Result<usize, ControlError> {
+        let now = snap.now;
         let mut refused = 0;
         let mixes = |id: &str| snap.jobs.get(id).is_some_and(|j| demand::regular_base(j).is_some());
         let fleets = mixed::pairs(&plan.placements, mixes);

@@ -78,24 +78,8 @@ pub(crate) fn watch(
         (a.running_vms, regular_running(&a), a.below_min_since_ms, job.state, job.awaiting_failover, job.evictions);
     let scale = overlap_scale(&job, snap.attempts_of(&job.id));
     let spend = accrue(&mut a, &mut job, now, scale);
-    // Running VMs are billed at the offer's price now (a spot price moves): what ran so far was
-    // accrued at the old price just above, what runs from now on at the new one.
-    let mut repriced = false;
-    if st.prices_moved
-        && let Some(p) = st.world.list_price(catalog, &a.region, &a.size, a.priority)
-        && p != a.price_per_hour
-    {
-        a.price_per_hour = p;
-        repriced = true;
-    }
-    if st.prices_moved
-        && let Some(r) = a.regular.as_mut()
-        && let Some(p) = st.world.list_price(catalog, &a.region, &a.size, Priority::Regular)
-        && p != r.price_per_hour
-    {
-        r.price_per_hour = p;
-        repriced = true;
-    }
+    // What ran so far was accrued at the old price just above, what runs from now on at the new one.
+    let repriced = st.prices_moved && reprice(st, catalog, &mut a);
     let mut out = Watched::default();
     let mut events: Vec<(EventKind, String)> = Vec::new();
     // A growth the cloud finished counts from now on (what ran so far was accrued just above).
@@ -130,23 +114,7 @@ pub(crate) fn watch(
         r.running_vms = observed_regular;
     }
     let blocks: Vec<_> = growth_block.into_iter().chain(lost_blocks).chain(notice_block).collect();
-    if out.delete_fleet {
-        // Nothing left to keep running: end the attempt now so the job is placed afresh.
-        a.state = AttemptState::Failed;
-        a.ended_at_ms = Some(now);
-        a.failure = Some("all VMs lost".into());
-        a.failure_class = Some(FailureClass::Capacity);
-    }
-    let finished = finish(config, &job)
-        .or_else(|| super::pipeline_budget::exhausted(snap, &job, job.cost_usd).map(|why| (JobState::Failed, why)));
-    if out.delete_fleet && finished.is_none() && !snap.others_active(&a.job_id, a.number) {
-        job.set_state(JobState::Pending, now);
-    }
-    if let Some((state, why)) = &finished {
-        job.set_state(*state, now);
-        job.end_reason = Some(why.clone());
-        events.extend(EventKind::of_final_state(*state).map(|k| (k, why.clone())));
-    }
+    let finished = end(snap, config, (&mut a, &mut job), out.delete_fleet, &mut events);
     let changed = out.delete_fleet
         || grew
         || repriced
@@ -176,6 +144,58 @@ pub(crate) fn watch(
         ..Change::default()
     });
     out
+}
+
+/// Bills running VMs at the offer's price now (a spot price moves), for the attempt and a mixed
+/// fleet's regular part. Returns whether a price changed.
+fn reprice(st: &LoopState, catalog: &Catalog, a: &mut Attempt) -> bool {
+    let mut repriced = false;
+    if let Some(p) = st.world.list_price(catalog, &a.region, &a.size, a.priority)
+        && p != a.price_per_hour
+    {
+        a.price_per_hour = p;
+        repriced = true;
+    }
+    if let Some(r) = a.regular.as_mut()
+        && let Some(p) = st.world.list_price(catalog, &a.region, &a.size, Priority::Regular)
+        && p != r.price_per_hour
+    {
+        r.price_per_hour = p;
+        repriced = true;
+    }
+    repriced
+}
+
+/// How the watch ends the attempt and its job: an attempt whose fleet lost every VM (`emptied`)
+/// fails, and its job waits to be placed afresh unless another attempt still runs for it; a job
+/// whose budget (or its pipeline's) is spent, or whose work is done, ends. Returns the job's end
+/// (its final state and why), if it ends.
+fn end(
+    snap: &Snapshot,
+    config: &ControlConfig,
+    (a, job): (&mut Attempt, &mut Job),
+    emptied: bool,
+    events: &mut Vec<(EventKind, String)>,
+) -> Option<(JobState, String)> {
+    let now = snap.now;
+    if emptied {
+        // Nothing left to keep running: end the attempt now so the job is placed afresh.
+        a.state = AttemptState::Failed;
+        a.ended_at_ms = Some(now);
+        a.failure = Some("all VMs lost".into());
+        a.failure_class = Some(FailureClass::Capacity);
+    }
+    let finished = finish(config, job)
+        .or_else(|| super::pipeline_budget::exhausted(snap, job, job.cost_usd).map(|why| (JobState::Failed, why)));
+    if emptied && finished.is_none() && !snap.others_active(&a.job_id, a.number) {
+        job.set_state(JobState::Pending, now);
+    }
+    if let Some((state, why)) = &finished {
+        job.set_state(*state, now);
+        job.end_reason = Some(why.clone());
+        events.extend(EventKind::of_final_state(*state).map(|k| (k, why.clone())));
+    }
+    finished
 }
 
 /// The common case, decided without copying the attempt and its job: a running attempt whose
