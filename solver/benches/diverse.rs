@@ -10,6 +10,7 @@
 //! cargo bench -p solver --features highs --bench diverse -- --files a.json b.json   # other problems
 //! cargo bench -p solver --features highs --bench diverse -- --sweep 48 --reference-ms 10000
 //! cargo bench -p solver --features highs --bench diverse -- --sweep 48 --family generate --reference-ms 10000
+//! cargo bench -p solver --bench diverse -- --advise --files a.json b.json   # quota advice instead
 //! ```
 //!
 //! The reference is HiGHS with `--reference-ms` (default 60,000; 0 skips it, for timing the large
@@ -45,6 +46,19 @@ fn cpu_ms() -> f64 {
         .map_or(f64::NAN, |ns| ns / 1e6)
 }
 
+/// CPU time of this process (all its threads) in ms (Linux, to 10 ms), `NaN` elsewhere: the advice
+/// solves on several threads.
+fn process_cpu_ms() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command's name (which ends at the last ')'): utime and stime are the
+    // 12th and 13th, in clock ticks of 10 ms.
+    let fields: Vec<&str> = stat.rsplit_once(')').map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
+    match (fields.get(11).and_then(|u| u.parse::<f64>().ok()), fields.get(12).and_then(|s| s.parse::<f64>().ok())) {
+        (Some(u), Some(s)) => (u + s) * 10.0,
+        _ => f64::NAN,
+    }
+}
+
 /// The plan, its wall time and its CPU time, in ms.
 fn timed(problem: &Problem, f: impl Fn(&Problem) -> Plan) -> (Plan, f64, f64) {
     let cpu = cpu_ms();
@@ -56,6 +70,30 @@ fn timed(problem: &Problem, f: impl Fn(&Problem) -> Plan) -> (Plan, f64, f64) {
         panic!("infeasible plan: {e:?}");
     }
     (plan, ms, cpu)
+}
+
+/// `--advise`: `solver::advise` with its default options (`spillway advise --problem`'s) on each
+/// problem: its wall and CPU time (all threads), its solves, the weight placed before and after the
+/// advice and the vCPUs it asks for.
+fn advise(problems: &[(String, Problem)]) {
+    println!(
+        "| problem | jobs | ms | CPU ms | solves | weight before | weight after | recommendations | vCPUs asked |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for (name, problem) in problems {
+        let (cpu, start) = (process_cpu_ms(), Instant::now());
+        let a = solver::advise::advise(problem, &[], &solver::advise::AdviseOptions::default());
+        let (ms, cpu) = (start.elapsed().as_secs_f64() * 1e3, process_cpu_ms() - cpu);
+        let asked: u64 = a.recommendations.iter().flat_map(|r| &r.increases).map(|i| i.increase_vcpus).sum();
+        println!(
+            "| {name} | {} | {ms:.0} | {cpu:.0} | {} | {} | {} | {} | {asked} |",
+            problem.jobs.len(),
+            a.solves,
+            a.before.placed_weight,
+            a.after.placed_weight,
+            a.recommendations.len()
+        );
+    }
 }
 
 fn main() {
@@ -101,6 +139,10 @@ fn main() {
                 problems.push((format!("diverse-{n}-{seed}"), p));
             }
         }
+    }
+    if args.iter().any(|a| a == "--advise") {
+        advise(&problems);
+        return;
     }
     println!(
         "| problem | jobs | method | ms | CPU ms | placed weight | gap | optimal | reference weight | weight ratio | cost ratio |"

@@ -26,8 +26,17 @@
 //!    the confirming plan keeps its weight; what each recommendation buys is re-measured by applying
 //!    them in rank order (so the benefits add up to the confirming plan's), and one that buys nothing
 //!    any more is dropped.
+//!
+//! Cost: every step is solves of the whole problem, so the advice takes hundreds of times a plan's
+//! time. Each quota vector is solved once (the confirmation and the report come back to vectors
+//! the search solved), the confirmation starts each increase's lowering from what its plan draws
+//! (one solve where a bisection from zero takes one per halving), and the options of a step are
+//! screened and minimised on as many threads as the machine has cores: the result is the same on
+//! any number of them (BENCHMARKS.md, "Quota advice on plan problems").
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
@@ -213,8 +222,34 @@ impl Advice {
 /// Advises quota increases for `problem`. `in_use` lists the vCPUs already used per pool (a problem
 /// lists *free* vCPUs; limits are free + in use); pools it does not list have none in use.
 pub fn advise(problem: &Problem, in_use: &[QuotaLimit], options: &AdviseOptions) -> Advice {
-    let mut a = Advisor::new(problem, in_use, options);
-    a.run()
+    Advisor::new(problem, in_use, options).run()
+}
+
+/// `f` over `items`, in their order, on as many threads as the machine has cores (at most one per
+/// item).
+fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(items.len());
+    if threads <= 1 {
+        return items.iter().map(f).collect();
+    }
+    let next = AtomicUsize::new(0);
+    let mut out: Vec<(usize, R)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(item) = items.get(i) else { break mine };
+                        mine.push((i, f(item)));
+                    }
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+    });
+    out.sort_by_key(|(i, _)| *i);
+    out.into_iter().map(|(_, r)| r).collect()
 }
 
 /// The grant step of each quota row of `problem`, in vCPUs: the greatest common divisor of the
@@ -326,8 +361,10 @@ struct Advisor<'a> {
     /// Grant step per quota row.
     step: Vec<u64>,
     /// Plans made so far, by free vCPUs per quota row.
-    solved: BTreeMap<Vec<u64>, Plan>,
-    solves: u32,
+    solved: Mutex<BTreeMap<Vec<u64>, Plan>>,
+    /// Distinct quota vectors solved (a vector two threads solved at once counts once, so the
+    /// count does not depend on the threads' timing).
+    solves: AtomicU32,
 }
 
 impl<'a> Advisor<'a> {
@@ -360,26 +397,34 @@ impl<'a> Advisor<'a> {
                 .collect(),
             job_index: problem.jobs.iter().enumerate().map(|(i, j)| (j.id.as_str(), i)).collect(),
             step,
-            solved: BTreeMap::new(),
-            solves: 0,
+            solved: Mutex::new(BTreeMap::new()),
+            solves: AtomicU32::new(0),
         }
     }
 
     /// The plan with `free` vCPUs per quota row. Each is solved once: the probes, the confirmation
     /// and the report come back to the same quota (the plan with every increase, each rank's, a
     /// bisection's midpoints), and a plan is a function of its problem.
-    fn solve_with(&mut self, free: &[u64]) -> Plan {
-        if let Some(plan) = self.solved.get(free) {
-            return plan.clone();
+    fn solve_with(&self, free: &[u64]) -> Plan {
+        if let Some(plan) = self.known(free) {
+            return plan;
         }
-        self.solves += 1;
         let mut p = self.problem.clone();
         for (q, f) in p.quotas.iter_mut().zip(free) {
             q.vcpus = *f;
         }
         let plan = solve(&p, &self.options.solve);
-        self.solved.insert(free.to_vec(), plan.clone());
+        // A plan is a function of its problem: a thread that solved the same vector meanwhile
+        // made the same plan.
+        let mut solved = self.solved.lock().unwrap_or_else(PoisonError::into_inner);
+        if solved.insert(free.to_vec(), plan.clone()).is_none() {
+            self.solves.fetch_add(1, Ordering::Relaxed);
+        }
         plan
+    }
+
+    fn known(&self, free: &[u64]) -> Option<Plan> {
+        self.solved.lock().unwrap_or_else(PoisonError::into_inner).get(free).cloned()
     }
 
     fn free_with(&self, levels: &[&Levels]) -> Vec<u64> {
@@ -416,7 +461,7 @@ impl<'a> Advisor<'a> {
         g
     }
 
-    fn run(&mut self) -> Advice {
+    fn run(&self) -> Advice {
         let base_plan = self.solve_with(&self.base_free.clone());
         let mut chosen: Vec<(Levels, Vec<Eval>)> = Vec::new();
         let mut plan = base_plan.clone();
@@ -424,18 +469,23 @@ impl<'a> Advisor<'a> {
             let applied: Vec<&Levels> = chosen.iter().map(|c| &c.0).collect();
             let free = self.free_with(&applied);
             let options = self.options_for(&plan, &free);
+            let options_ref = options.clone();
             // Screen every option with its pools wide open (one solve each), then minimise only the
             // most promising: the best and enough others to name alternatives.
-            let mut screened: Vec<(Vec<usize>, Plan)> =
-                options.into_iter().filter_map(|o| self.screen(&o, &free, &plan).map(|p| (o, p))).collect();
+            // Each option's screen and minimisation is independent of the others': on a machine
+            // with cores to spare they run at once (the result does not depend on it).
+            let mut screened: Vec<(Vec<usize>, Plan)> = options
+                .into_iter()
+                .zip(par_map(&options_ref, |o| self.screen(o, &free, &plan)))
+                .filter_map(|(o, p)| p.map(|p| (o, p)))
+                .collect();
             screened.sort_by(|a, b| b.1.placed_weight.total_cmp(&a.1.placed_weight).then(a.0.cmp(&b.0)));
             screened.truncate(self.options.max_alternatives + 2);
-            let mut evals: Vec<Eval> = Vec::new();
-            for (option, relaxed) in screened {
-                if let Some(e) = self.minimize(&option, &free, &plan, relaxed) {
-                    evals.push(e);
-                }
-            }
+            let mut evals: Vec<Eval> =
+                par_map(&screened, |(option, relaxed)| self.minimize(option, &free, &plan, relaxed.clone()))
+                    .into_iter()
+                    .flatten()
+                    .collect();
             if evals.is_empty() {
                 break;
             }
@@ -536,7 +586,7 @@ impl<'a> Advisor<'a> {
 
     /// The plan with `option`'s pools opened up as far as waiting work could use them, if that
     /// places more than `plan`.
-    fn screen(&mut self, option: &[usize], free: &[u64], plan: &Plan) -> Option<Plan> {
+    fn screen(&self, option: &[usize], free: &[u64], plan: &Plan) -> Option<Plan> {
         let cap = self.caps(plan);
         if option.iter().any(|&q| cap[q] == 0) {
             return None;
@@ -551,7 +601,7 @@ impl<'a> Advisor<'a> {
 
     /// The smallest grant-sized increase of `option`'s pools that buys what `relaxed` (the screen's
     /// plan) placed beyond `plan`.
-    fn minimize(&mut self, option: &[usize], free: &[u64], plan: &Plan, relaxed: Plan) -> Option<Eval> {
+    fn minimize(&self, option: &[usize], free: &[u64], plan: &Plan, relaxed: Plan) -> Option<Eval> {
         let cap = self.caps(plan);
         let weight = plan.placed_weight;
         let target = relaxed.placed_weight;
@@ -560,7 +610,7 @@ impl<'a> Advisor<'a> {
         let steps_of = |q: usize, v: u64, step: &[u64]| v.div_ceil(step[q]);
         let mut steps: Vec<u64> =
             option.iter().map(|&q| steps_of(q, used[q].saturating_sub(free[q]), &self.step)).collect();
-        let probe = |a: &mut Advisor, steps: &[u64]| {
+        let probe = |a: &Advisor, steps: &[u64]| {
             let mut f = free.to_vec();
             for (i, &q) in option.iter().enumerate() {
                 f[q] = f[q].saturating_add(steps[i] * a.step[q]);
@@ -612,7 +662,7 @@ impl<'a> Advisor<'a> {
 
     /// Confirms the chosen increases together: drops what the confirming plan does not use, lowers
     /// each while the weight holds, and drops recommendations that no longer buy anything.
-    fn confirm(&mut self, mut chosen: Vec<(Levels, Vec<Eval>)>) -> Vec<(Levels, Vec<Eval>)> {
+    fn confirm(&self, mut chosen: Vec<(Levels, Vec<Eval>)>) -> Vec<(Levels, Vec<Eval>)> {
         for _ in 0..4 {
             let mut changed = false;
             let all: Vec<&Levels> = chosen.iter().map(|c| &c.0).collect();
@@ -634,7 +684,7 @@ impl<'a> Advisor<'a> {
             for (r, i) in order {
                 let q = chosen[r].0[i].0;
                 let step = self.step[q];
-                let holds = |a: &mut Advisor, steps: u64| {
+                let holds = |a: &Advisor, steps: u64| {
                     let mut trial = chosen.clone();
                     trial[r].0[i].1 = steps * step;
                     let levels: Vec<&Levels> = trial.iter().map(|c| &c.0).collect();
@@ -791,7 +841,7 @@ impl<'a> Advisor<'a> {
             .collect()
     }
 
-    fn report(&mut self, base_plan: Plan, chosen: Vec<(Levels, Vec<Eval>)>) -> Advice {
+    fn report(&self, base_plan: Plan, chosen: Vec<(Levels, Vec<Eval>)>) -> Advice {
         let all: Vec<&Levels> = chosen.iter().map(|c| &c.0).collect();
         let confirm = self.solve_with(&self.free_with(&all));
         let confirm_used = self.usage(&confirm);
@@ -837,7 +887,7 @@ impl<'a> Advisor<'a> {
             recommendations: recs,
             before: self.summary(&base_plan),
             after: self.summary(&confirm),
-            solves: self.solves,
+            solves: self.solves.load(Ordering::Relaxed),
         }
     }
 }
@@ -882,6 +932,14 @@ mod tests {
         assert_eq!(r.buys.gpu_hours, 12.0);
         assert_eq!(advice.after.waiting_jobs, 0);
         assert!(inc.used_vcpus > 0);
+    }
+
+    #[test]
+    fn par_map_keeps_the_items_order() {
+        // Uneven work, so that threads finish out of order.
+        let items: Vec<u64> = (0..40).collect();
+        let work = |&i: &u64| (0..(40 - i) * 20_000).fold(i, |a, x| a ^ x.wrapping_mul(31));
+        assert_eq!(par_map(&items, work), items.iter().map(work).collect::<Vec<_>>());
     }
 
     #[test]

@@ -94,6 +94,19 @@ fn every_recommended_increase_is_used_needed_and_minimal_on_generated_queues() {
 }
 
 #[test]
+fn the_same_problem_gets_the_same_advice() {
+    // Options are screened and minimised on several threads at once: which finishes first must
+    // not change what is advised, nor the count of solves it reports.
+    let p = generate(&GenParams { jobs: 14, regions: 3, sizes: 6, quota_fraction: 0.35, seed: 7 });
+    let options = AdviseOptions { max_recommendations: 3, ..AdviseOptions::default() };
+    let first = advise(&p, &[], &options);
+    assert!(!first.is_empty(), "a tight generated queue should get advice");
+    for _ in 0..3 {
+        assert_eq!(advise(&p, &[], &options), first);
+    }
+}
+
+#[test]
 fn a_family_and_cores_binding_together_are_raised_together_and_both_used() {
     let p = Problem::from_json_str(
         r#"{"offers": [
