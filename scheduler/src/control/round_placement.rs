@@ -19,6 +19,12 @@ use super::{
 use crate::model::{Attempt, EventKind, Job};
 use crate::records::{AttemptsBy, Lookup};
 
+/// Each demand's price cap per hour, by the demand's id in the problem.
+type PriceCaps = BTreeMap<String, Option<f64>>;
+
+/// Where each job's input data lies and its GB, by job id ([`placement::PlanInput::data`]).
+type InputData = BTreeMap<String, (String, Option<f64>)>;
+
 impl Controller {
     /// Step 6: each deadline job's policy chooses what the job holds this round (recorded in
     /// `st.deadline.choices`; the plan narrows the job's demands to it). A change of choice is
@@ -112,8 +118,7 @@ impl Controller {
         report: &mut RoundReport,
     ) -> Result<usize, ControlError> {
         let input = placement::plan_input(snap, st, &self.config, &self.catalog);
-        let caps: BTreeMap<String, Option<f64>> =
-            input.problem.jobs.iter().map(|d| (d.id.clone(), d.max_price_per_hour)).collect();
+        let caps: PriceCaps = input.problem.jobs.iter().map(|d| (d.id.clone(), d.max_price_per_hour)).collect();
         self.record_input(st, snap, report, &input).await?;
         let placement::PlanInput { jobs, problem, mut reasons, data, .. } = input;
         let plan = self.solve_round(st, snap.now, problem, report);
@@ -232,7 +237,7 @@ impl Controller {
         snap: &mut Snapshot,
         report: &mut RoundReport,
         plan: &solver::Plan,
-        (caps, data): (&BTreeMap<String, Option<f64>>, &BTreeMap<String, (String, Option<f64>)>),
+        (caps, data): (&PriceCaps, &InputData),
     ) -> Result<usize, ControlError> {
         let now = snap.now;
         let mut refused = 0;
