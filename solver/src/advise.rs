@@ -35,12 +35,13 @@
 //! any number of them (BENCHMARKS.md, "Quota advice on plan problems").
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
 use crate::model::{EPS, gang_vms, mismatch, run_cost};
+use crate::parallel::par_map;
 use crate::priority::Priority;
 use crate::problem::{Problem, QuotaLimit, normalize_pool};
 use crate::quota_pools::QuotaPool;
@@ -225,31 +226,24 @@ pub fn advise(problem: &Problem, in_use: &[QuotaLimit], options: &AdviseOptions)
     Advisor::new(problem, in_use, options).run()
 }
 
-/// `f` over `items`, in their order, on as many threads as the machine has cores (at most one per
-/// item).
-fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(items.len());
-    if threads <= 1 {
-        return items.iter().map(f).collect();
+/// The machine's cores: the advice's options run on all of them.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The fewest grant steps in `0..=most` for which `holds` (the weight is kept), by bisection: the
+/// weight is taken to grow with the steps, and `holds(most)` to be true.
+fn fewest_steps(most: u64, mut holds: impl FnMut(u64) -> bool) -> u64 {
+    let (mut lo, mut hi) = (0u64, most);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if holds(mid) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
     }
-    let next = AtomicUsize::new(0);
-    let mut out: Vec<(usize, R)> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(item) = items.get(i) else { break mine };
-                        mine.push((i, f(item)));
-                    }
-                })
-            })
-            .collect();
-        workers.into_iter().flat_map(|w| w.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
-    });
-    out.sort_by_key(|(i, _)| *i);
-    out.into_iter().map(|(_, r)| r).collect()
+    hi
 }
 
 /// The grant step of each quota row of `problem`, in vCPUs: the greatest common divisor of the
@@ -469,20 +463,17 @@ impl<'a> Advisor<'a> {
             let applied: Vec<&Levels> = chosen.iter().map(|c| &c.0).collect();
             let free = self.free_with(&applied);
             let options = self.options_for(&plan, &free);
-            let options_ref = options.clone();
             // Screen every option with its pools wide open (one solve each), then minimise only the
             // most promising: the best and enough others to name alternatives.
             // Each option's screen and minimisation is independent of the others': on a machine
             // with cores to spare they run at once (the result does not depend on it).
-            let mut screened: Vec<(Vec<usize>, Plan)> = options
-                .into_iter()
-                .zip(par_map(&options_ref, |o| self.screen(o, &free, &plan)))
-                .filter_map(|(o, p)| p.map(|p| (o, p)))
-                .collect();
+            let screens = par_map(&options, cores(), |o| self.screen(o, &free, &plan));
+            let mut screened: Vec<(Vec<usize>, Plan)> =
+                options.into_iter().zip(screens).filter_map(|(o, p)| p.map(|p| (o, p))).collect();
             screened.sort_by(|a, b| b.1.placed_weight.total_cmp(&a.1.placed_weight).then(a.0.cmp(&b.0)));
             screened.truncate(self.options.max_alternatives + 2);
             let mut evals: Vec<Eval> =
-                par_map(&screened, |(option, relaxed)| self.minimize(option, &free, &plan, relaxed.clone()))
+                par_map(&screened, cores(), |(option, relaxed)| self.minimize(option, &free, &plan, relaxed))
                     .into_iter()
                     .flatten()
                     .collect();
@@ -601,11 +592,11 @@ impl<'a> Advisor<'a> {
 
     /// The smallest grant-sized increase of `option`'s pools that buys what `relaxed` (the screen's
     /// plan) placed beyond `plan`.
-    fn minimize(&self, option: &[usize], free: &[u64], plan: &Plan, relaxed: Plan) -> Option<Eval> {
+    fn minimize(&self, option: &[usize], free: &[u64], plan: &Plan, relaxed: &Plan) -> Option<Eval> {
         let cap = self.caps(plan);
         let weight = plan.placed_weight;
         let target = relaxed.placed_weight;
-        let used = self.usage(&relaxed);
+        let used = self.usage(relaxed);
         // Grant steps per pool: what the relaxed plan used beyond the free vCPUs, else the cap.
         let steps_of = |q: usize, v: u64, step: &[u64]| v.div_ceil(step[q]);
         let mut steps: Vec<u64> =
@@ -621,37 +612,23 @@ impl<'a> Advisor<'a> {
         if at.placed_weight < target - WEIGHT_EPS {
             steps = option.iter().map(|&q| steps_of(q, cap[q], &self.step)).collect();
             at = probe(self, &steps);
-            if at.placed_weight < target - WEIGHT_EPS {
-                // The solver found the benefit only with the pools wide open; take what the grant
-                // steps give if it is still a gain.
-                if at.placed_weight < weight + WEIGHT_EPS {
-                    return None;
-                }
+            // The solver found the benefit only with the pools wide open; take what the grant
+            // steps give if it is still a gain.
+            if at.placed_weight < weight + WEIGHT_EPS {
+                return None;
             }
         }
         let goal = at.placed_weight;
         // Smallest number of steps per pool that keeps the weight, the others held where they are.
         for i in 0..option.len() {
-            let (mut lo, mut hi) = (0u64, steps[i]);
-            while lo < hi {
-                let mid = (lo + hi) / 2;
+            steps[i] = fewest_steps(steps[i], |n| {
                 let mut s = steps.clone();
-                s[i] = mid;
-                let p = probe(self, &s);
-                if p.placed_weight >= goal - WEIGHT_EPS {
-                    hi = mid;
-                    at = p;
-                } else {
-                    lo = mid + 1;
-                }
-            }
-            if steps[i] != hi {
-                steps[i] = hi;
-            }
+                s[i] = n;
+                probe(self, &s).placed_weight >= goal - WEIGHT_EPS
+            });
         }
         // The plan at exactly the chosen steps (the last probe may have been a failing one).
         let final_plan = probe(self, &steps);
-        let _ = at;
         let levels: Levels =
             option.iter().zip(&steps).filter(|(_, s)| **s > 0).map(|(&q, &s)| (q, s * self.step[q])).collect();
         if levels.is_empty() || final_plan.placed_weight < weight + WEIGHT_EPS {
@@ -684,37 +661,24 @@ impl<'a> Advisor<'a> {
             for (r, i) in order {
                 let q = chosen[r].0[i].0;
                 let step = self.step[q];
-                let holds = |a: &Advisor, steps: u64| {
+                let holds = |steps: u64| {
                     let mut trial = chosen.clone();
                     trial[r].0[i].1 = steps * step;
                     let levels: Vec<&Levels> = trial.iter().map(|c| &c.0).collect();
-                    let f = a.free_with(&levels);
-                    a.solve_with(&f).placed_weight >= goal - WEIGHT_EPS
+                    self.solve_with(&self.free_with(&levels)).placed_weight >= goal - WEIGHT_EPS
                 };
-                let (mut lo, mut hi) = (0u64, chosen[r].0[i].1 / step);
-                // What the confirming plan draws from the pool beyond its free vCPUs (and the
-                // other recommendations' increases of it) is enough for that plan: one solve there
-                // first, and the bisection below it, since the increases found one at a time
-                // are often larger than the plan with all of them needs.
-                let others: u64 = chosen
-                    .iter()
-                    .enumerate()
-                    .flat_map(|(k, c)| c.0.iter().enumerate().map(move |(m, l)| ((k, m), l)))
-                    .filter(|&((k, m), l)| l.0 == q && (k, m) != (r, i))
-                    .map(|(_, l)| l.1)
-                    .sum();
-                let drawn = used[q].saturating_sub(self.base_free[q] + others).div_ceil(step);
-                if drawn < hi && holds(self, drawn) {
+                let mut hi = chosen[r].0[i].1 / step;
+                // What the confirming plan draws from the pool beyond its free vCPUs with every
+                // other increase is enough for that plan: one solve there first, and the bisection
+                // below it, since the increases found one at a time are often larger than the
+                // plan with all of them needs.
+                let levels: Vec<&Levels> = chosen.iter().map(|c| &c.0).collect();
+                let without = self.free_with(&levels)[q] - chosen[r].0[i].1;
+                let drawn = used[q].saturating_sub(without).div_ceil(step);
+                if drawn < hi && holds(drawn) {
                     hi = drawn;
                 }
-                while lo < hi {
-                    let mid = (lo + hi) / 2;
-                    if holds(self, mid) {
-                        hi = mid;
-                    } else {
-                        lo = mid + 1;
-                    }
-                }
+                let hi = fewest_steps(hi, holds);
                 if hi * step != chosen[r].0[i].1 {
                     chosen[r].0[i].1 = hi * step;
                     changed = true;
@@ -932,14 +896,6 @@ mod tests {
         assert_eq!(r.buys.gpu_hours, 12.0);
         assert_eq!(advice.after.waiting_jobs, 0);
         assert!(inc.used_vcpus > 0);
-    }
-
-    #[test]
-    fn par_map_keeps_the_items_order() {
-        // Uneven work, so that threads finish out of order.
-        let items: Vec<u64> = (0..40).collect();
-        let work = |&i: &u64| (0..(40 - i) * 20_000).fold(i, |a, x| a ^ x.wrapping_mul(31));
-        assert_eq!(par_map(&items, work), items.iter().map(work).collect::<Vec<_>>());
     }
 
     #[test]

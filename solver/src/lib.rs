@@ -47,6 +47,7 @@ mod lp;
 mod milp;
 mod model;
 mod neighbourhood;
+pub mod parallel;
 mod plan;
 mod priority;
 mod problem;

@@ -376,34 +376,18 @@ fn simulate(s: &Scenario, jobs: &[TraceJob], increases: &[Increase], sample_ms: 
     Ok(Sim { run, samples: sampler.samples, peak: sampler.peak })
 }
 
-/// Simulates every variant, `threads` at a time, in order.
+/// Simulates every variant, on at most `threads` threads, in order. A simulation that panics is
+/// an error of its own variant.
 fn simulate_all(
     s: &Scenario,
     jobs: &[TraceJob],
     variants: &[Vec<Increase>],
     threads: usize,
 ) -> Vec<Result<Sim, WhatIfError>> {
-    let threads = threads.max(1);
-    let mut out: Vec<Option<Result<Sim, WhatIfError>>> = (0..variants.len()).map(|_| None).collect();
-    for chunk_start in (0..variants.len()).step_by(threads) {
-        let end = (chunk_start + threads).min(variants.len());
-        let results: Vec<Result<Sim, WhatIfError>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = (chunk_start..end)
-                .map(|i| {
-                    let v = &variants[i];
-                    scope.spawn(move || simulate(s, jobs, v, 0))
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(WhatIfError::Control("a simulation panicked".into()))))
-                .collect()
-        });
-        for (k, r) in results.into_iter().enumerate() {
-            out[chunk_start + k] = Some(r);
-        }
-    }
-    out.into_iter().map(|r| r.expect("every variant ran")).collect()
+    solver::parallel::par_map(variants, threads.max(1), |v| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| simulate(s, jobs, v, 0)))
+            .unwrap_or_else(|_| Err(WhatIfError::Control("a simulation panicked".into())))
+    })
 }
 
 /// Per-job waits (hours), and the week's figures.

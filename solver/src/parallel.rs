@@ -1,0 +1,48 @@
+//! An ordered parallel map on scoped threads: the quota advice screens a step's options with it,
+//! and the what-if advisor (which depends on this crate) simulates a week's variants with it.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// `f` over `items`, results in the items' order, on at most `threads` threads (one per item at
+/// most). Each thread takes the next item when it finishes one, so uneven items keep every thread
+/// busy. A panic in `f` is resumed on the caller's thread.
+pub fn par_map<T: Sync, R: Send>(items: &[T], threads: usize, f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let threads = threads.min(items.len());
+    if threads <= 1 {
+        return items.iter().map(f).collect();
+    }
+    let next = AtomicUsize::new(0);
+    let mut out: Vec<(usize, R)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(item) = items.get(i) else { break mine };
+                        mine.push((i, f(item)));
+                    }
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+    });
+    out.sort_by_key(|(i, _)| *i);
+    out.into_iter().map(|(_, r)| r).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_come_in_the_items_order() {
+        // Uneven work, so that threads finish out of order.
+        let items: Vec<u64> = (0..40).collect();
+        let work = |&i: &u64| (0..(40 - i) * 20_000).fold(i, |a, x| a ^ x.wrapping_mul(31));
+        let expected: Vec<u64> = items.iter().map(work).collect();
+        for threads in [1, 2, 3, 64] {
+            assert_eq!(par_map(&items, threads, work), expected, "{threads} threads");
+        }
+    }
+}
