@@ -24,6 +24,12 @@ const CASES: &[(usize, usize, u64, f64, f64)] = &[
     (35, 4, 7_924_047_624_999_685_062, 20_908.0, 13_880.05),
     // +3.3 % until neighbourhoods of up to 24 jobs (found by the cost property test, shrunk).
     (36, 2, 194_117_124_323_343_346, 18_191.0, 31_570.02),
+    // 2.8 times the optimum's cost (78,587) until the plans were recosted by the cost LP's dive
+    // (`recost`): the cheaper plan moves ten jobs at once across two regions to free a spot pool
+    // for a 64-GPU job.
+    (36, 2, 221_910_058_539_608_769, 22_572.0, 28_469.46),
+    // +37.5 % until the plans were recosted (found by sampling 60 cases of 20-40 jobs).
+    (40, 1, 9_076_150_410_069_504_830, 11_021.0, 8_592.48),
 ];
 
 #[test]
@@ -73,4 +79,16 @@ fn split_jobs_give_their_room_to_heavier_jobs_and_take_it_from_lighter_ones() {
     let plan = solve_lp_round(&p, &SolveOptions::default());
     check(&p, &plan).expect("feasible");
     assert!(plan.placed_weight >= 0.99 * 33_828.0, "weight {} below 99 % of HiGHS's 33,828", plan.placed_weight);
+}
+
+/// A 40-job problem of the independent generator's `issue` shape (`python3
+/// solver/benches/independent_problems.py DIR --sizes 40 --seed 2`), where HiGHS proves 22,413 at
+/// $31,850.53. The local searches placed that weight at $44,033 (+38 %): the cheap plan moves a
+/// 32-GPU gang from one region's A100 spot VMs to another's A10 spot VMs, after most of the jobs
+/// holding that region's spot quota move elsewhere, more at once than any neighbourhood holds. The
+/// cost LP's dive over the placed jobs (`recost`) finds it.
+#[test]
+fn a_plan_whose_cheapest_form_moves_most_jobs_at_once_is_recosted() {
+    let p = Problem::from_json_str(include_str!("data/issue-40-2.json")).expect("a valid problem");
+    reaches_the_optimum(&p, "issue-40-2", 22_413.0, 31_850.53);
 }
