@@ -12,8 +12,9 @@
 //! - relocate and swap (cost phase): a job moved to a cheaper candidate, if need be after moving the
 //!   job that holds its room elsewhere.
 //!
-//! On small problems, iterated search on top of both phases: kicks (jobs removed, or one forced in
-//! whatever it displaces) followed by the search again, across plateaus of equal weight.
+//! Iterated search on top of both phases (many times on small problems, four times on large ones):
+//! kicks (jobs removed, or one forced in whatever it displaces) followed by the search again,
+//! across plateaus of equal weight.
 //!
 //! Non-gang jobs keep the placements they come in with (the `Sol` methods place and re-place them),
 //! except that an ejection may take one of their placements (a piece: some VMs of one offer) out
