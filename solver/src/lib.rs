@@ -337,7 +337,7 @@ pub(crate) fn kicks(inst: &Instance) -> usize {
 /// Kicks on problems of more than [`MAX_KICK_JOBS`] jobs, where each costs a weight search over all
 /// of them (10-150 ms at 1,000-10,000 jobs). On the 26 problems of 1,000 and 10,000 jobs of the
 /// BENCHMARKS table (random and independent shapes), 4 kicks placed as much or more on every one
-/// (+0.0-0.9 %; 6 instead of 5 within 2 % of the bound) for 1.1-2.4 times the time (at most 138 ms
+/// (+0.0-1.0 %; 6 instead of 5 within 2 % of the bound) for 1.1-2.4 times the time (at most 139 ms
 /// at 1,000 jobs, 1.3 s at 10,000); 8 placed more on most but took up to 1.9 s at 10,000.
 const LARGE_KICKS: usize = 4;
 
