@@ -347,7 +347,7 @@ const LARGE_KICKS: usize = 4;
 /// Local kicks on problems of more than [`MAX_KICK_JOBS`] jobs, after the [`LARGE_KICKS`]: each
 /// searches only the jobs near what it moved (`search::Packing::kick_local`), 1-4 ms at 1,000 and
 /// 10,000 jobs where a whole search takes 10-150. On the 26 problems of 1,000 and 10,000 jobs: 20
-/// placed more on 20 (up to +0.9 %), less on one (issue-1000, -0.2 %), 8 instead of 6 within 2 % of
+/// placed more on 18 (up to +0.9 %), less on one (issue-1000, -0.2 %), 8 instead of 6 within 2 % of
 /// the bound, for 1.0-1.7 times the time (at most 204 ms at 1,000 jobs, 1.6 s at 10,000); 40 placed
 /// more still (11 within 2 %) but took 275 ms on a 1,000-job problem.
 const LOCAL_KICKS: usize = 20;
