@@ -94,7 +94,8 @@ struct Search {
 /// The best plan the search found from `incumbent` (the incumbent itself when it found none better),
 /// and whether the search finished: then that plan has the most weight, then the least cost,
 /// proven. `None` when the problem is too large for the search. `lambda`: per resource (quota
-/// pools, then every offer's capacity), a non-negative multiplier in weight per unit (vCPU or VM).
+/// pools, then every offer's capacity), a non-negative multiplier in weight per unit (vCPU or VM);
+/// resources past its end count 0 (`&[]`: no multipliers).
 pub(crate) fn solve(
     inst: &Instance,
     incumbent: &Sol,
@@ -119,6 +120,7 @@ pub(crate) fn solve(
 /// Re-solves the jobs `subset` of `sol` exactly with every other placement fixed, within
 /// `work_limit`: the sub-plan of the most weight, then the least cost, that the search found,
 /// placed into `sol`. Returns whether it changed `sol` (then for the better) and the work spent.
+/// `lambda` as for [`solve`].
 pub(crate) fn resolve_subset(
     inst: &Instance,
     sol: &mut Sol,

@@ -139,8 +139,7 @@ pub(crate) fn lp_round(inst: &Instance, deadline: Option<Instant>, search: Searc
                 let bounds = vec![trivial, Bound { weight: lp.weight_bound, cost: lp.cost_bound }];
                 // Every placeable job placed: on a small problem, branch and bound proves the cost.
                 if search == Search::On && inst.p.jobs.len() <= exact::MAX_JOBS && !proven(inst, &sol, &bounds) {
-                    let zero = vec![0.0; inst.pool_limit.len() + inst.p.offers.len()];
-                    match exact::solve(inst, &sol, &zero, EXACT_WORK, deadline) {
+                    match exact::solve(inst, &sol, &[], EXACT_WORK, deadline) {
                         Some((proven, true)) => {
                             let mut bounds = bounds;
                             bounds.push(Bound { weight: proven.weight(inst), cost: Some(proven.cost()) });
@@ -152,7 +151,7 @@ pub(crate) fn lp_round(inst: &Instance, deadline: Option<Instant>, search: Searc
                         }
                         Some((found, false)) => {
                             let found = pick(inst, sol, cost_search(inst, found, deadline));
-                            return (polish(inst, found, &zero, deadline), "lp-round".to_string(), bounds);
+                            return (polish(inst, found, &[], deadline), "lp-round".to_string(), bounds);
                         }
                         None => {}
                     }
@@ -300,7 +299,7 @@ fn improve(inst: &Instance, mut sol: Sol, prices: &[f64], bounds: &[Bound], dead
         let mut pack = search::Packing::from_sol(inst, &sol);
         pack.guide(prices);
         pack.improve_weight(deadline);
-        // Small problems, where a proven optimum is wanted, get an iterated search on top.
+        // The iterated search on top (see `kicks`); on large problems, cheaper local kicks after it.
         pack.kick(kicks(inst), deadline);
         if inst.p.jobs.len() > MAX_KICK_JOBS {
             pack.kick_local(LOCAL_KICKS, search::LOCAL_PER_RESOURCE, deadline);

@@ -70,8 +70,7 @@ pub(crate) fn recost(inst: &Instance, sol: &Sol, deadline: Option<Instant>) -> O
             pack.kick(crate::kicks(inst) / REPAIR_KICK_SHARE, deadline);
             repaired.push(pack.to_sol());
             let mut exact = out;
-            let zero = vec![0.0; inst.pool_limit.len() + p.offers.len()];
-            crate::neighbourhood::improve(inst, &mut exact, &zero, REPAIR_WORK, deadline);
+            crate::neighbourhood::improve(inst, &mut exact, &[], REPAIR_WORK, deadline);
             if exact.weight(inst) < target - 0.5 {
                 let mut pack = Packing::from_sol(inst, &exact);
                 pack.improve_weight(deadline);
@@ -129,22 +128,28 @@ fn remaining(p: &Problem, out: &Sol, left: &[(usize, u32)]) -> Problem {
     Problem { offers, quotas: p.quotas.clone(), jobs, egress: p.egress.clone() }
 }
 
+/// A fractional gang job the dive may fix next: a waiting job of the class `jobs`, on `cand`.
+struct Guess {
+    jobs: Vec<usize>,
+    cand: Cand,
+}
+
 /// Places the best guess left that fits (a gang job of the guess's class still waiting, on its
 /// candidate), remembering the state before it; `false` when none fits.
 fn guess(
     inst: &Instance,
     out: &mut Sol,
     left: &mut Vec<(usize, u32)>,
-    guesses: &mut Vec<(Vec<usize>, Cand)>,
+    guesses: &mut Vec<Guess>,
     before: &mut Option<(Sol, Vec<(usize, u32)>)>,
 ) -> bool {
-    while let Some((jobs, c)) = guesses.pop() {
+    while let Some(Guess { jobs, cand: c }) = guesses.pop() {
         let Some(&j) = jobs.iter().find(|&&j| left.iter().any(|x| x.0 == j)) else { continue };
         if out.room(inst, c.offer) < c.vms {
             continue;
         }
         *before = Some((out.clone(), left.clone()));
-        out.take(inst, Assign { job: j, offer: c.offer, vms: c.vms, gpus: c.gpus, cost: c.cost });
+        out.try_gang(inst, j, &c);
         left.retain(|x| x.0 != j);
         return true;
     }
@@ -164,7 +169,7 @@ fn dive(inst: &Instance, mut left: Vec<(usize, u32)>, rest: usize, deadline: Opt
     let mut out = Sol::new(inst);
     // The guesses (a fractional gang job on one candidate) not yet tried, best last, and the state
     // before the last guess.
-    let mut guesses: Vec<(Vec<usize>, Cand)> = Vec::new();
+    let mut guesses: Vec<Guess> = Vec::new();
     let mut before_guess: Option<(Sol, Vec<(usize, u32)>)> = None;
     for dive in 0..MAX_DIVES {
         if left.len() <= rest {
@@ -193,67 +198,13 @@ fn dive(inst: &Instance, mut left: Vec<(usize, u32)>, rest: usize, deadline: Opt
                 continue;
             }
         };
-        let values = &lp.values;
-        let mut decided = vec![false; sub.jobs.len()];
-        let mut fractional: Vec<(f64, Vec<usize>, Cand)> = Vec::new();
-        for (c, class) in si.classes.iter().enumerate() {
-            let gang = si.job(class.rep).gang;
-            let vals = &values[c];
-            let integral = vals.iter().all(|v| (v - v.round()).abs() < 1e-4);
-            if gang {
-                let mut jobs = class.jobs.iter();
-                for (k, cand) in class.cands.iter().enumerate() {
-                    let whole = if integral { vals[k].round() } else { (vals[k] + 1e-4).floor() } as usize;
-                    for _ in 0..whole {
-                        if let Some(&j) = jobs.next()
-                            && out.room(inst, cand.offer) >= cand.vms
-                        {
-                            out.take(
-                                inst,
-                                Assign {
-                                    job: left[j].0,
-                                    offer: cand.offer,
-                                    vms: cand.vms,
-                                    gpus: cand.gpus,
-                                    cost: cand.cost,
-                                },
-                            );
-                            decided[j] = true;
-                        }
-                    }
-                    let frac = vals[k] - (vals[k] + 1e-4).floor();
-                    if frac > 1e-4 {
-                        fractional.push((frac, class.jobs.iter().map(|&j| left[j].0).collect(), *cand));
-                    }
-                }
-            } else if integral && class.jobs.len() == 1 {
-                let j = class.jobs[0];
-                let mut need = si.job(j).gpus;
-                for (k, cand) in class.cands.iter().enumerate() {
-                    let vms = vals[k].round() as u32;
-                    if vms > 0 && need > 0 && out.room(inst, cand.offer) >= vms {
-                        let gpus = need.min(vms * cand.gpus);
-                        need -= gpus;
-                        let cost = f64::from(vms) * cand.cost + cand.egress_per_gpu * f64::from(gpus);
-                        out.take(inst, Assign { job: left[j].0, offer: cand.offer, vms, gpus, cost });
-                    }
-                }
-                // Short of room (the LP's VMs did not all fit): all or nothing of it, so that
-                // the job left for the next LP is the whole job.
-                if need > 0 {
-                    while let Some(i) = out.assigns.iter().rposition(|a| a.job == left[j].0) {
-                        out.release(inst, i);
-                    }
-                }
-                decided[j] = need == 0;
-            }
-        }
+        let (decided, mut fractional) = fix_decided(inst, &si, &lp.values, &left, &mut out);
         let fixed = decided.iter().filter(|&&x| x).count();
-        let left_before = left.clone();
+        let sub_jobs = left.clone();
         left = left.iter().enumerate().filter(|(i, _)| !decided[*i]).map(|(_, &x)| x).collect();
         // The most decided fractional gang job next, then the others if the LP says it was wrong.
         fractional.sort_by(|a, b| a.0.total_cmp(&b.0));
-        guesses = fractional.into_iter().map(|(_, jobs, c)| (jobs, c)).collect();
+        guesses = fractional.into_iter().map(|(_, g)| g).collect();
         let guessed = guess(inst, &mut out, &mut left, &mut guesses, &mut before_guess);
         crate::trace(|| format!("recost: dive {dive}: {} jobs, {fixed} fixed, guessed {guessed}", sub.jobs.len()));
         if left.len() <= rest {
@@ -261,13 +212,12 @@ fn dive(inst: &Instance, mut left: Vec<(usize, u32)>, rest: usize, deadline: Opt
         }
         if fixed == 0 && !guessed {
             // Stuck (split jobs the LP divides fractionally, or guesses that no longer fit): the
-            // rest as this LP's rounding places them.
+            // rest as this LP's rounding places them (nothing of it is placed yet).
             let mut rounded = lp::round(&si, &lp);
             rounded.improve(&si);
-            let had: Vec<bool> = left_before.iter().map(|&(j, _)| out.job_gpus[j] > 0).collect();
             for a in &rounded.assigns {
-                if out.room(inst, a.offer) >= a.vms && !had[a.job] {
-                    out.take(inst, Assign { job: left_before[a.job].0, ..*a });
+                if out.room(inst, a.offer) >= a.vms {
+                    out.take(inst, Assign { job: sub_jobs[a.job].0, ..*a });
                 }
             }
             break;
@@ -277,8 +227,60 @@ fn dive(inst: &Instance, mut left: Vec<(usize, u32)>, rest: usize, deadline: Opt
     // guesses go wrong (each one fits, the ones after it no longer do).
     if !left.is_empty() && left.len() <= rest {
         let subset: Vec<usize> = left.iter().map(|&(j, _)| j).collect();
-        let zero = vec![0.0; inst.pool_limit.len() + p.offers.len()];
-        crate::exact::resolve_subset(inst, &mut out, &subset, &inst.resources(), &zero, REST_WORK, deadline);
+        crate::exact::resolve_subset(inst, &mut out, &subset, &inst.resources(), &[], REST_WORK, deadline);
     }
     out
+}
+
+/// Fixes in `out` what the LP over `left` (`values`, per class of `si`, the instance of those jobs)
+/// places integrally: a gang class's whole jobs on a candidate, as many as fit, and a split job that
+/// is a class of its own when all its VMs fit. Returns, per job of `left`, whether it is placed now,
+/// and the fractional gang (class, candidate) pairs with their fraction.
+fn fix_decided(
+    inst: &Instance,
+    si: &Instance,
+    values: &[Vec<f64>],
+    left: &[(usize, u32)],
+    out: &mut Sol,
+) -> (Vec<bool>, Vec<(f64, Guess)>) {
+    let mut decided = vec![false; left.len()];
+    let mut fractional = Vec::new();
+    for (class, vals) in si.classes.iter().zip(values) {
+        let integral = vals.iter().all(|v| (v - v.round()).abs() < 1e-4);
+        if si.job(class.rep).gang {
+            let mut jobs = class.jobs.iter();
+            for (cand, &v) in class.cands.iter().zip(vals) {
+                let whole = if integral { v.round() } else { (v + 1e-4).floor() } as usize;
+                for &j in jobs.by_ref().take(whole) {
+                    decided[j] = out.try_gang(inst, left[j].0, cand);
+                }
+                let frac = v - (v + 1e-4).floor();
+                if frac > 1e-4 {
+                    fractional
+                        .push((frac, Guess { jobs: class.jobs.iter().map(|&j| left[j].0).collect(), cand: *cand }));
+                }
+            }
+        } else if integral && class.jobs.len() == 1 {
+            let j = class.jobs[0];
+            let mut need = si.job(j).gpus;
+            for (cand, &v) in class.cands.iter().zip(vals) {
+                let vms = v.round() as u32;
+                if vms > 0 && need > 0 && out.room(inst, cand.offer) >= vms {
+                    let gpus = need.min(vms * cand.gpus);
+                    need -= gpus;
+                    let cost = f64::from(vms) * cand.cost + cand.egress_per_gpu * f64::from(gpus);
+                    out.take(inst, Assign { job: left[j].0, offer: cand.offer, vms, gpus, cost });
+                }
+            }
+            // Short of room (the LP's VMs did not all fit): all or nothing of it, so that the job
+            // left for the next LP is the whole job.
+            if need > 0 {
+                while let Some(i) = out.assigns.iter().rposition(|a| a.job == left[j].0) {
+                    out.release(inst, i);
+                }
+            }
+            decided[j] = need == 0;
+        }
+    }
+    (decided, fractional)
 }
