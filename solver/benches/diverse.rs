@@ -10,6 +10,7 @@
 //! cargo bench -p solver --features highs --bench diverse -- --files a.json b.json   # other problems
 //! cargo bench -p solver --features highs --bench diverse -- --sweep 48 --reference-ms 10000
 //! cargo bench -p solver --features highs --bench diverse -- --sweep 48 --family generate --reference-ms 10000
+//! cargo bench -p solver --features highs --bench diverse -- --sample 60 --sample-seed 12345 --reference-ms 20000
 //! cargo bench -p solver --bench diverse -- --advise --files a.json b.json   # quota advice instead
 //! ```
 //!
@@ -23,6 +24,9 @@
 //! weight (counted only where the reference is proven), the proven ones and the wall time. With
 //! `--family generate` the sweep's problems come from `solver::generate::generate` instead (the older
 //! generator, which issue #17's work was not tuned on): 4-30 sizes, quota 0.3-1.1 of the demand.
+//! `--sample N --sample-seed S` draws N `DiverseParams` at random instead (20-40 jobs, 1-4 regions,
+//! any seed; xorshift64 from S), so that a change is also judged on cases the sweep's fixed grid
+//! does not hold.
 
 use std::time::Instant;
 
@@ -108,6 +112,21 @@ fn main() {
         for path in args[i + 1..].iter().take_while(|a| !a.starts_with("--")) {
             let text = std::fs::read_to_string(path).expect("read problem");
             problems.push((path.clone(), Problem::from_json_str(&text).expect("a valid problem")));
+        }
+    } else if let Some(n) = arg(&args, "--sample") {
+        let n: usize = n.parse().expect("a number of problems");
+        let mut state: u64 = arg(&args, "--sample-seed").map_or(1, |s| s.parse().expect("a seed"));
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..n {
+            let jobs = 20 + (next() % 21) as usize;
+            let regions = 1 + (next() % 4) as usize;
+            let seed = next();
+            problems.push((format!("sample-{jobs}:{regions}:{seed}"), diverse(&DiverseParams { jobs, regions, seed })));
         }
     } else if let Some(n) = arg(&args, "--sweep") {
         let n: u64 = n.parse().expect("a number of problems");
