@@ -13,6 +13,7 @@
 
 use std::time::Instant;
 
+use crate::knapsack_bound::{ClassView, Decomposition, Priced};
 use crate::model::Instance;
 
 /// A row: its right-hand side and the scale the subgradient is measured in (the right-hand side
@@ -117,6 +118,73 @@ impl<'i, 'a> Lagrangian<'i, 'a> {
         let mut out: Vec<f64> = (0..pools).map(|q| dual.theta[q] / self.rows.scale[q]).collect();
         out.extend(self.rows.cap_row.iter().map(|r| r.map_or(0.0, |r| dual.theta[r] / self.rows.scale[r])));
         out
+    }
+
+    /// A bound at least as tight as `dual.bound`, from the same multipliers: the quota pools enforced
+    /// as knapsacks (`knapsack_bound`).
+    pub fn knapsack_bound(&mut self, dual: &Dual) -> f64 {
+        let inst = self.inst;
+        let p = inst.p;
+        let theta = &dual.theta;
+        self.set_prices(theta);
+        let rows = &self.rows;
+        let pools = inst.pool_limit.len();
+        let cap_price: Vec<f64> = rows.cap_row.iter().map(|r| r.map_or(0.0, |r| theta[r] / rows.scale[r])).collect();
+        let mut u = vec![0.0; inst.classes.len()];
+        let mut classes = Vec::with_capacity(inst.classes.len());
+        for (c, class) in inst.classes.iter().enumerate() {
+            let job = inst.job(class.rep);
+            let jobs = class.jobs.len() as u32;
+            if !job.gang {
+                let price_m = rows.price_row[c].map_or(0.0, |r| theta[r] / rows.scale[r]);
+                let budget_m = rows.budget_row[c].map_or(0.0, |r| theta[r] / rows.scale[r]);
+                let prio = f64::from(job.priority);
+                let mut best: f64 = 0.0;
+                for cand in &class.cands {
+                    let gpus = f64::from(cand.gpus);
+                    let per_vm = cand.cost + cand.egress_per_gpu * gpus;
+                    let profit = prio * gpus
+                        - self.price[cand.offer]
+                        - price_m * p.offers[cand.offer].price_per_hour
+                        - budget_m * per_vm;
+                    best = best.max(profit / gpus);
+                }
+                classes.push(ClassView {
+                    jobs,
+                    gang: None,
+                    profit: f64::from(job.gpus) * best,
+                    offers: class.cands.iter().map(|k| k.offer).collect(),
+                });
+                continue;
+            }
+            let w = f64::from(job.priority) * f64::from(job.gpus);
+            let (from, to) = self.gang_range[c];
+            let cands = &self.gang_cands[from as usize..to as usize];
+            u[c] = cands.iter().map(|&(o, vms)| w - f64::from(vms) * self.price[o as usize]).fold(0.0, f64::max);
+            classes.push(ClassView {
+                jobs,
+                gang: Some(
+                    cands
+                        .iter()
+                        .map(|&(o, vms)| (o as usize, vms as u32, w - f64::from(vms) * cap_price[o as usize]))
+                        .collect(),
+                ),
+                profit: 0.0,
+                offers: Vec::new(),
+            });
+        }
+        let priced = Priced {
+            pool_limit: &inst.pool_limit,
+            offer_pools: &inst.offer_pools,
+            offer_vcpus: p.offers.iter().map(|o| u64::from(o.vcpus_per_vm)).collect(),
+            pool_value: (0..pools).map(|q| theta[q] * rows.rhs[q] / rows.scale[q]).collect(),
+            other_value: (pools..rows.rhs.len()).map(|r| theta[r] * rows.rhs[r] / rows.scale[r]).sum(),
+            classes,
+        };
+        match Decomposition::new(&priced) {
+            Some(dec) => dec.evaluate(&u).min(dual.bound),
+            None => dual.bound,
+        }
     }
 
     /// Per-VM prices of the offers at multipliers `theta` (into `self.price`).

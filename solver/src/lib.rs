@@ -13,7 +13,8 @@
 //!   shared quota and capacity bind: the LP relaxation over job classes (identical jobs grouped,
 //!   dominated offers pruned) where it is small, with clarabel, rounded and repaired; the Lagrangian
 //!   bound (`lagrange`: the pool and capacity rows priced, each class choosing alone, no LP), whose
-//!   multipliers drive the Lagrangian heuristic; and local search on the best plans (`search`: insert,
+//!   multipliers drive the Lagrangian heuristic, and which the knapsack bound (`knapsack_bound`: the pools
+//!   enforced on whole jobs at the same multipliers) tightens; and local search on the best plans (`search`: insert,
 //!   eject lighter jobs, relocate, drop one for many, then cost moves). On up to 40 jobs, branch and
 //!   bound from the best plan (`exact`; a non-gang job split over candidates in whole VMs) proves
 //!   the optimum (`optimal: true`) when it finishes within its node budget; on up to 100 jobs the
@@ -43,6 +44,7 @@ mod check;
 mod exact;
 mod explain;
 pub mod generate;
+mod knapsack_bound;
 mod lagrange;
 mod lp;
 #[cfg(feature = "highs")]
@@ -222,7 +224,12 @@ fn lagrangian(
         constructed = pick(inst, std::mem::replace(&mut constructed, Sol::new(inst)), sol);
         constructed.weight(inst).max(start_weight)
     });
-    let bound = Bound { weight: lagrange::integral(dual.bound), cost: None };
+    let t0 = Instant::now();
+    let knapsack = lag.knapsack_bound(&dual);
+    trace(|| {
+        format!("knapsack bound {knapsack:.1} against {:.1} in {:.1} ms", dual.bound, t0.elapsed().as_secs_f64() * 1e3)
+    });
+    let bound = Bound { weight: lagrange::integral(dual.bound.min(knapsack)), cost: None };
     bounds.push(bound);
     trace(|| format!("lagrangian: bound {} constructed {}", bound.weight, constructed.weight(inst)));
     // Local search from the better start, and from the other too when it is close (each ends in
@@ -260,6 +267,18 @@ fn lagrangian(
     }
     if inst.p.jobs.len() <= neighbourhood::MAX_JOBS && !expired(deadline) && !proven(inst, &best, &bounds) {
         best = polish(inst, best, &lambda, deadline);
+    }
+    // The weight is proven the most there is (the knapsack bound often proves it where the LP's
+    // cannot): its least cost in the LP bounds the cost, without which the gap would say nothing.
+    let weight = best.weight(inst);
+    let weight_bound = bounds.iter().map(|b| b.weight).fold(f64::INFINITY, f64::min);
+    if weight >= weight_bound - 0.5
+        && !bounds.iter().any(|b| b.cost.is_some() && weight >= b.weight - 0.5)
+        && !expired(deadline)
+        && let Ok((cost, _)) = lp::min_cost_at(inst, weight, deadline, Some(&best))
+    {
+        trace(|| format!("weight proven: cost bound {cost:.2}"));
+        bounds.push(Bound { weight, cost: Some(cost) });
     }
     (best, label.to_string(), bounds)
 }
