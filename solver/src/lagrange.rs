@@ -13,7 +13,7 @@
 
 use std::time::Instant;
 
-use crate::knapsack_bound::{ClassView, Decomposition, Priced};
+use crate::knapsack_bound::{self, ClassItem, ClassItems, Priced};
 use crate::model::Instance;
 
 /// A row: its right-hand side and the scale the subgradient is measured in (the right-hand side
@@ -130,61 +130,70 @@ impl<'i, 'a> Lagrangian<'i, 'a> {
         let rows = &self.rows;
         let pools = inst.pool_limit.len();
         let cap_price: Vec<f64> = rows.cap_row.iter().map(|r| r.map_or(0.0, |r| theta[r] / rows.scale[r])).collect();
-        let mut u = vec![0.0; inst.classes.len()];
+        let mut fixed: f64 = (pools..rows.rhs.len()).map(|r| theta[r] * rows.rhs[r] / rows.scale[r]).sum();
         let mut classes = Vec::with_capacity(inst.classes.len());
         for (c, class) in inst.classes.iter().enumerate() {
             let job = inst.job(class.rep);
             let jobs = class.jobs.len() as u32;
+            let prio = f64::from(job.priority);
             if !job.gang {
                 let price_m = rows.price_row[c].map_or(0.0, |r| theta[r] / rows.scale[r]);
                 let budget_m = rows.budget_row[c].map_or(0.0, |r| theta[r] / rows.scale[r]);
-                let prio = f64::from(job.priority);
-                let mut best: f64 = 0.0;
-                for cand in &class.cands {
-                    let gpus = f64::from(cand.gpus);
-                    let per_vm = cand.cost + cand.egress_per_gpu * gpus;
-                    let profit = prio * gpus
-                        - self.price[cand.offer]
-                        - price_m * p.offers[cand.offer].price_per_hour
-                        - budget_m * per_vm;
-                    best = best.max(profit / gpus);
-                }
-                classes.push(ClassView {
-                    jobs,
-                    gang: None,
-                    profit: f64::from(job.gpus) * best,
-                    offers: class.cands.iter().map(|k| k.offer).collect(),
-                });
+                // Per VM: its weight net of every price but the pools', and of the pools' too.
+                let net: Vec<(f64, f64)> = class
+                    .cands
+                    .iter()
+                    .map(|k| {
+                        let gpus = f64::from(k.gpus);
+                        let others = price_m * p.offers[k.offer].price_per_hour
+                            + budget_m * (k.cost + k.egress_per_gpu * gpus)
+                            + cap_price[k.offer];
+                        (prio * gpus - others, prio * gpus - others - (self.price[k.offer] - cap_price[k.offer]))
+                    })
+                    .collect();
+                // The class's profit per GPU in the Lagrangian prices its GPU demand.
+                let u = class.cands.iter().zip(&net).map(|(k, n)| n.1 / f64::from(k.gpus)).fold(0.0, f64::max);
+                let demand = jobs * job.gpus;
+                fixed += f64::from(demand) * u;
+                let items = class
+                    .cands
+                    .iter()
+                    .zip(&net)
+                    .map(|(k, n)| ClassItem {
+                        offer: k.offer,
+                        vms: 1,
+                        profit: n.0 - u * f64::from(k.gpus),
+                        copies: demand.div_ceil(k.gpus.max(1)),
+                    })
+                    .collect();
+                classes.push(ClassItems { gang: false, jobs, items });
                 continue;
             }
-            let w = f64::from(job.priority) * f64::from(job.gpus);
+            let w = prio * f64::from(job.gpus);
             let (from, to) = self.gang_range[c];
             let cands = &self.gang_cands[from as usize..to as usize];
-            u[c] = cands.iter().map(|&(o, vms)| w - f64::from(vms) * self.price[o as usize]).fold(0.0, f64::max);
-            classes.push(ClassView {
-                jobs,
-                gang: Some(
-                    cands
-                        .iter()
-                        .map(|&(o, vms)| (o as usize, vms as u32, w - f64::from(vms) * cap_price[o as usize]))
-                        .collect(),
-                ),
-                profit: 0.0,
-                offers: Vec::new(),
-            });
+            let u = cands.iter().map(|&(o, vms)| w - f64::from(vms) * self.price[o as usize]).fold(0.0, f64::max);
+            fixed += f64::from(jobs) * u;
+            let items = cands
+                .iter()
+                .map(|&(o, vms)| ClassItem {
+                    offer: o as usize,
+                    vms: vms as u32,
+                    profit: w - u - f64::from(vms) * cap_price[o as usize],
+                    copies: 1,
+                })
+                .collect();
+            classes.push(ClassItems { gang: true, jobs, items });
         }
         let priced = Priced {
             pool_limit: &inst.pool_limit,
             offer_pools: &inst.offer_pools,
             offer_vcpus: p.offers.iter().map(|o| u64::from(o.vcpus_per_vm)).collect(),
             pool_value: (0..pools).map(|q| theta[q] * rows.rhs[q] / rows.scale[q]).collect(),
-            other_value: (pools..rows.rhs.len()).map(|r| theta[r] * rows.rhs[r] / rows.scale[r]).sum(),
+            fixed,
             classes,
         };
-        match Decomposition::new(&priced) {
-            Some(dec) => dec.evaluate(&u).min(dual.bound),
-            None => dual.bound,
-        }
+        knapsack_bound::bound(&priced).map_or(dual.bound, |b| b.min(dual.bound))
     }
 
     /// Per-VM prices of the offers at multipliers `theta` (into `self.price`).
