@@ -134,13 +134,15 @@ pub(crate) fn bound(pr: &Priced) -> Option<f64> {
         let limit = usize::try_from(pr.pool_limit[top] / g).unwrap_or(usize::MAX);
         let unit_limit =
             |b: Option<usize>| b.map_or(limit, |b| usize::try_from(pr.pool_limit[b] / g).unwrap_or(limit).min(limit));
-        // Each unit's knapsack (a non-gang item's copies in about log2 of them), and its convolution.
+        // Each unit counts in its own divisor (a family's sizes share a larger one than the region's):
+        // its knapsack (a non-gang item's copies in about log2 of them), and its convolution.
+        let scale = |v: &[Sized]| v.iter().map(|i| i.1 / g).fold(0, gcd).max(1) as usize;
         let work: usize = mine
             .iter()
             .map(|&(b, v)| {
                 let items: usize =
                     v.iter().map(|(i, _)| if i.gang { 1 } else { (32 - i.copies.leading_zeros()) as usize }).sum();
-                items.saturating_add(limit).saturating_mul(unit_limit(b))
+                items.saturating_add(limit).saturating_mul(unit_limit(b) / scale(v))
             })
             .fold(0usize, usize::saturating_add);
         if work > MAX_WORK.min(budget) {
@@ -150,18 +152,22 @@ pub(crate) fn bound(pr: &Priced) -> Option<f64> {
         budget -= work;
         let mut total = vec![0.0_f64; limit + 1];
         for (below, list) in mine {
-            let unit = unit_limit(below);
+            let step = scale(list);
+            let unit = unit_limit(below) / step;
             let items: Vec<Item> = list
                 .iter()
-                .map(|&(i, vcpus)| Item { size: (vcpus / g) as usize, ..i })
+                .map(|&(i, vcpus)| Item { size: (vcpus / g) as usize / step, ..i })
                 .filter(|i| i.size <= unit)
                 .collect();
             let part = knapsack(&items, &pr.classes, unit);
-            // Max-plus convolution: the unit takes k of the top pool's units.
+            // Max-plus convolution: the unit takes k steps of the top pool's units; only the steps
+            // where its profit grows can be worth taking.
+            let rises: Vec<(usize, f64)> =
+                (1..=unit).filter(|&k| part[k] > part[k - 1]).map(|k| (k * step, part[k])).collect();
             let mut next = total.clone();
             for (v, slot) in next.iter_mut().enumerate() {
-                for k in 1..=v.min(unit) {
-                    *slot = slot.max(total[v - k] + part[k]);
+                for &(k, profit) in rises.iter().take_while(|r| r.0 <= v) {
+                    *slot = slot.max(total[v - k] + profit);
                 }
             }
             total = next;
