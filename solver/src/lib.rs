@@ -140,8 +140,8 @@ pub(crate) fn lp_round(inst: &Instance, deadline: Option<Instant>, search: Searc
                 let sol = pick(inst, rounded, greedy);
                 let bounds = vec![trivial, Bound { weight: lp.weight_bound, cost: lp.cost_bound }];
                 // Every placeable job placed: on a small problem, branch and bound proves the cost.
-                if search == Search::On && inst.p.jobs.len() <= exact::MAX_JOBS && !proven(inst, &sol, &bounds) {
-                    match exact::solve(inst, &sol, &[], EXACT_WORK, deadline) {
+                if search == Search::On && !proven(inst, &sol, &bounds) {
+                    match exact::solve(inst, &sol, &[], trivial.weight, EXACT_WORK, deadline) {
                         Some((proven, true)) => {
                             let mut bounds = bounds;
                             bounds.push(Bound { weight: proven.weight(inst), cost: Some(proven.cost()) });
@@ -247,9 +247,12 @@ fn lagrangian(
         best = pick(inst, best, other);
     }
     let lambda = lag.unit_multipliers(&dual);
-    // Small problems: branch and bound from the best plan proves it (or finds better).
-    if inst.p.jobs.len() <= exact::MAX_JOBS && !expired(deadline) && !proven(inst, &best, &bounds) {
-        match exact::solve(inst, &best, &lambda, EXACT_WORK, deadline) {
+    // Small problems: branch and bound from the best plan proves it (or finds better); up to
+    // `exact::MAX_COST_JOBS` jobs when the bounds prove its weight, and only the cost is left.
+    let weight_bound = bounds.iter().map(|b| b.weight).fold(f64::INFINITY, f64::min);
+    let max_weight = if best.weight(inst) >= weight_bound - 0.5 { weight_bound } else { f64::INFINITY };
+    if !expired(deadline) && !proven(inst, &best, &bounds) {
+        match exact::solve(inst, &best, &lambda, max_weight, EXACT_WORK, deadline) {
             Some((proven, true)) => {
                 bounds.push(Bound { weight: proven.weight(inst), cost: Some(proven.cost()) });
                 best = pick(inst, best, proven);
