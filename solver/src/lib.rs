@@ -15,9 +15,9 @@
 //!   bound (`lagrange`: the pool and capacity rows priced, each class choosing alone, no LP), whose
 //!   multipliers drive the Lagrangian heuristic, and which the knapsack bound (`knapsack_bound`: the pools
 //!   enforced on whole jobs at the same multipliers) tightens; and local search on the best plans (`search`: insert,
-//!   eject lighter jobs, relocate, drop one for many, then cost moves). On up to 40 jobs (100 when
-//!   the bounds prove the plan's weight and only its cost is left), branch and bound from the best
-//!   plan (`exact`; a non-gang job split over candidates in whole VMs) proves the optimum
+//!   eject lighter jobs, relocate, drop one for many, then cost moves). On up to 40 jobs (100 with
+//!   its weight capped at the best bound: where that is the plan's weight only cost is left),
+//!   branch and bound from the best plan (`exact`; a non-gang job split over candidates in whole VMs) proves the optimum
 //!   (`optimal: true`) when it finishes within its node budget; on up to 100 jobs the
 //!   same search re-solves neighbourhoods of related jobs when it has not proven the plan
 //!   (`neighbourhood`), on up to 40 also from the plan that LP diving on the cost LP over the
@@ -250,11 +250,11 @@ fn lagrangian(
     }
     let lambda = lag.unit_multipliers(&dual);
     // Small problems: branch and bound from the best plan proves it (or finds better); up to
-    // `exact::MAX_COST_JOBS` jobs when the bounds prove its weight, and only the cost is left.
+    // `exact::MAX_CAPPED_JOBS` jobs, its weight capped at the best bound (where that is the plan's
+    // weight, only the cost is left to search).
     let weight_bound = bounds.iter().map(|b| b.weight).fold(f64::INFINITY, f64::min);
-    let max_weight = if best.weight(inst) >= weight_bound - 0.5 { weight_bound } else { f64::INFINITY };
     if !expired(deadline) && !proven(inst, &best, &bounds) {
-        match exact::solve(inst, &best, &lambda, max_weight, EXACT_WORK, deadline) {
+        match exact::solve(inst, &best, &lambda, weight_bound, EXACT_WORK, deadline) {
             Some((proven, true)) => {
                 bounds.push(Bound { weight: proven.weight(inst), cost: Some(proven.cost()) });
                 best = pick(inst, best, proven);

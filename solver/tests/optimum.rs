@@ -92,3 +92,18 @@ fn a_plan_whose_cheapest_form_moves_most_jobs_at_once_is_recosted() {
     let p = Problem::from_json_str(include_str!("data/issue-40-2.json")).expect("a valid problem");
     reaches_the_optimum(&p, "issue-40-2", 22_413.0, 31_850.53);
 }
+
+/// The independent generator's one-pool shape at 60 jobs (`python3
+/// solver/benches/independent_problems.py DIR --sizes 60 --seed 1`): the plan was already HiGHS's
+/// proven optimum (14,727 at $11,550.55), but the bounds stood 25 above its weight and the branch
+/// and bound ran on 40 jobs at most, so the plan said `optimal: false`. With its weight capped at
+/// the knapsack bound the branch and bound proves it in well under a second.
+#[test]
+fn a_60_job_optimum_is_proven() {
+    let p = Problem::from_json_str(include_str!("data/one-pool-60-1.json")).expect("a valid problem");
+    let plan = solve_lp_round(&p, &SolveOptions::default());
+    assert!(check(&p, &plan).is_ok());
+    assert_eq!(plan.placed_weight, 14_727.0);
+    assert!((plan.expected_cost - 11_550.55).abs() < 0.01, "cost {}", plan.expected_cost);
+    assert!(plan.optimal, "not proven: gap {}", plan.gap);
+}
