@@ -8,10 +8,10 @@
 //! row is priced instead (multiplier `u`, per job), and kept within each group of offers that draw
 //! on the same pools; a non-gang job's GPU demand is priced per GPU, each of its VMs an item (at
 //! most as many as its GPUs need); the capacity rows and the non-gang jobs' price caps and budgets
-//! stay priced at the Lagrangian's multipliers. The problem then splits by each region's top pool (`cores` with the family pools
-//! below it, `lowPriorityCores`): per family, the most profit of whole jobs in its vCPUs (a
-//! multiple-choice knapsack, by dynamic programming), then the families combined under the top
-//! pool's limit. For any `u ≥ 0` the sum bounds every plan (weak duality); at each job's profit in
+//! stay priced at the Lagrangian's multipliers. The problem then splits by each region's top pool
+//! (`cores` with the family pools below it, `lowPriorityCores`): per family, the most profit of
+//! whole jobs in its vCPUs (a multiple-choice knapsack, by dynamic programming), then the families
+//! combined under the top pool's limit. For any `u ≥ 0` the sum bounds every plan (weak duality); at each job's profit in
 //! the Lagrangian, every part is at most what its pools' prices add to the Lagrangian bound (no
 //! item earns more than the prices of the vCPUs it takes), so the knapsack bound is never looser.
 //! (Subgradient steps on `u` from there, tried: 10 steps took 20-35 ms on a 1,000-job problem and
@@ -23,8 +23,8 @@
 use std::collections::BTreeMap;
 
 /// Item-units of dynamic programming (about a nanosecond each) per top pool above which it stays
-/// priced, and for all of them together: the bound costs 1-50 ms on the independent 1,000- and
-/// 10,000-job problems (without the limits up to 126 ms, on huge-gangs-10000).
+/// priced, and for all of them together: the bound costs 1-12 ms on the independent 1,000-job
+/// problems and 10-70 ms on the 10,000-job ones.
 const MAX_WORK: usize = 10_000_000;
 const MAX_TOTAL_WORK: usize = 30_000_000;
 
@@ -71,7 +71,7 @@ struct Item {
 }
 
 /// An item with the vCPUs it takes, before its top pool's divisor is known.
-type Sized = (Item, u64);
+type SizedItem = (Item, u64);
 
 /// The bound: the Lagrangian's at these multipliers with the pools enforced; `None` when the pools
 /// do not form a tree of at most two levels (a VM draws on a family pool and the region's `cores`,
@@ -107,7 +107,7 @@ pub(crate) fn bound(pr: &Priced) -> Option<f64> {
         return None;
     }
     // Per (top, pool below or none), its items with their vCPUs.
-    let mut units: BTreeMap<(usize, Option<usize>), Vec<Sized>> = BTreeMap::new();
+    let mut units: BTreeMap<(usize, Option<usize>), Vec<SizedItem>> = BTreeMap::new();
     for (c, class) in pr.classes.iter().enumerate() {
         for it in &class.items {
             if it.profit <= 1e-9 {
@@ -127,7 +127,7 @@ pub(crate) fn bound(pr: &Priced) -> Option<f64> {
     for top in tops {
         let priced_value: f64 =
             std::iter::once(top).chain((0..pools).filter(|&q| parent[q] == Some(top))).map(|q| pr.pool_value[q]).sum();
-        let mine: Vec<(Option<usize>, &Vec<Sized>)> =
+        let mine: Vec<(Option<usize>, &Vec<SizedItem>)> =
             units.range((top, None)..).take_while(|((t, _), _)| *t == top).map(|((_, b), v)| (*b, v)).collect();
         // Every item's vCPUs are a multiple of g: the knapsacks count in units of g.
         let g = mine.iter().flat_map(|(_, v)| v.iter().map(|i| i.1)).fold(0, gcd).max(1);
@@ -136,12 +136,21 @@ pub(crate) fn bound(pr: &Priced) -> Option<f64> {
             |b: Option<usize>| b.map_or(limit, |b| usize::try_from(pr.pool_limit[b] / g).unwrap_or(limit).min(limit));
         // Each unit counts in its own divisor (a family's sizes share a larger one than the region's):
         // its knapsack (a non-gang item's copies in about log2 of them), and its convolution.
-        let scale = |v: &[Sized]| v.iter().map(|i| i.1 / g).fold(0, gcd).max(1) as usize;
+        let scale = |v: &[SizedItem]| v.iter().map(|i| i.1 / g).fold(0, gcd).max(1) as usize;
         let work: usize = mine
             .iter()
             .map(|&(b, v)| {
-                let items: usize =
-                    v.iter().map(|(i, _)| if i.gang { 1 } else { (32 - i.copies.leading_zeros()) as usize }).sum();
+                // A gang class's jobs are items each (identical jobs share a class).
+                let items: usize = v
+                    .iter()
+                    .map(|(i, _)| {
+                        if i.gang {
+                            pr.classes[i.class as usize].jobs as usize
+                        } else {
+                            (32 - i.copies.leading_zeros()) as usize
+                        }
+                    })
+                    .sum();
                 items.saturating_add(limit).saturating_mul(unit_limit(b) / scale(v))
             })
             .fold(0usize, usize::saturating_add);

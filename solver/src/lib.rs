@@ -242,7 +242,7 @@ fn lagrangian(
     if expired(deadline) {
         return (a, label.to_string(), bounds);
     }
-    let close = b.weight(inst) >= 0.99 * a.weight(inst);
+    let close = b.weight(inst) >= 0.99 * a.weight(inst) && !many_placed(&a);
     let mut best = improve(inst, a, &prices, &bounds, deadline);
     if close {
         let other = improve(inst, b, &prices, &bounds, deadline);
@@ -324,9 +324,11 @@ fn improve(inst: &Instance, mut sol: Sol, prices: &[f64], bounds: &[Bound], dead
         pack.guide(prices);
         pack.improve_weight(deadline);
         // The iterated search on top (see `kicks`); on large problems, cheaper local kicks after it.
-        pack.kick(kicks(inst), deadline);
-        if inst.p.jobs.len() > MAX_KICK_JOBS {
-            pack.kick_local(LOCAL_KICKS, search::LOCAL_PER_RESOURCE, deadline);
+        if !many_placed(&sol) {
+            pack.kick(kicks(inst), deadline);
+            if inst.p.jobs.len() > MAX_KICK_JOBS {
+                pack.kick_local(LOCAL_KICKS, search::LOCAL_PER_RESOURCE, deadline);
+            }
         }
         let mut found = pack.to_sol();
         found.improve(inst);
@@ -350,6 +352,18 @@ pub(crate) fn cost_search(inst: &Instance, sol: Sol, deadline: Option<Instant>) 
     trace(|| format!("after cost search: plan {} cost {:.2}", sol.weight(inst), sol.cost()));
     sol
 }
+
+/// Whether a plan places so many jobs that each kick's weight search, which goes over all of them,
+/// costs more than the time a large problem has ([`MAX_KICK_PLACEMENTS`]).
+fn many_placed(sol: &Sol) -> bool {
+    sol.assigns.len() > MAX_KICK_PLACEMENTS
+}
+
+/// Placements above which a plan gets no kicks and the search runs from one start only. The
+/// 10,000-job problems of the independent generator and `generate::diverse` place 100-200 jobs,
+/// and kicks there cost 10-150 ms each; `generate::bench`'s tight 10,000-job problem places 6,363,
+/// and there each whole kick cost 450 ms and the second start 4.8 s (12.9 s in all).
+const MAX_KICK_PLACEMENTS: usize = 2_000;
 
 /// Kicks of the iterated weight search for a problem of this many jobs: [`KICK_BUDGET`] divided by
 /// the square of the jobs (a kick's weight search grows about as the square: 0.15 ms at 100 jobs,
