@@ -20,8 +20,9 @@
 //! `--sweep N` takes N small problems of many shapes instead of the sizes: problem s (0 ≤ s < N) has
 //! 12, 20, 25, 30, 35 or 40 jobs (s mod 6) over 1-4 regions (s / 6 mod 4), seed s × 0x9E3779B97F4A7C15
 //! (`sweep-JOBS:REGIONS:SEED`, the arguments of `DiverseParams`). Every run ends with a summary: the
-//! worst weight ratio, the problems below the reference's weight, those above +1 % of its cost at its
-//! weight (counted only where the reference is proven), the proven ones and the wall time. With
+//! worst weight ratio, the problems below the reference's weight, those whose reported gap the
+//! reference contradicts (its weight above the bound the gap implies), those above +1 % of its cost
+//! at its weight (counted only where the reference is proven), the proven ones and the wall time. With
 //! `--family generate` the sweep's problems come from `solver::generate::generate` instead (the older
 //! generator, which issue #17's work was not tuned on): 4-30 sizes, quota 0.3-1.1 of the demand.
 //! `--sample N --sample-seed S` draws N `DiverseParams` at random instead (20-40 jobs, 1-4 regions,
@@ -183,6 +184,9 @@ fn main() {
                 let ratio = if r.placed_weight > 0.0 { plan.placed_weight / r.placed_weight } else { 1.0 };
                 summary.worst_weight = summary.worst_weight.min(ratio);
                 summary.below += usize::from(plan.placed_weight < r.placed_weight - 0.5);
+                // Below the reference's weight, the gap is against our weight bound, which the
+                // reference's plan must not exceed.
+                summary.unsound += usize::from(plan.placed_weight < (1.0 - plan.gap) * r.placed_weight - 1e-6);
                 let cost = if (plan.placed_weight - r.placed_weight).abs() < 0.5 && r.expected_cost > 0.0 {
                     let ratio = plan.expected_cost / r.expected_cost;
                     if r.optimal && ratio > 1.01 {
@@ -219,6 +223,8 @@ struct Summary {
     worst_weight: f64,
     /// Problems placing less weight than the reference.
     below: usize,
+    /// Problems whose reported gap the reference's weight contradicts (a bound below a plan).
+    unsound: usize,
     /// Problems above +1 % of a proven reference's cost at its weight, with how much.
     dearer: Vec<String>,
     proven: usize,
@@ -227,7 +233,7 @@ struct Summary {
 
 impl Default for Summary {
     fn default() -> Summary {
-        Summary { worst_weight: 1.0, below: 0, dearer: Vec::new(), proven: 0, ms: Vec::new() }
+        Summary { worst_weight: 1.0, below: 0, unsound: 0, dearer: Vec::new(), proven: 0, ms: Vec::new() }
     }
 }
 
@@ -237,10 +243,12 @@ impl Summary {
         let mean = self.ms.iter().sum::<f64>() / n.max(1) as f64;
         let max = self.ms.iter().copied().fold(0.0, f64::max);
         println!(
-            "\n{n} problems: worst weight ratio {:.4}, {} below the reference's weight, {} above +1 % of a \
-             proven reference's cost{}{}, {} proven optimal, wall ms mean {mean:.0} max {max:.0}",
+            "\n{n} problems: worst weight ratio {:.4}, {} below the reference's weight, {} with a gap the \
+             reference contradicts, {} above +1 % of a proven reference's cost{}{}, {} proven optimal, wall ms \
+             mean {mean:.0} max {max:.0}",
             self.worst_weight,
             self.below,
+            self.unsound,
             self.dearer.len(),
             if self.dearer.is_empty() { "" } else { ": " },
             self.dearer.join(", "),

@@ -14,7 +14,7 @@
 use std::time::Instant;
 
 use crate::knapsack_bound::{self, ClassItem, ClassItems, Priced};
-use crate::model::Instance;
+use crate::model::{Cand, Instance};
 
 /// A row: its right-hand side and the scale the subgradient is measured in (the right-hand side
 /// itself, so that every row's subgradient is a fraction of its limit).
@@ -26,6 +26,25 @@ struct Rows {
     /// Per class (non-gang only), its price-cap and budget rows.
     price_row: Vec<Option<usize>>,
     budget_row: Vec<Option<usize>>,
+}
+
+impl Rows {
+    /// A non-gang class's multipliers per unit of its price-cap and budget rows (0 without them).
+    fn split_multipliers(&self, c: usize, theta: &[f64]) -> (f64, f64) {
+        let per_unit = |row: Option<usize>| row.map_or(0.0, |r| theta[r] / self.scale[r]);
+        (per_unit(self.price_row[c]), per_unit(self.budget_row[c]))
+    }
+}
+
+/// A non-gang job's weight from one VM of `cand` at priority `prio`, net of `vm_price` (the prices
+/// of the rows it uses, per VM) and of what the VM takes of its price cap and budget at
+/// multipliers `(price, budget)` (`Rows::split_multipliers`).
+fn split_vm_profit(p: &crate::Problem, cand: &Cand, prio: f64, vm_price: f64, (price, budget): (f64, f64)) -> f64 {
+    let gpus = f64::from(cand.gpus);
+    prio * gpus
+        - vm_price
+        - price * p.offers[cand.offer].price_per_hour
+        - budget * (cand.cost + cand.egress_per_gpu * gpus)
 }
 
 /// Multipliers and what they prove.
@@ -137,18 +156,16 @@ impl<'i, 'a> Lagrangian<'i, 'a> {
             let jobs = class.jobs.len() as u32;
             let prio = f64::from(job.priority);
             if !job.gang {
-                let price_m = rows.price_row[c].map_or(0.0, |r| theta[r] / rows.scale[r]);
-                let budget_m = rows.budget_row[c].map_or(0.0, |r| theta[r] / rows.scale[r]);
+                let split = rows.split_multipliers(c, theta);
                 // Per VM: its weight net of every price but the pools', and of the pools' too.
                 let net: Vec<(f64, f64)> = class
                     .cands
                     .iter()
                     .map(|k| {
-                        let gpus = f64::from(k.gpus);
-                        let others = price_m * p.offers[k.offer].price_per_hour
-                            + budget_m * (k.cost + k.egress_per_gpu * gpus)
-                            + cap_price[k.offer];
-                        (prio * gpus - others, prio * gpus - others - (self.price[k.offer] - cap_price[k.offer]))
+                        (
+                            split_vm_profit(p, k, prio, cap_price[k.offer], split),
+                            split_vm_profit(p, k, prio, self.price[k.offer], split),
+                        )
                     })
                     .collect();
                 // The class's profit per GPU in the Lagrangian prices its GPU demand.
@@ -243,24 +260,19 @@ impl<'i, 'a> Lagrangian<'i, 'a> {
                     use_vms[offer as usize] += n * f64::from(vms);
                 }
             } else {
-                let price_m = rows.price_row[c].map_or(0.0, |r| theta[r] / rows.scale[r]);
-                let budget_m = rows.budget_row[c].map_or(0.0, |r| theta[r] / rows.scale[r]);
+                let split = rows.split_multipliers(c, theta);
                 let mut best = 0.0;
                 let mut arg = None;
                 for cand in &class.cands {
-                    let gpus = f64::from(cand.gpus);
-                    let per_vm = cand.cost + cand.egress_per_gpu * gpus;
-                    let profit = prio * gpus
-                        - self.price[cand.offer]
-                        - price_m * p.offers[cand.offer].price_per_hour
-                        - budget_m * per_vm;
-                    let per_gpu = profit / gpus;
+                    let profit = split_vm_profit(p, cand, prio, self.price[cand.offer], split);
+                    let per_gpu = profit / f64::from(cand.gpus);
                     if per_gpu > best {
                         best = per_gpu;
-                        arg = Some((cand, per_vm));
+                        arg = Some(cand);
                     }
                 }
-                if let Some((cand, per_vm)) = arg {
+                if let Some(cand) = arg {
+                    let per_vm = cand.cost + cand.egress_per_gpu * f64::from(cand.gpus);
                     let gpus = n * f64::from(job.gpus);
                     let vms = gpus / f64::from(cand.gpus);
                     value += gpus * best;

@@ -225,12 +225,9 @@ fn lagrangian(
         constructed = pick(inst, std::mem::replace(&mut constructed, Sol::new(inst)), sol);
         constructed.weight(inst).max(start_weight)
     });
-    let t0 = Instant::now();
     // Out of time: the Lagrangian's bound as it stands (the knapsacks take up to 70 ms at 10,000 jobs).
     let knapsack = if expired(deadline) { dual.bound } else { lag.knapsack_bound(&dual) };
-    trace(|| {
-        format!("knapsack bound {knapsack:.1} against {:.1} in {:.1} ms", dual.bound, t0.elapsed().as_secs_f64() * 1e3)
-    });
+    trace(|| format!("knapsack bound {knapsack:.1} against {:.1}", dual.bound));
     let bound = Bound { weight: lagrange::integral(dual.bound.min(knapsack)), cost: None };
     bounds.push(bound);
     trace(|| format!("lagrangian: bound {} constructed {}", bound.weight, constructed.weight(inst)));
@@ -252,9 +249,8 @@ fn lagrangian(
     // Small problems: branch and bound from the best plan proves it (or finds better); up to
     // `exact::MAX_CAPPED_JOBS` jobs, its weight capped at the best bound (where that is the plan's
     // weight, only the cost is left to search).
-    let weight_bound = bounds.iter().map(|b| b.weight).fold(f64::INFINITY, f64::min);
     if !expired(deadline) && !proven(inst, &best, &bounds) {
-        match exact::solve(inst, &best, &lambda, weight_bound, EXACT_WORK, deadline) {
+        match exact::solve(inst, &best, &lambda, weight_bound(&bounds), EXACT_WORK, deadline) {
             Some((proven, true)) => {
                 bounds.push(Bound { weight: proven.weight(inst), cost: Some(proven.cost()) });
                 best = pick(inst, best, proven);
@@ -276,8 +272,7 @@ fn lagrangian(
     // The weight is proven the most there is (the knapsack bound often proves it where the LP's
     // cannot): its least cost in the LP bounds the cost, without which the gap would say nothing.
     let weight = best.weight(inst);
-    let weight_bound = bounds.iter().map(|b| b.weight).fold(f64::INFINITY, f64::min);
-    if weight >= weight_bound - 0.5
+    if weight >= weight_bound(&bounds) - 0.5
         && !bounds.iter().any(|b| b.cost.is_some() && weight >= b.weight - 0.5)
         && !expired(deadline)
         && let Ok((cost, _)) = lp::min_cost_at(inst, weight, deadline, Some(&best))
@@ -317,7 +312,7 @@ fn improve(inst: &Instance, mut sol: Sol, prices: &[f64], bounds: &[Bound], dead
     if expired(deadline) {
         return sol;
     }
-    let weight_bound = bounds.iter().map(|b| b.weight).fold(f64::INFINITY, f64::min);
+    let weight_bound = weight_bound(bounds);
     sol.improve(inst);
     if sol.weight(inst) < weight_bound - 0.5 {
         let mut pack = search::Packing::from_sol(inst, &sol);
@@ -447,6 +442,11 @@ pub(crate) struct Bound {
     pub cost: Option<f64>,
 }
 
+/// The tightest of `bounds` on the placed weight.
+fn weight_bound(bounds: &[Bound]) -> f64 {
+    bounds.iter().map(|b| b.weight).fold(f64::INFINITY, f64::min)
+}
+
 /// Whether a plan provably reaches the optimum by meeting `bound` in weight and in cost.
 fn meets(inst: &Instance, sol: &Sol, bound: &Bound) -> bool {
     let cost = sol.cost();
@@ -457,7 +457,7 @@ fn meets(inst: &Instance, sol: &Sol, bound: &Bound) -> bool {
 /// so that branch and bound has nothing to add.
 fn proven(inst: &Instance, sol: &Sol, bounds: &[Bound]) -> bool {
     let weight = sol.weight(inst);
-    let weight_bound = bounds.iter().map(|b| b.weight).fold(f64::INFINITY, f64::min);
+    let weight_bound = weight_bound(bounds);
     let cost_bound =
         bounds.iter().filter(|b| weight >= b.weight - 0.5).filter_map(|b| b.cost).fold(f64::NEG_INFINITY, f64::max);
     weight >= weight_bound - 0.5 && sol.cost() <= cost_bound + OPTIMAL_GAP * sol.cost().abs()
@@ -563,7 +563,7 @@ fn finish(inst: &Instance, sol: &Sol, solver: &str, bounds: &[Bound], start: Ins
         .collect();
     let weight = sol.weight(inst);
     let cost = sol.cost();
-    let weight_bound = bounds.iter().map(|b| b.weight).fold(f64::INFINITY, f64::min).max(weight);
+    let weight_bound = weight_bound(bounds).max(weight);
     let gap = if weight < weight_bound - 0.5 {
         (weight_bound - weight) / weight_bound
     } else {
