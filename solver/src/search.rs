@@ -46,8 +46,10 @@ pub(crate) struct Packing<'i, 'a> {
     res_offers: Vec<Vec<usize>>,
     /// Per job, the index of its candidate in its class, or `NONE`.
     slot: Vec<u32>,
-    /// Gang jobs placed on each offer.
+    /// Gang jobs placed on each offer, and per placed job its index in its offer's list (so that
+    /// taking a job out does not scan a list that holds thousands on a busy offer).
     on_offer: Vec<Vec<usize>>,
+    at: Vec<u32>,
     /// Non-gang placements (pieces), kept as they are unless an ejection takes one out.
     fixed: Vec<Assign>,
     /// Per piece, whether an ejection took it out; per offer, the pieces on it.
@@ -123,6 +125,7 @@ impl<'i, 'a> Packing<'i, 'a> {
             res_offers,
             slot: vec![NONE; p.jobs.len()],
             on_offer: vec![Vec::new(); p.offers.len()],
+            at: vec![NONE; p.jobs.len()],
             fixed: Vec::new(),
             out: Vec::new(),
             pieces_on: vec![Vec::new(); p.offers.len()],
@@ -244,6 +247,7 @@ impl<'i, 'a> Packing<'i, 'a> {
         let c = *self.cand(j, k);
         self.charge(c.offer, c.vms, 1);
         self.slot[j] = k as u32;
+        self.at[j] = self.on_offer[c.offer].len() as u32;
         self.on_offer[c.offer].push(j);
     }
 
@@ -253,8 +257,13 @@ impl<'i, 'a> Packing<'i, 'a> {
         self.charge(c.offer, c.vms, -1);
         self.slot[j] = NONE;
         let list = &mut self.on_offer[c.offer];
-        let i = list.iter().position(|&x| x == j).expect("placed on its offer");
+        let i = self.at[j] as usize;
+        debug_assert_eq!(list[i], j, "placed on its offer");
         list.swap_remove(i);
+        if let Some(&moved) = list.get(i) {
+            self.at[moved] = i as u32;
+        }
+        self.at[j] = NONE;
         k
     }
 
@@ -270,17 +279,34 @@ impl<'i, 'a> Packing<'i, 'a> {
         }
     }
 
-    /// The placed gang jobs that hold some of the resources in `needs`, each once.
-    fn holders(&self, needs: &[(usize, i64)]) -> Vec<usize> {
+    /// The placed gang jobs that hold some of the resources in `needs`, each once, in no particular
+    /// order: a job is on one offer, so listing each offer once lists each job once (a busy pool's offers hold thousands of jobs, which sorting and
+    /// deduplicating made most of an ejection's cost on 10,000 jobs).
+    fn holders_unordered(&self, needs: &[(usize, i64)]) -> Vec<usize> {
+        let mut offers: Vec<usize> = needs.iter().flat_map(|&(r, _)| self.res_offers[r].iter().copied()).collect();
+        offers.sort_unstable();
+        offers.dedup();
+        offers.iter().flat_map(|&o| self.on_offer[o].iter().copied()).collect()
+    }
+
+    /// The placed gang jobs that each hold all of the resources in `needs`, in job order.
+    fn covering_holders(&self, needs: &[(usize, i64)]) -> Vec<usize> {
         let mut out = Vec::new();
-        for &(r, _) in needs {
-            for &o in &self.res_offers[r] {
-                out.extend(self.on_offer[o].iter().copied());
-            }
+        for o in self.covering_offers(needs) {
+            out.extend(self.on_offer[o].iter().copied().filter(|&i| needs.iter().all(|&(r, d)| self.held(i, r) >= d)));
         }
         out.sort_unstable();
-        out.dedup();
         out
+    }
+
+    /// The offers whose VMs use every resource in `needs` (only what is placed on them can free
+    /// all of it at once).
+    fn covering_offers<'s>(&'s self, needs: &'s [(usize, i64)]) -> impl Iterator<Item = usize> + 's {
+        let first = needs.first().map_or(&[][..], |&(r, _)| &self.res_offers[r][..]);
+        first
+            .iter()
+            .copied()
+            .filter(move |&o| needs[1..].iter().all(|&(r, _)| self.offer_res[o].iter().any(|&(x, _)| x == r)))
     }
 
     /// The pieces (as holder ids: the number of jobs + the piece's index) that hold some of the
@@ -361,17 +387,21 @@ impl<'i, 'a> Packing<'i, 'a> {
             return Some((Vec::new(), 0.0));
         }
         let n = self.slot.len();
-        let mut holders = self.holders(&needs);
+        let mut holders = self.holders_unordered(&needs);
         holders.extend(self.piece_holders(&needs).into_iter().filter(|&i| self.fixed[i - n].job != j));
-        // The lightest single job that frees everything needed.
+        // The lightest single job that frees everything needed (the lowest id among equals): one
+        // on an offer that uses all of it.
         let mut single: Option<(usize, f64)> = None;
-        for &i in &holders {
-            let w = self.holder_weight(i);
-            if w < limit
-                && single.is_none_or(|(_, sw)| w < sw)
-                && needs.iter().all(|&(r, d)| self.holder_held(i, r) >= d)
-            {
-                single = Some((i, w));
+        for o in self.covering_offers(&needs) {
+            let pieces = self.pieces_on[o].iter().filter(|&&x| !self.out[x] && self.fixed[x].job != j).map(|&x| n + x);
+            for i in self.on_offer[o].iter().copied().chain(pieces) {
+                let w = self.holder_weight(i);
+                if w < limit
+                    && single.is_none_or(|(si, sw)| w < sw || (w == sw && i < si))
+                    && needs.iter().all(|&(r, d)| self.holder_held(i, r) >= d)
+                {
+                    single = Some((i, w));
+                }
             }
         }
         // Greedy cover: the most missing resource freed per unit of weight first.
@@ -381,12 +411,11 @@ impl<'i, 'a> Packing<'i, 'a> {
         // The cover takes from the lightest holders only (it prefers little weight per room freed, and
         // a busy pool has thousands of holders).
         if holders.len() > MAX_HOLDERS {
-            holders.select_nth_unstable_by(MAX_HOLDERS, |&a, &b| {
-                self.holder_weight(a).total_cmp(&self.holder_weight(b)).then(a.cmp(&b))
-            });
-            holders.truncate(MAX_HOLDERS);
-            holders.sort_unstable();
+            let mut weighed: Vec<(f64, usize)> = holders.iter().map(|&i| (self.holder_weight(i), i)).collect();
+            weighed.select_nth_unstable_by(MAX_HOLDERS, |a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            holders = weighed[..MAX_HOLDERS].iter().map(|&(_, i)| i).collect();
         }
+        holders.sort_unstable();
         let mut pool: Vec<usize> = holders;
         while left.iter().any(|&(_, d)| d > 0) {
             let mut best: Option<(usize, f64)> = None;
@@ -456,10 +485,7 @@ impl<'i, 'a> Packing<'i, 'a> {
         for k in tried.iter().map(|&k| k as usize) {
             let c = *self.cand(j, k);
             let needs = self.lacks(&c);
-            for i in self.holders(&needs) {
-                if !needs.iter().all(|&(r, d)| self.held(i, r) >= d) {
-                    continue;
-                }
+            for i in self.covering_holders(&needs) {
                 let ki = self.remove(i);
                 if self.fits(j, k) {
                     self.put(j, k);
@@ -761,7 +787,7 @@ impl<'i, 'a> Packing<'i, 'a> {
             return;
         }
         let c = *self.cand(j, k);
-        let mut holders = self.holders(&self.lacks(&c));
+        let mut holders = self.holders_unordered(&self.lacks(&c));
         holders.sort_by(|&a, &b| weight(self.inst, a).total_cmp(&weight(self.inst, b)).then(a.cmp(&b)));
         for i in holders {
             if self.fits(j, k) {
@@ -905,11 +931,7 @@ impl<'i, 'a> Packing<'i, 'a> {
         let old_k = self.slot[j] as usize;
         self.remove(j);
         let needs = self.lacks(&c);
-        let holders = self.holders(&needs);
-        for i in holders {
-            if !needs.iter().all(|&(r, d)| self.held(i, r) >= d) {
-                continue;
-            }
+        for i in self.covering_holders(&needs) {
             let i_old = self.slot[i] as usize;
             let i_cost = self.cand(i, i_old).cost;
             self.remove(i);
@@ -945,8 +967,7 @@ pub(crate) fn xorshift(seed: u64) -> impl FnMut() -> u64 {
 
 /// The weight a gang job places when it is placed whole: priority × GPUs.
 pub(crate) fn weight(inst: &Instance, j: usize) -> f64 {
-    let job = inst.job(j);
-    f64::from(job.priority) * f64::from(job.gpus)
+    inst.weight[j]
 }
 
 /// The Lagrangian heuristic: jobs by their weight net of the cheapest resources they could use at
