@@ -15,7 +15,9 @@
 //!   bound (`lagrange`: the pool and capacity rows priced, each class choosing alone, no LP), whose
 //!   multipliers drive the Lagrangian heuristic, and which the knapsack bound (`knapsack_bound`: the pools
 //!   enforced on whole jobs at the same multipliers) tightens; and local search on the best plans (`search`: insert,
-//!   eject lighter jobs, relocate, drop one for many, then cost moves). On up to 40 jobs (100 with
+//!   eject lighter jobs, relocate, drop one for many, then cost moves). On up to 50 jobs the exact
+//!   MILP through microlp (pure Rust; `milp_microlp`) from the best plan, within a node budget,
+//!   which proves most of them (the weight, then the cost). On up to 40 jobs (100 with
 //!   its weight capped at the best bound: where that is the plan's weight only cost is left),
 //!   branch and bound from the best plan (`exact`; a non-gang job split over candidates in whole VMs) proves the optimum
 //!   (`optimal: true`) when it finishes within its node budget; on up to 100 jobs the
@@ -48,8 +50,10 @@ pub mod generate;
 mod knapsack_bound;
 mod lagrange;
 mod lp;
-#[cfg(feature = "highs")]
 mod milp;
+#[cfg(feature = "highs")]
+mod milp_highs;
+mod milp_microlp;
 mod model;
 mod neighbourhood;
 pub mod parallel;
@@ -79,7 +83,7 @@ pub fn solve(problem: &Problem, options: &SolveOptions) -> Plan {
         Method::Greedy => solve_greedy(problem),
         Method::Round => solve_with(problem, options, Search::Off),
         #[cfg(feature = "highs")]
-        Method::Best => milp::solve(problem, options),
+        Method::Best => milp_highs::solve(problem, options),
         #[cfg(not(feature = "highs"))]
         Method::Best => solve_lp_round(problem, options),
     }
@@ -140,7 +144,22 @@ pub(crate) fn lp_round(inst: &Instance, deadline: Option<Instant>, search: Searc
                 rounded.improve(inst);
                 let sol = pick(inst, rounded, greedy);
                 let bounds = vec![trivial, Bound { weight: lp.weight_bound, cost: lp.cost_bound }];
-                // Every placeable job placed: on a small problem, branch and bound proves the cost.
+                // Every placeable job placed: on a small problem, the MILP or else branch and bound
+                // proves the cost.
+                let (sol, bounds) = if search == Search::On
+                    && !proven(inst, &sol, &bounds)
+                    && let Some(out) = milp_microlp::solve(inst, &sol, trivial.weight, deadline)
+                {
+                    let sol = pick(inst, sol, out.sol);
+                    let mut bounds = bounds;
+                    bounds.extend(out.bounds);
+                    if out.optimal {
+                        return (sol, "lp-round, proven by the MILP".to_string(), bounds);
+                    }
+                    (sol, bounds)
+                } else {
+                    (sol, bounds)
+                };
                 if search == Search::On && !proven(inst, &sol, &bounds) {
                     match exact::solve(inst, &sol, &[], trivial.weight, EXACT_WORK, deadline) {
                         Some((proven, true)) => {
@@ -246,6 +265,18 @@ fn lagrangian(
         best = pick(inst, best, other);
     }
     let lambda = lag.unit_multipliers(&dual);
+    // Small problems: the MILP from the best plan, which proves most of them (then nothing is left
+    // to search) and otherwise tightens the bound the branch and bound below caps its nodes at.
+    if !expired(deadline)
+        && !proven(inst, &best, &bounds)
+        && let Some(out) = milp_microlp::solve(inst, &best, weight_bound(&bounds), deadline)
+    {
+        bounds.extend(out.bounds);
+        best = pick(inst, best, out.sol);
+        if out.optimal {
+            return (best, format!("{label}, proven by the MILP"), bounds);
+        }
+    }
     // Small problems: branch and bound from the best plan proves it (or finds better); up to
     // `exact::MAX_CAPPED_JOBS` jobs, its weight capped at the best bound (where that is the plan's
     // weight, only the cost is left to search).

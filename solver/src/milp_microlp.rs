@@ -1,0 +1,189 @@
+//! The exact MILP (`milp`) in every build, through microlp (pure Rust: no cmake, no C++): on
+//! problems of up to [`MAX_JOBS`] jobs, from the heuristics' best plan, within a budget.
+//!
+//! Its LP-based branch and bound proves what the combinatorial one (`exact`) cannot: where the LP
+//! bound is tight but the optimum moves most jobs (a 36-job case the heuristics left at 98.1 % of
+//! the optimum: proven optimal in 0.08 s), and where the jobs are too many for the
+//! combinatorial bounds. Two phases, as everywhere: the most weight (skipped when the plan meets a
+//! bound already), then at that weight, once it is proven, the least cost. A phase the budget stops
+//! still gives its incumbent and its proven bound (microlp's best bound, an LP bound over the open
+//! nodes), so that the plan's `gap` says what the search established.
+//!
+//! Deterministic: the budget is in nodes (see [`WEIGHT_WORK`]), not time (a wall-clock cap per
+//! phase made solving twice give two plans under load); the deadline stops it only under a time
+//! limit.
+//! microlp panics where its numerics fail instead of answering wrongly: such a panic is caught and
+//! the heuristics' plan stands.
+
+use std::time::Instant;
+
+use microlp::{ComparisonOp, LinearExpr, OptimizationDirection, Problem, SolveOptions, Variable};
+
+use crate::milp::{Model, Row};
+use crate::model::{Instance, Sol};
+use crate::{Bound, pick};
+
+/// Jobs above which the MILP is not tried: on the 66 independent problems of 60 and 100 jobs
+/// (seeds 1-3) it proved one more optimum than the branch and bound alone (11 instead of 10) for
+/// 1.1-1.8x the time (mean 248 -> 452 ms on seeds 2-3), where at 40 jobs it proves 19 of 44
+/// instead of 13 in less time than before.
+pub(crate) const MAX_JOBS: usize = 50;
+
+/// The weight phase's and the cost phase's budgets, in simplex pivots × (rows + variables): what
+/// microlp's time follows (15-28 ns a unit on 74 runs of 50-3,300 variables, where nodes alone
+/// ranged 0.02-1.1 ms), so about 0.1-0.2 s and 0.06-0.13 s here.
+const WEIGHT_WORK: u64 = 12_000_000;
+const COST_WORK: u64 = 4_500_000;
+
+/// Simplex pivots a node takes, for turning a work budget into nodes (3-19 on those 74 runs, most
+/// about 7). The budget is spent in one call: microlp's search resumed in chunks, so that the
+/// pivots could be counted as they are spent, lost its way (the 36-job case above, proven in 900
+/// nodes in one call, was not in 3,000 resumed every 50 or 200).
+const PIVOTS_PER_NODE: u64 = 7;
+
+/// Variables above which the MILP is not tried: a node of a 100-job problem of split jobs (3,300
+/// variables) took 43 pivots, not 7, and its 376 nodes 1.2 s.
+const MAX_VARIABLES: usize = 2_000;
+
+/// What the MILP established: the best plan (the start's when it found none better) and the bounds
+/// it proved.
+pub(crate) struct Outcome {
+    pub sol: Sol,
+    pub bounds: Vec<Bound>,
+    /// Whether it proved `sol` optimal, weight and cost.
+    pub optimal: bool,
+}
+
+/// Runs the phases from `start` (a plan of the problem); `weight_bound`: the most weight any plan
+/// places as the heuristics' bounds prove it (a row of the weight phase, which tightens its LP).
+/// `None` when the problem is too large or has no variable.
+pub(crate) fn solve(inst: &Instance, start: &Sol, weight_bound: f64, deadline: Option<Instant>) -> Option<Outcome> {
+    if inst.p.jobs.len() > MAX_JOBS {
+        return None;
+    }
+    let m = Model::new(inst);
+    if m.is_empty() || m.vars.len() > MAX_VARIABLES {
+        return None;
+    }
+    let mut best = start.clone();
+    let mut bounds = Vec::new();
+    let mut proven_weight = weight_bound;
+    if best.weight(inst) < weight_bound - 0.5 {
+        let cap = (weight_bound.is_finite()).then(|| {
+            let terms = m.weight.iter().enumerate().filter(|(_, w)| **w != 0.0).map(|(v, w)| (v, *w)).collect();
+            Row { terms, rhs: weight_bound }
+        });
+        let run = run(
+            &m,
+            &m.weight,
+            OptimizationDirection::Maximize,
+            cap.as_ref(),
+            &m.values_of(inst, &best),
+            WEIGHT_WORK,
+            deadline,
+        )?;
+        if let Some(values) = &run.values {
+            best = pick(inst, best, m.replay(inst, values));
+        }
+        // Weights are whole numbers: a bound below the next one proves that one unreachable. The
+        // slack keeps a bound the simplex's tolerances put a hair low from cutting off a whole unit
+        // (it can only loosen the bound).
+        if let Some(b) = run.bound {
+            let b = (b + SLACK * b.abs().max(1.0)).floor();
+            bounds.push(Bound { weight: b, cost: None });
+            proven_weight = proven_weight.min(b);
+        }
+        crate::trace(|| format!("milp weight: {} bound {:?} optimal {}", best.weight(inst), run.bound, run.optimal));
+    }
+    let weight = best.weight(inst);
+    if weight < proven_weight - 0.5 {
+        return Some(Outcome { sol: best, bounds, optimal: false });
+    }
+    let floor = m.weight_at_least(weight);
+    let run = run(
+        &m,
+        &m.cost,
+        OptimizationDirection::Minimize,
+        Some(&floor),
+        &m.values_of(inst, &best),
+        COST_WORK,
+        deadline,
+    )?;
+    if let Some(values) = &run.values {
+        best = pick(inst, best, m.replay(inst, values));
+    }
+    crate::trace(|| format!("milp cost: {:.2} bound {:?} optimal {}", best.cost(), run.bound, run.optimal));
+    let cost = run.bound.map(|b| (b - SLACK * b.abs().max(1.0)).max(0.0));
+    bounds.push(Bound { weight, cost });
+    // Proven only if the plan replayed from microlp's values is the one it proved (the replay
+    // recomputes every cost and checks every row itself).
+    let optimal = run.optimal
+        && best.weight(inst) >= weight - 0.5
+        && cost.is_some_and(|c| best.cost() <= c + 2.0 * SLACK * c.abs().max(1.0));
+    Some(Outcome { sol: best, bounds, optimal })
+}
+
+/// Relative slack on microlp's bounds, which its tolerances (1e-9 relative on feasibility) can put
+/// a hair past the true optimum.
+const SLACK: f64 = 1e-7;
+
+/// One phase's result: the incumbent's values, microlp's proven bound on the objective, and
+/// whether the search finished.
+struct Run {
+    values: Option<Vec<f64>>,
+    bound: Option<f64>,
+    optimal: bool,
+}
+
+/// Optimises `objective` over the model with `extra` as one more row, from `start`, within `work`
+/// within `work` (see [`WEIGHT_WORK`]) or until `deadline`. `None` when microlp failed (an error or a panic).
+fn run(
+    m: &Model,
+    objective: &[f64],
+    direction: OptimizationDirection,
+    extra: Option<&Row>,
+    start: &[f64],
+    work: u64,
+    deadline: Option<Instant>,
+) -> Option<Run> {
+    let time_limit = match deadline {
+        Some(d) => Some(d.checked_duration_since(Instant::now()).filter(|t| !t.is_zero())?),
+        None => None,
+    };
+    let solved = std::panic::catch_unwind(|| {
+        let mut p = Problem::new(direction);
+        let vars: Vec<Variable> = m
+            .vars
+            .iter()
+            .zip(objective)
+            .map(|(v, &c)| if v.integer { p.add_integer_var(c, (0, v.max as i32)) } else { p.add_var(c, (0.0, v.max)) })
+            .collect();
+        for r in m.rows.iter().chain(extra) {
+            let mut e = LinearExpr::empty();
+            for &(v, c) in &r.terms {
+                e.add(vars[v], c);
+            }
+            p.add_constraint(e, ComparisonOp::Le, r.rhs);
+        }
+        let size = (m.vars.len() + m.rows.len() + 1) as u64;
+        let mut options = SolveOptions::default();
+        options.node_limit = Some(work / (size * PIVOTS_PER_NODE));
+        options.time_limit = time_limit;
+        options.warm_start = Some(vars.iter().copied().zip(start.iter().copied()).collect());
+        let outcome = p.solve_with(options).ok()?;
+        let stats = outcome.stats();
+        crate::trace(|| {
+            let ms = stats.elapsed.as_secs_f64() * 1e3;
+            format!(
+                "microlp: {} variables, {} nodes, {} pivots, {ms:.0} ms",
+                vars.len(),
+                stats.nodes_solved,
+                stats.lp_iterations
+            )
+        });
+        let optimal = outcome.is_optimal();
+        let values = outcome.solution().map(|s| vars.iter().map(|&v| s.var_value_raw(v)).collect());
+        Some(Run { values, bound: stats.best_bound, optimal })
+    });
+    solved.ok().flatten()
+}
