@@ -137,8 +137,16 @@ impl Model {
 
     /// The row "weight ≥ `weight` − 0.5" of the cost phase, as a ≤ row.
     pub fn weight_at_least(&self, weight: f64) -> Row {
-        let terms = self.weight.iter().enumerate().filter(|(_, w)| **w != 0.0).map(|(v, w)| (v, -w)).collect();
-        Row { terms, rhs: 0.5 - weight }
+        Row { terms: self.weight_terms(-1.0), rhs: 0.5 - weight }
+    }
+
+    /// The row "weight ≤ `weight`": a bound proven otherwise, which tightens the weight phase's LP.
+    pub fn weight_at_most(&self, weight: f64) -> Row {
+        Row { terms: self.weight_terms(1.0), rhs: weight }
+    }
+
+    fn weight_terms(&self, sign: f64) -> Vec<(usize, f64)> {
+        self.weight.iter().enumerate().filter(|(_, w)| **w != 0.0).map(|(v, w)| (v, sign * w)).collect()
     }
 
     /// The variables' values that describe a plan: a solver's starting incumbent.

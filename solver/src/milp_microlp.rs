@@ -25,8 +25,8 @@ use crate::{Bound, pick};
 
 /// Jobs above which the MILP is not tried: on the 66 independent problems of 60 and 100 jobs
 /// (seeds 1-3) it proved one more optimum than the branch and bound alone (11 instead of 10) for
-/// 1.1-1.8x the time (mean 248 -> 452 ms on seeds 2-3), where at 40 jobs it proves 19 of 44
-/// instead of 13 in less time than before.
+/// 1.7x the time (mean 260 -> 440 ms), where at 40 jobs it proves 19 of 44 instead of 13 for 1.35x
+/// (mean 277 -> 372 ms, the worst 0.95 s).
 pub(crate) const MAX_JOBS: usize = 50;
 
 /// The weight phase's and the cost phase's budgets, in simplex pivots × (rows + variables): what
@@ -69,10 +69,7 @@ pub(crate) fn solve(inst: &Instance, start: &Sol, weight_bound: f64, deadline: O
     let mut bounds = Vec::new();
     let mut proven_weight = weight_bound;
     if best.weight(inst) < weight_bound - 0.5 {
-        let cap = (weight_bound.is_finite()).then(|| {
-            let terms = m.weight.iter().enumerate().filter(|(_, w)| **w != 0.0).map(|(v, w)| (v, *w)).collect();
-            Row { terms, rhs: weight_bound }
-        });
+        let cap = weight_bound.is_finite().then(|| m.weight_at_most(weight_bound));
         let run = run(
             &m,
             &m.weight,
@@ -175,8 +172,9 @@ fn run(
         crate::trace(|| {
             let ms = stats.elapsed.as_secs_f64() * 1e3;
             format!(
-                "microlp: {} variables, {} nodes, {} pivots, {ms:.0} ms",
+                "microlp: {} variables, {} rows, {} nodes, {} pivots, {ms:.0} ms",
                 vars.len(),
+                m.rows.len() + usize::from(extra.is_some()),
                 stats.nodes_solved,
                 stats.lp_iterations
             )

@@ -280,13 +280,29 @@ impl<'i, 'a> Packing<'i, 'a> {
     }
 
     /// The placed gang jobs that hold some of the resources in `needs`, each once, in no particular
-    /// order: a job is on one offer, so listing each offer once lists each job once (a busy pool's offers hold thousands of jobs, which sorting and
-    /// deduplicating made most of an ejection's cost on 10,000 jobs).
+    /// order.
     fn holders_unordered(&self, needs: &[(usize, i64)]) -> Vec<usize> {
+        self.offers_using(needs).into_iter().flat_map(|o| self.on_offer[o].iter().copied()).collect()
+    }
+
+    /// The offers that use some of the resources in `needs`, each once: what is placed on them is
+    /// each holder once, as a job or a piece is on one offer (a busy pool's offers hold thousands
+    /// of jobs, which sorting and deduplicating per job made most of an ejection's cost on 10,000
+    /// jobs).
+    fn offers_using(&self, needs: &[(usize, i64)]) -> Vec<usize> {
         let mut offers: Vec<usize> = needs.iter().flat_map(|&(r, _)| self.res_offers[r].iter().copied()).collect();
         offers.sort_unstable();
         offers.dedup();
-        offers.iter().flat_map(|&o| self.on_offer[o].iter().copied()).collect()
+        offers
+    }
+
+    /// The holders on offer `o` that job `j` may take out: the gang jobs, and the pieces not taken
+    /// out of other jobs than `j` (as holder ids: the number of jobs + the piece's index).
+    fn holders_on(&self, o: usize, j: usize) -> impl Iterator<Item = usize> + '_ {
+        let n = self.slot.len();
+        let pieces =
+            self.pieces_on[o].iter().filter(move |&&x| !self.out[x] && self.fixed[x].job != j).map(move |&x| n + x);
+        self.on_offer[o].iter().copied().chain(pieces)
     }
 
     /// The placed gang jobs that each hold all of the resources in `needs`, in job order.
@@ -307,21 +323,6 @@ impl<'i, 'a> Packing<'i, 'a> {
             .iter()
             .copied()
             .filter(move |&o| needs[1..].iter().all(|&(r, _)| self.offer_res[o].iter().any(|&(x, _)| x == r)))
-    }
-
-    /// The pieces (as holder ids: the number of jobs + the piece's index) that hold some of the
-    /// resources in `needs`, each once.
-    fn piece_holders(&self, needs: &[(usize, i64)]) -> Vec<usize> {
-        let n = self.slot.len();
-        let mut out = Vec::new();
-        for &(r, _) in needs {
-            for &o in &self.res_offers[r] {
-                out.extend(self.pieces_on[o].iter().filter(|&&x| !self.out[x]).map(|&x| n + x));
-            }
-        }
-        out.sort_unstable();
-        out.dedup();
-        out
     }
 
     /// The weight a holder (a gang job, or a piece) places.
@@ -386,15 +387,13 @@ impl<'i, 'a> Packing<'i, 'a> {
         if needs.is_empty() {
             return Some((Vec::new(), 0.0));
         }
-        let n = self.slot.len();
-        let mut holders = self.holders_unordered(&needs);
-        holders.extend(self.piece_holders(&needs).into_iter().filter(|&i| self.fixed[i - n].job != j));
+        let mut holders: Vec<usize> =
+            self.offers_using(&needs).into_iter().flat_map(|o| self.holders_on(o, j)).collect();
         // The lightest single job that frees everything needed (the lowest id among equals): one
         // on an offer that uses all of it.
         let mut single: Option<(usize, f64)> = None;
         for o in self.covering_offers(&needs) {
-            let pieces = self.pieces_on[o].iter().filter(|&&x| !self.out[x] && self.fixed[x].job != j).map(|&x| n + x);
-            for i in self.on_offer[o].iter().copied().chain(pieces) {
+            for i in self.holders_on(o, j) {
                 let w = self.holder_weight(i);
                 if w < limit
                     && single.is_none_or(|(si, sw)| w < sw || (w == sw && i < si))
