@@ -11,7 +11,8 @@
 //! stay priced at the Lagrangian's multipliers. The problem then splits by each region's top pool
 //! (`cores` with the family pools below it, `lowPriorityCores`): per family, the most profit of
 //! whole jobs in its vCPUs (a multiple-choice knapsack, by dynamic programming), then the families
-//! combined under the top pool's limit. For any `u ≥ 0` the sum bounds every plan (weak duality); at each job's profit in
+//! combined under the top pool's limit. Per family also the same with each offer's capacity
+//! enforced (`capped_knapsack`): the lower of the two curves is taken point by point. For any `u ≥ 0` the sum bounds every plan (weak duality); at each job's profit in
 //! the Lagrangian, every part is at most what its pools' prices add to the Lagrangian bound (no
 //! item earns more than the prices of the vCPUs it takes), so the knapsack bound is never looser.
 //! (Subgradient steps on `u` from there, tried: 10 steps took 20-35 ms on a 1,000-job problem and
@@ -34,6 +35,10 @@ pub(crate) struct Priced<'a> {
     pub pool_limit: &'a [u64],
     pub offer_pools: &'a [Vec<usize>],
     pub offer_vcpus: Vec<u64>,
+    /// Per offer, the VMs its capacity allows, where known.
+    pub offer_capacity: Vec<Option<u32>>,
+    /// Per offer, its capacity row's multiplier per VM (0 without one).
+    pub offer_cap_price: Vec<f64>,
     /// Per pool, what its price adds to the Lagrangian bound (multiplier × limit).
     pub pool_value: Vec<f64>,
     /// What every other row adds, and the jobs' own multipliers (`u` times their jobs or GPUs).
@@ -64,7 +69,10 @@ pub(crate) struct ClassItem {
 #[derive(Clone, Copy)]
 struct Item {
     class: u32,
+    offer: u32,
     profit: f64,
+    /// The profit without the capacity row's price.
+    unpriced: f64,
     size: usize,
     copies: u32,
     gang: bool,
@@ -110,11 +118,20 @@ pub(crate) fn bound(pr: &Priced) -> Option<f64> {
     let mut units: BTreeMap<(usize, Option<usize>), Vec<SizedItem>> = BTreeMap::new();
     for (c, class) in pr.classes.iter().enumerate() {
         for it in &class.items {
-            if it.profit <= 1e-9 {
+            let unpriced = it.profit + f64::from(it.vms) * pr.offer_cap_price[it.offer];
+            if unpriced <= 1e-9 {
                 continue;
             }
             if let Some(key) = place[it.offer] {
-                let item = Item { class: c as u32, profit: it.profit, size: 0, copies: it.copies, gang: class.gang };
+                let item = Item {
+                    class: c as u32,
+                    offer: it.offer as u32,
+                    profit: it.profit,
+                    unpriced,
+                    size: 0,
+                    copies: it.copies,
+                    gang: class.gang,
+                };
                 units.entry(key).or_default().push((item, u64::from(it.vms) * pr.offer_vcpus[it.offer]));
             }
         }
@@ -160,6 +177,7 @@ pub(crate) fn bound(pr: &Priced) -> Option<f64> {
         }
         budget -= work;
         let mut total = vec![0.0_f64; limit + 1];
+        let mut cap_value = 0.0;
         for (below, list) in mine {
             let step = scale(list);
             let unit = unit_limit(below) / step;
@@ -168,7 +186,20 @@ pub(crate) fn bound(pr: &Priced) -> Option<f64> {
                 .map(|&(i, vcpus)| Item { size: (vcpus / g) as usize / step, ..i })
                 .filter(|i| i.size <= unit)
                 .collect();
-            let part = knapsack(&items, &pr.classes, unit);
+            let priced: Vec<Item> = items.iter().filter(|i| i.profit > 1e-9).copied().collect();
+            let mut part = knapsack(&priced, &pr.classes, unit);
+            // The same unit with its offers' capacities enforced instead of priced: another bound on
+            // the unit's most profit per units, so the lower of the two at each point is one too.
+            // What the capacity rows' prices add moves from `fixed` into the priced curve.
+            let priced_caps: f64 = (0..pr.offer_pools.len())
+                .filter(|&o| place[o] == Some((top, below)))
+                .filter_map(|o| pr.offer_capacity[o].map(|c| pr.offer_cap_price[o] * f64::from(c)))
+                .sum();
+            cap_value += priced_caps;
+            let capped = capped_knapsack(&items, pr, g * step as u64, unit);
+            for (a, b) in part.iter_mut().zip(&capped) {
+                *a = (*a + priced_caps).min(*b);
+            }
             // Max-plus convolution: the unit takes k steps of the top pool's units; only the steps
             // where its profit grows can be worth taking.
             let rises: Vec<(usize, f64)> =
@@ -181,8 +212,8 @@ pub(crate) fn bound(pr: &Priced) -> Option<f64> {
             }
             total = next;
         }
-        // Never above what the pools' prices add (it cannot be, bar float noise).
-        value += total[limit].min(priced_value);
+        // Never above what the pools' and capacities' prices add (it cannot be, bar float noise).
+        value += total[limit].min(priced_value + cap_value) - cap_value;
     }
     Some(value)
 }
@@ -231,6 +262,51 @@ fn knapsack(items: &[Item], classes: &[ClassItems], limit: usize) -> Vec<f64> {
         }
     }
     best
+}
+
+/// The unit's knapsack with each capacitated offer's VMs enforced (its items at their profit
+/// without the capacity's price): every such offer a knapsack of its own over its VMs (a gang
+/// class may then take up to its jobs on each offer: the one-candidate rows are priced anyway),
+/// the offers without a capacity one multiple-choice knapsack as in [`knapsack`], all combined
+/// over the unit's units. Where capacities are small, whole jobs fill them worse than fractions
+/// do, which the priced rows cannot see.
+fn capped_knapsack(items: &[Item], pr: &Priced, unit_vcpus: u64, limit: usize) -> Vec<f64> {
+    let mut free: Vec<Item> = Vec::new();
+    let mut by_offer: BTreeMap<u32, Vec<Item>> = BTreeMap::new();
+    for &it in items {
+        match pr.offer_capacity[it.offer as usize] {
+            Some(_) => by_offer.entry(it.offer).or_default().push(Item { profit: it.unpriced, ..it }),
+            None if it.profit > 1e-9 => free.push(it),
+            None => {}
+        }
+    }
+    let mut total = knapsack(&free, &pr.classes, limit);
+    for (o, list) in by_offer {
+        let vcpus = pr.offer_vcpus[o as usize];
+        let cap = pr.offer_capacity[o as usize].unwrap_or(0) as usize;
+        let cap = cap.min((limit as u64 * unit_vcpus / vcpus.max(1)) as usize);
+        // In VMs: each item's size in units times the unit's vCPUs over the VM's (exact: an
+        // item's vCPUs are its VMs' and a multiple of the unit).
+        let in_vms: Vec<Item> =
+            list.iter().map(|i| Item { size: (i.size as u64 * unit_vcpus / vcpus) as usize, ..*i }).collect();
+        let h = knapsack(&in_vms, &pr.classes, cap);
+        let rises: Vec<(usize, f64)> = (1..=cap)
+            .filter(|&n| h[n] > h[n - 1])
+            .map(|n| ((n as u64 * vcpus / unit_vcpus) as usize, h[n]))
+            .filter(|r| r.0 <= limit)
+            .collect();
+        let mut next = total.clone();
+        for (v, slot) in next.iter_mut().enumerate() {
+            for &(k, profit) in rises.iter().take_while(|r| r.0 <= v) {
+                *slot = slot.max(total[v - k] + profit);
+            }
+        }
+        total = next;
+    }
+    for v in 1..total.len() {
+        total[v] = total[v].max(total[v - 1]);
+    }
+    total
 }
 
 fn gcd(a: u64, b: u64) -> u64 {
