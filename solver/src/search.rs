@@ -696,7 +696,7 @@ impl<'i, 'a> Packing<'i, 'a> {
     /// jobs over keeping only gains), and the best is kept. Leaves the local optimum the weight
     /// search alone gets stuck in, where a different set of jobs shares the binding pools.
     pub fn kick(&mut self, kicks: usize, deadline: Option<Instant>) {
-        self.kick_local(kicks, 0, deadline);
+        self.kick_local(kicks, None, 0, deadline);
     }
 
     /// The jobs a kick's search looks at when it is local: those the kick moved, the jobs placed on
@@ -730,15 +730,17 @@ impl<'i, 'a> Packing<'i, 'a> {
 
     /// [`Packing::kick`], each kick's weight search over only the jobs near what it moved when
     /// `local` > 0 (see [`Packing::near_changes`]; split jobs stay as they are): on 1,000-10,000
-    /// jobs a whole search per kick costs 10-150 ms, a local one 1-4 ms.
-    pub fn kick_local(&mut self, kicks: usize, local: usize, deadline: Option<Instant>) {
+    /// jobs a whole search per kick costs 10-150 ms, a local one 1-4 ms. `more`: after the
+    /// `kicks`, up to `more.0` more while the best placed weight is below `more.1`.
+    pub fn kick_local(&mut self, kicks: usize, more: Option<(usize, f64)>, local: usize, deadline: Option<Instant>) {
+        let (extra, enough) = more.unwrap_or((0, 0.0));
         let mut best_weight = self.placed_weight();
         let mut cur = self.clone();
         let mut cur_weight = best_weight;
         // Local kicks draw other jobs than the whole-search kicks that come before them.
         let mut next = xorshift(if local > 0 { 0x2F7A_3C91_55D4_E8B1 } else { 0x9E37_79B9_7F4A_7C15 });
-        for n in 0..kicks {
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+        for n in 0..kicks + extra {
+            if deadline.is_some_and(|d| Instant::now() >= d) || (n >= kicks && best_weight >= enough) {
                 return;
             }
             let placed: Vec<usize> = cur.order.iter().copied().filter(|&j| cur.slot[j] != NONE).collect();
