@@ -149,6 +149,37 @@ impl Model {
         self.weight.iter().enumerate().filter(|(_, w)| **w != 0.0).map(|(v, w)| (v, sign * w)).collect()
     }
 
+    /// Rows keeping every job `sol` places placed (as much of a split job).
+    pub fn placed_as_in(&self, inst: &Instance, sol: &Sol) -> Vec<Row> {
+        let mut placed = vec![0u32; inst.p.jobs.len()];
+        for a in &sol.assigns {
+            placed[a.job] += a.gpus;
+        }
+        let mut rows = Vec::new();
+        for (c, vars) in self.classes.iter().enumerate() {
+            let class = &inst.classes[c];
+            match vars {
+                ClassVars::Gang(vs) => {
+                    let n = class.jobs.iter().filter(|&&j| placed[j] > 0).count();
+                    if n > 0 {
+                        rows.push(Row { terms: vs.iter().map(|&v| (v, -1.0)).collect(), rhs: -(n as f64) });
+                    }
+                }
+                ClassVars::Split(per_job) => {
+                    for (vs, &j) in per_job.iter().zip(&class.jobs) {
+                        if placed[j] > 0 {
+                            rows.push(Row {
+                                terms: vs.iter().map(|&(_, y)| (y, -1.0)).collect(),
+                                rhs: -f64::from(placed[j]),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        rows
+    }
+
     /// The variables' values that describe a plan: a solver's starting incumbent.
     pub fn values_of(&self, inst: &Instance, sol: &Sol) -> Vec<f64> {
         let mut by_job: Vec<Vec<&crate::model::Assign>> = vec![Vec::new(); inst.p.jobs.len()];

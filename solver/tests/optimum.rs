@@ -51,15 +51,26 @@ fn a_36_job_optimum_that_moves_every_job_is_reached() {
     reaches_the_optimum(&p, "36:3", 24_348.0, 60_793.19);
 }
 
+/// The cost property test's case (`diverse`, 36 jobs, 2 regions): HiGHS's proven optimum places
+/// 30,232 at $22,315.99; the searches placed that weight at $23,247 (+4.2 %, 21 of the 36 jobs
+/// elsewhere), and the MILP's cost phase stopped with a bound of 21,955 short of a better plan. Its
+/// phase over the plan's own jobs (each kept placed: a much tighter model) reaches the optimum.
+#[test]
+fn the_cheapest_form_of_a_plan_that_moves_most_jobs_is_found() {
+    let p = diverse(&DiverseParams { jobs: 36, regions: 2, seed: 221_910_058_952_948_463 });
+    reaches_the_optimum(&p, "36:2", 30_232.0, 22_315.99);
+}
+
 /// Issue #17's open counterexample: HiGHS's proven optimum, which the default build does not reach
-/// (`cargo test -p solver --test optimum -- --ignored` shows where it stands): the cost property
-/// test's case, the optimal weight at +4.2 % cost (the MILP's cost phase stops with a bound of
-/// 22,046 against the optimum's 22,316).
+/// (`cargo test -p solver --test optimum -- --ignored` shows where it stands). The cost property
+/// test's case with CI's seed (`diverse`, 32 jobs, 2 regions): the optimal weight at $20,358, +3.5 %
+/// (17 of the 32 jobs elsewhere in the optimum); neither MILP cost phase finds a cheaper plan in
+/// its budget (bounds 19,285 and, over the plan's own jobs, 19,468).
 #[test]
 #[ignore = "issue #17's cost target is not met on it yet"]
 fn open_counterexample_reaches_the_optimum() {
-    let p = diverse(&DiverseParams { jobs: 36, regions: 2, seed: 221_910_058_952_948_463 });
-    reaches_the_optimum(&p, "36:2", 30_232.0, 22_315.99);
+    let p = diverse(&DiverseParams { jobs: 32, regions: 2, seed: 16_090_311_556_169_549_233 });
+    reaches_the_optimum(&p, "32:2", 10_934.0, 19_662.21);
 }
 
 /// Solves `p` and checks the plan: feasible, the optimum's weight, at most 1 % above its cost.
@@ -128,4 +139,16 @@ fn a_60_job_optimum_is_proven() {
     assert_eq!(plan.placed_weight, 14_727.0);
     assert!((plan.expected_cost - 11_550.55).abs() < 0.01, "cost {}", plan.expected_cost);
     assert!(plan.optimal, "not proven: gap {}", plan.gap);
+}
+
+/// The independent generator's min-gpus shape at 1,000 jobs (`python3
+/// solver/benches/independent_problems.py DIR --sizes 1000 --seed 1`): after the usual 20 local
+/// kicks the plan stood 2.1 % below the bound the solver proves (137,151 against 140,122), where
+/// issue #17 asks for 2 % at most. Kicks go on while a plan is that far from its bound.
+#[test]
+fn a_1000_job_plan_far_from_its_bound_is_searched_further() {
+    let p = Problem::from_json_str(include_str!("data/min-gpus-1000-1.json")).expect("a valid problem");
+    let plan = solve_lp_round(&p, &SolveOptions::default());
+    check(&p, &plan).expect("feasible");
+    assert!(plan.gap <= 0.02, "weight {} at gap {} from its own bound", plan.placed_weight, plan.gap);
 }

@@ -149,12 +149,11 @@ mod against_highs {
         }
 
         /// Issue #17's cost target: at the optimal weight at most 1 % more cost than the optimum. NOT
-        /// MET on every problem yet (BENCHMARKS.md, "Queues that do not repeat"): the 36-job case
-        /// in the regression file (36 jobs, 2 regions, seed 221,910,058,952,948,463) costs 23,247
-        /// against the optimum's 22,316 (+4.2 %: the cost LP's dive over its placed jobs leaves
-        /// 2,112 of their weight that fits nowhere whole, and neither repair places it for less);
-        /// so it is ignored in CI; run it with `--ignored` to see where the default build stands.
-        /// (The 30-, 35-, 36- and 40-job cases it used to fail on are in `optimum.rs`.)
+        /// MET on every problem yet (BENCHMARKS.md, "Queues that do not repeat"): with CI's seed it
+        /// finds a 32-job case (2 regions, seed 16,090,311,556,169,549,233) at $20,358 against the
+        /// optimum's $19,662 (+3.5 %; `optimum.rs::open_counterexample_reaches_the_optimum`), so it
+        /// is ignored in CI; run it with `--ignored` to see where the default build stands. (The
+        /// 30-, 35-, 36- and 40-job cases it used to fail on are in `optimum.rs`.)
         #[test]
         #[ignore = "issue #17's cost target is not met yet"]
         fn diverse_plans_at_the_optimal_weight_cost_at_most_one_percent_more(params in diverse_params()) {
