@@ -419,49 +419,4 @@ mod tests {
         }
         assert!(tighter >= problems.len() / 2, "tighter on {tighter} of {} problems only", problems.len());
     }
-
-    /// Two regions, each selling 3 VMs of 8 GPUs (its capacity) under roomy quota; 40 jobs of 16
-    /// GPUs (2 VMs) each: one job fits per region. Priced, the capacity rows let 1.5 jobs in each
-    /// (the LP's bound, about 50 % above the optimum); enforced, the bound is within 1 % of the two
-    /// heaviest jobs (not exact: the jobs' multipliers stay the LP's).
-    #[test]
-    fn small_capacities_are_filled_by_whole_jobs() {
-        let jobs: Vec<String> = (0..40)
-            .map(|i| {
-                format!(
-                    r#"{{"id": "j{i}", "gpus": 16, "gpu_models": ["A100-80GB"], "priority": {}, "duration_hours": 2.0}}"#,
-                    100 - i
-                )
-            })
-            .collect();
-        let offer = |region: &str| {
-            format!(
-                r#"{{"region": "{region}", "size": "Standard_ND96amsr_A100_v4", "priority": "regular",
-                    "gpu_model": "A100-80GB", "gpus_per_vm": 8, "vcpus_per_vm": 96, "capacity_vms": 3,
-                    "family": "standardNDAMSv4_A100Family", "price_per_hour": 32.77}}"#
-            )
-        };
-        let quota = |region: &str| {
-            format!(
-                r#"{{"region": "{region}", "pool": "standardNDAMSv4_A100Family", "vcpus": 4000}},
-                   {{"region": "{region}", "pool": "cores", "vcpus": 4000}}"#
-            )
-        };
-        let json = format!(
-            r#"{{"offers": [{}, {}], "quotas": [{}, {}], "jobs": [{}]}}"#,
-            offer("eastus"),
-            offer("westus"),
-            quota("eastus"),
-            quota("westus"),
-            jobs.join(",")
-        );
-        let p = Problem::from_json_str(&json).expect("valid problem");
-        let inst = Instance::new(&p);
-        let mut lag = Lagrangian::new(&inst);
-        let optimum = 16.0 * (100.0 + 99.0);
-        let dual = lag.descend(None, optimum, 400, None, 0, |_| optimum);
-        let bound = lag.knapsack_bound(&dual);
-        assert!(dual.bound > 1.3 * optimum, "the priced bound {} is not the LP's", dual.bound);
-        assert!(bound >= optimum - 1e-6 && bound < 1.01 * optimum, "bound {bound} against the optimum {optimum}");
-    }
 }
