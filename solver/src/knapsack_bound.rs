@@ -280,11 +280,37 @@ fn capped_knapsack(items: &[Item], pr: &Priced, unit_vcpus: u64, limit: usize) -
             None => {}
         }
     }
+    // The VMs each capacitated offer's knapsack counts up to (no more than the unit holds).
+    let cap_of = |o: u32| {
+        let cap = pr.offer_capacity[o as usize].unwrap_or(0) as usize;
+        cap.min((limit as u64 * unit_vcpus / pr.offer_vcpus[o as usize].max(1)) as usize)
+    };
+    // Its items (a gang class's jobs each, a non-gang item's copies in about log2 of them) and its
+    // convolution, per VM: a unit whose capacities are large (a pool of thousands of vCPUs and an
+    // offer selling hundreds of VMs) keeps the priced curve alone, as a pool too large does.
+    let work: usize = by_offer
+        .iter()
+        .map(|(&o, list)| {
+            let items: usize = list
+                .iter()
+                .map(|i| {
+                    if i.gang {
+                        pr.classes[i.class as usize].jobs as usize
+                    } else {
+                        (32 - i.copies.leading_zeros()) as usize
+                    }
+                })
+                .sum();
+            items.saturating_add(limit).saturating_mul(cap_of(o))
+        })
+        .fold(0, usize::saturating_add);
+    if work > MAX_WORK {
+        return vec![f64::INFINITY; limit + 1];
+    }
     let mut total = knapsack(&free, &pr.classes, limit);
     for (o, list) in by_offer {
         let vcpus = pr.offer_vcpus[o as usize];
-        let cap = pr.offer_capacity[o as usize].unwrap_or(0) as usize;
-        let cap = cap.min((limit as u64 * unit_vcpus / vcpus.max(1)) as usize);
+        let cap = cap_of(o);
         // In VMs: each item's size in units times the unit's vCPUs over the VM's (exact: an
         // item's vCPUs are its VMs' and a multiple of the unit).
         let in_vms: Vec<Item> =
