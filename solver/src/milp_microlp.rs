@@ -74,24 +74,13 @@ pub(crate) fn solve(inst: &Instance, start: &Sol, weight_bound: f64, deadline: O
     if m.is_empty() || m.vars.len() > MAX_VARIABLES {
         return None;
     }
+    let phases = Phases { m: &m, inst, deadline };
     let mut best = start.clone();
     let mut bounds = Vec::new();
     let mut proven_weight = weight_bound;
     if best.weight(inst) < weight_bound - 0.5 {
         let cap: Vec<Row> = weight_bound.is_finite().then(|| m.weight_at_most(weight_bound)).into_iter().collect();
-        let run = run(
-            &m,
-            &m.weight,
-            OptimizationDirection::Maximize,
-            cap.as_slice(),
-            &m.values_of(inst, &best),
-            WEIGHT_WORK,
-            PIVOTS_PER_NODE,
-            deadline,
-        )?;
-        if let Some(values) = &run.values {
-            best = pick(inst, best, m.replay(inst, values));
-        }
+        let run = phases.run(&mut best, Goal::Weight, &cap, WEIGHT_WORK, PIVOTS_PER_NODE)?;
         // Weights are whole numbers: a bound below the next one proves that one unreachable. The
         // slack keeps a bound the simplex's tolerances put a hair low from cutting off a whole unit
         // (it can only loosen the bound).
@@ -106,20 +95,7 @@ pub(crate) fn solve(inst: &Instance, start: &Sol, weight_bound: f64, deadline: O
     if weight < proven_weight - 0.5 {
         return Some(Outcome { sol: best, bounds, optimal: false });
     }
-    let floor = [m.weight_at_least(weight)];
-    let full = run(
-        &m,
-        &m.cost,
-        OptimizationDirection::Minimize,
-        &floor,
-        &m.values_of(inst, &best),
-        COST_WORK,
-        PIVOTS_PER_NODE,
-        deadline,
-    )?;
-    if let Some(values) = &full.values {
-        best = pick(inst, best, m.replay(inst, values));
-    }
+    let full = phases.run(&mut best, Goal::Cost, &[m.weight_at_least(weight)], COST_WORK, PIVOTS_PER_NODE)?;
     crate::trace(|| format!("milp cost: {:.2} bound {:?} optimal {}", best.cost(), full.bound, full.optimal));
     let cost = full.bound.map(|b| (b - SLACK * b.abs().max(1.0)).max(0.0));
     bounds.push(Bound { weight, cost });
@@ -134,19 +110,7 @@ pub(crate) fn solve(inst: &Instance, start: &Sol, weight_bound: f64, deadline: O
         // that move most jobs at once (see [`FIXED_COST_WORK`]). What it proves holds for these
         // jobs only, so its bound is not the problem's.
         let placed = m.placed_as_in(inst, &best);
-        if let Some(fixed) = run(
-            &m,
-            &m.cost,
-            OptimizationDirection::Minimize,
-            &placed,
-            &m.values_of(inst, &best),
-            FIXED_COST_WORK,
-            full.pivots_per_node,
-            deadline,
-        ) {
-            if let Some(values) = &fixed.values {
-                best = pick(inst, best, m.replay(inst, values));
-            }
+        if let Some(fixed) = phases.run(&mut best, Goal::Cost, &placed, FIXED_COST_WORK, full.pivots_per_node) {
             crate::trace(|| {
                 format!(
                     "milp cost of the placed jobs: {:.2} bound {:?} optimal {}",
@@ -158,6 +122,37 @@ pub(crate) fn solve(inst: &Instance, start: &Sol, weight_bound: f64, deadline: O
         }
     }
     Some(Outcome { sol: best, bounds, optimal })
+}
+
+/// What a phase optimises: the most weight or the least cost.
+#[derive(Clone, Copy)]
+enum Goal {
+    Weight,
+    Cost,
+}
+
+/// The model and its problem, for running phases from a plan.
+struct Phases<'a, 'i> {
+    m: &'a Model,
+    inst: &'a Instance<'i>,
+    deadline: Option<Instant>,
+}
+
+impl Phases<'_, '_> {
+    /// One phase from `best` with `extra` as more rows (see [`run`]); microlp's plan, replayed,
+    /// replaces `best` when it is better. `None` when microlp failed.
+    fn run(&self, best: &mut Sol, goal: Goal, extra: &[Row], work: u64, pivots_per_node: u64) -> Option<Run> {
+        let (objective, direction) = match goal {
+            Goal::Weight => (&self.m.weight, OptimizationDirection::Maximize),
+            Goal::Cost => (&self.m.cost, OptimizationDirection::Minimize),
+        };
+        let start = self.m.values_of(self.inst, best);
+        let out = run(self.m, objective, direction, extra, &start, work, pivots_per_node, self.deadline)?;
+        if let Some(values) = &out.values {
+            *best = pick(self.inst, best.clone(), self.m.replay(self.inst, values));
+        }
+        Some(out)
+    }
 }
 
 /// Relative slack on microlp's bounds, which its tolerances (1e-9 relative on feasibility) can put
