@@ -186,9 +186,7 @@ pub(crate) fn lp_round(inst: &Instance, deadline: Option<Instant>, search: Searc
     let mut bounds = vec![trivial];
     let mut start = greedy;
     let mut label = "lagrangian";
-    let columns: usize = inst.classes.iter().map(|c| c.cands.len()).sum();
-    let collapsed = inst.classes.len() * 2 <= inst.p.jobs.len();
-    if (columns <= MAX_LP_COLUMNS / 3 || (collapsed && columns <= MAX_LP_COLUMNS))
+    if small_lp(inst)
         && let Ok(lp) = lp::solve_lp(inst, deadline, None)
     {
         let mut rounded = lp::round(inst, &lp);
@@ -217,6 +215,13 @@ fn expired(deadline: Option<Instant>) -> bool {
 /// do not collapse into classes: the Lagrangian bound is then as tight, in a fraction of the time;
 /// clarabel takes about a second for 8,000 candidates of 300 distinct jobs).
 const MAX_LP_COLUMNS: usize = 8_000;
+
+/// Whether the LP relaxation over the classes is small enough to solve (see [`MAX_LP_COLUMNS`]).
+fn small_lp(inst: &Instance) -> bool {
+    let columns: usize = inst.classes.iter().map(|c| c.cands.len()).sum();
+    let collapsed = inst.classes.len() * 2 <= inst.p.jobs.len();
+    columns <= MAX_LP_COLUMNS / 3 || (collapsed && columns <= MAX_LP_COLUMNS)
+}
 
 /// The weight phase when shared quota and capacity bind: the Lagrangian bound by subgradient steps,
 /// the Lagrangian heuristic at the multipliers met on the way, then local search on the best plan.
@@ -295,14 +300,22 @@ fn lagrangian(
     }
     // The weight is proven the most there is (the knapsack bound often proves it where the LP's
     // cannot): its least cost in the LP bounds the cost, without which the gap would say nothing.
+    // Where the LP would be large (at 10,000 diverse jobs it took 5 s), the cheaper bound that
+    // relaxes the pools and capacities.
     let weight = best.weight(inst);
     if weight >= weight_bound(&bounds) - 0.5
         && !bounds.iter().any(|b| b.cost.is_some() && weight >= b.weight - 0.5)
         && !expired(deadline)
-        && let Ok((cost, _)) = lp::min_cost_at(inst, weight, deadline, Some(&best))
     {
-        trace(|| format!("weight proven: cost bound {cost:.2}"));
-        bounds.push(Bound { weight, cost: Some(cost) });
+        let cost = if small_lp(inst) {
+            lp::min_cost_at(inst, weight, deadline, Some(&best)).ok().map(|(cost, _)| cost)
+        } else {
+            Some(cheapest_at(inst, weight))
+        };
+        if let Some(cost) = cost {
+            trace(|| format!("weight proven: cost bound {cost:.2}"));
+            bounds.push(Bound { weight, cost: Some(cost) });
+        }
     }
     (best, label.to_string(), bounds)
 }
@@ -383,6 +396,12 @@ pub(crate) fn cost_search(inst: &Instance, sol: Sol, deadline: Option<Instant>) 
     }
     let mut pack = search::Packing::from_sol(inst, &sol);
     pack.improve_cost(deadline);
+    for _ in 0..REPACK_ROUNDS {
+        if !pack.repack(deadline) {
+            break;
+        }
+        pack.improve_cost(deadline);
+    }
     pack.kick_cost(kicks(inst) / COST_KICK_SHARE, deadline);
     let mut found = pack.to_sol();
     found.improve(inst);
@@ -439,6 +458,9 @@ const FAR_FROM_BOUND: f64 = 0.02;
 /// The cost search's kicks are this fraction of the weight search's (each costs a weight search and
 /// a cost search; a quarter left a 60-job plan 0.5 % above HiGHS's cost, all of them 0.4 %).
 const COST_KICK_SHARE: usize = 4;
+
+/// Rounds of re-filled offers (`search::Packing::repack`) and cost search at most.
+const REPACK_ROUNDS: usize = 4;
 
 const KICK_BUDGET: usize = 10_000_000;
 const MAX_KICKS: usize = 1_000;
@@ -535,6 +557,36 @@ fn trivial_bounds(inst: &Instance) -> Bound {
         }
     }
     Bound { weight, cost: Some(cost) }
+}
+
+/// A bound on the cost of every plan placing `weight`, with capacity and quota ignored: the
+/// least cost of covering that weight when each job may be taken in part at the cost per weight of
+/// its cheapest candidate (a gang job whole; a split job's GPUs each at the cheapest per GPU), the
+/// cheapest per weight first. No optimiser, so it serves where the cost LP would be large.
+fn cheapest_at(inst: &Instance, weight: f64) -> f64 {
+    let mut jobs: Vec<(f64, f64)> = Vec::new();
+    for class in &inst.classes {
+        let job = inst.job(class.rep);
+        let cost = if job.gang {
+            class.cands.iter().map(|c| c.cost).fold(f64::INFINITY, f64::min)
+        } else {
+            class.cands.iter().map(|c| c.cost_per_gpu()).fold(f64::INFINITY, f64::min) * f64::from(job.gpus)
+        };
+        let w = inst.weight[class.rep];
+        if cost.is_finite() && w > 0.0 {
+            jobs.extend(std::iter::repeat_n((cost / w, w), class.jobs.len()));
+        }
+    }
+    jobs.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (mut left, mut cost) = (weight, 0.0);
+    for (per, w) in jobs {
+        if left <= 0.0 {
+            break;
+        }
+        cost += per * w.min(left);
+        left -= w;
+    }
+    cost
 }
 
 /// Above this many GPUs a job's cover cost is bounded per GPU rather than computed exactly (the

@@ -21,6 +21,8 @@
 //! when a heavier gang job needs its room, counting the GPUs the piece held as lost; what is left of
 //! the job is placed again, where there is room, when the plan is rebuilt.
 
+mod repack;
+
 use std::time::Instant;
 
 use crate::model::{Assign, Cand, EPS, Instance, Sol};

@@ -152,3 +152,61 @@ fn a_1000_job_plan_far_from_its_bound_is_searched_further() {
     check(&p, &plan).expect("feasible");
     assert!(plan.gap <= 0.02, "weight {} at gap {} from its own bound", plan.placed_weight, plan.gap);
 }
+
+/// One pool, one offer, 2,000 jobs of one priority: the most weight is as many GPUs as the pool has
+/// room for, and the cheapest plan of that weight is a subset-sum over the jobs' GPUs, which the
+/// test solves itself by dynamic programming. The search's moves change a job or two at a time, and
+/// from the plan the weight search leaves (heavy long jobs in, lighter short ones waiting) no move
+/// of one or two jobs pays; the independent generator's one-pool shape at 10,000 jobs was left 64 %
+/// above this optimum until every offer's jobs were chosen again by a knapsack
+/// (`search::Packing::repack`).
+#[test]
+fn one_pool_of_many_jobs_reaches_the_cheapest_plan_of_the_most_weight() {
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let vcpus = 4 * 211;
+    let mut jobs = Vec::new();
+    for i in 0..2_000 {
+        let gpus = [1, 2, 4, 8, 16, 32, 64][(next() % 7) as usize];
+        let hours = 0.5 + (next() % 950) as f64 / 20.0;
+        // A few jobs of the top priority (the ones the pool is for), the rest below it.
+        let priority = if i % 20 == 0 { 100 } else { 1 + next() % 99 };
+        jobs.push(format!(
+            r#"{{"id": "j{i}", "gpus": {gpus}, "gpu_models": ["T4"], "gang": true, "priority": {priority}, "duration_hours": {hours}}}"#
+        ));
+    }
+    let p = Problem::from_json_str(&format!(
+        r#"{{"offers": [{{"region": "eastus", "size": "Standard_NC4as_T4_v3", "priority": "regular",
+             "gpu_model": "T4", "gpus_per_vm": 1, "vcpus_per_vm": 4, "family": "standardNCASv3_T4Family",
+             "price_per_hour": 0.526}}],
+           "quotas": [{{"region": "eastus", "pool": "cores", "vcpus": {vcpus}}}],
+           "jobs": [{}]}}"#,
+        jobs.join(",")
+    ))
+    .expect("a valid problem");
+    // The optimum: the top-priority jobs' GPUs filling the pool exactly, at the least cost.
+    let room = vcpus / 4;
+    let mut cheapest = vec![f64::INFINITY; room + 1];
+    cheapest[0] = 0.0;
+    for job in p.jobs.iter().filter(|j| j.priority == 100) {
+        let (g, cost) = (job.gpus as usize, f64::from(job.gpus) * 0.526 * job.duration_hours);
+        for k in (g..=room).rev() {
+            cheapest[k] = cheapest[k].min(cheapest[k - g] + cost);
+        }
+    }
+    assert!(cheapest[room].is_finite(), "the top-priority jobs can fill the pool");
+    let plan = solve_lp_round(&p, &SolveOptions::default());
+    check(&p, &plan).expect("feasible");
+    assert_eq!(plan.placed_weight, 100.0 * room as f64, "the pool filled by the top priority");
+    assert!(
+        plan.expected_cost <= cheapest[room] * 1.01,
+        "cost {} against the optimum {:.2}",
+        plan.expected_cost,
+        cheapest[room]
+    );
+}
