@@ -1,5 +1,5 @@
 //! Solver quality and speed on queues that do not repeat (`solver::generate::diverse`, issue #17's
-//! distribution) and on any problem files given: placed weight against the best proven bound and,
+//! distribution) and on any problem files given: placed weight and cost against the best proven bound and,
 //! with `--features highs`, against HiGHS's exact optimum (the reference), per size.
 //!
 //! ```sh
@@ -165,9 +165,9 @@ fn main() {
         return;
     }
     println!(
-        "| problem | jobs | method | ms | CPU ms | placed weight | gap | optimal | reference weight | weight ratio | cost ratio |"
+        "| problem | jobs | method | ms | CPU ms | placed weight | cost | gap | optimal | reference weight | weight ratio | cost ratio |"
     );
-    println!("| --- | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |");
+    println!("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |");
     let mut summary = Summary::default();
     for (name, problem) in &problems {
         let opts = SolveOptions { time_limit_ms: time_limit, ..SolveOptions::default() };
@@ -205,10 +205,11 @@ fn main() {
             None => ("-".to_string(), "-".to_string(), "-".to_string()),
         };
         println!(
-            "| {name} | {} | {} | {ms:.1} | {cpu:.1} | {} | {:.5} | {} | {rw} | {ratio} | {cost} |",
+            "| {name} | {} | {} | {ms:.1} | {cpu:.1} | {} | {:.2} | {:.5} | {} | {rw} | {ratio} | {cost} |",
             problem.jobs.len(),
             plan.solver,
             plan.placed_weight,
+            plan.expected_cost,
             plan.gap,
             plan.optimal
         );

@@ -10,7 +10,9 @@
 //! - place a split job: what a non-gang job still needs, on one of its candidates, after taking out
 //!   lighter holders (gang jobs, placed elsewhere if they fit, or other split jobs' pieces);
 //! - relocate and swap (cost phase): a job moved to a cheaper candidate, if need be after moving the
-//!   job that holds its room elsewhere.
+//!   job that holds its room elsewhere;
+//! - re-fill an offer (cost phase, `repack`): the gang jobs on one offer and those waiting for it
+//!   chosen again by a knapsack over its VMs, a set of jobs for another set.
 //!
 //! Iterated search on top of both phases (many times on small problems; on large ones four times,
 //! then twenty times searching only near what each kick moved): kicks (jobs removed, or one forced
@@ -874,7 +876,7 @@ impl<'i, 'a> Packing<'i, 'a> {
     /// Iterated search for cost at the same weight: `kicks` times, moves a pseudo-randomly chosen
     /// placed gang job to a cheaper candidate of its own whatever room that takes (the lightest
     /// holders are removed), places the removed jobs again with the weight search, then searches
-    /// for cost; keeps the result when it places at least as much weight for less. A chain of moves
+    /// for cost (with the offers re-filled, [`Packing::repack`]); keeps the result when it places at least as much weight for less. A chain of moves
     /// (a large gang to a cheaper region, the jobs there elsewhere) that no single relocation or
     /// swap pays for alone.
     pub fn kick_cost(&mut self, kicks: usize, deadline: Option<Instant>) {
@@ -909,6 +911,9 @@ impl<'i, 'a> Packing<'i, 'a> {
             }
             trial.improve_weight(deadline);
             trial.improve_cost(deadline);
+            if trial.repack(deadline) {
+                trial.improve_cost(deadline);
+            }
             let found = (trial.placed_weight(), trial.placed_cost());
             if found.0 > best.0 + 0.5 || (found.0 > best.0 - 0.5 && found.1 < best.1 - EPS * best.1.max(1.0)) {
                 best = found;

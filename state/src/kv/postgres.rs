@@ -31,7 +31,7 @@
 //! 6 may still commit. A transaction takes its number only after it has a transaction id, so every
 //! number handed out before a moment belongs to a transaction whose id is below an id taken after
 //! that moment. Readers therefore sample the sequence (`M`), then take a fresh id (`x`); once no
-//! transaction older than `x` is running (`pg_snapshot_xmin`), every event numbered up to `M` that
+//! transaction of this database older than `x` is running (`XMIN`), every event numbered up to `M` that
 //! will ever exist is visible, and readers are given events up to there ([`PgDb::readable_seq`]).
 //! Numbers are unique and strictly increasing in the order readers see them; a retried or aborted
 //! transaction leaves a gap.
@@ -267,7 +267,7 @@ impl Statements {
             xid: c.prepare("SELECT pg_current_xact_id()::text::bigint").await?,
             nextval: c.prepare("SELECT nextval('spillway_event_seq')").await?,
             seq_state: c.prepare("SELECT last_value, is_called FROM spillway_event_seq").await?,
-            xmin: c.prepare("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint").await?,
+            xmin: c.prepare(XMIN).await?,
             setval: c.prepare("SELECT setval('spillway_event_seq', $1, true)").await?,
         })
     }
@@ -324,6 +324,24 @@ struct Versioned {
     /// (tree, key) → (version, value).
     rows: HashMap<(Arc<str>, Vec<u8>), (i64, IVec)>,
 }
+
+/// The oldest transaction still running that could hold an event number of this database: like
+/// `pg_snapshot_xmin`, but leaving out the transactions of backends connected to other databases
+/// of the cluster. `pg_snapshot_xmin` is cluster-wide, so any long transaction elsewhere on a
+/// shared server (another application's, or another test's database held open for seconds) held
+/// every reader's horizon back, and readers were given no new events until it ended. Transaction
+/// ids of backends the role may not see stay in (`pg_stat_activity` shows them as null): the
+/// horizon is then as conservative as before, never ahead of a transaction of ours. The snapshot's
+/// ids are 64-bit and `pg_stat_activity`'s 32-bit; two running transactions never share the low 32
+/// bits.
+const XMIN: &str = "WITH snap AS (SELECT pg_current_snapshot() AS s), \
+     elsewhere AS (SELECT backend_xid::text::bigint AS x FROM pg_stat_activity \
+       WHERE backend_xid IS NOT NULL \
+       AND datid IS DISTINCT FROM (SELECT oid FROM pg_database WHERE datname = current_database())) \
+     SELECT coalesce( \
+       (SELECT min(i::text::bigint) FROM snap, pg_snapshot_xip(snap.s) AS i \
+        WHERE i::text::bigint % 4294967296 NOT IN (SELECT x FROM elsewhere)), \
+       (SELECT pg_snapshot_xmax(s)::text::bigint FROM snap))";
 
 /// The readers' event horizon (see the module doc).
 #[derive(Default)]
