@@ -44,6 +44,7 @@
 
 pub mod advise;
 mod check;
+mod cost_bound;
 mod exact;
 mod explain;
 pub mod generate;
@@ -300,8 +301,9 @@ fn lagrangian(
     }
     // The weight is proven the most there is (the knapsack bound often proves it where the LP's
     // cannot): its least cost in the LP bounds the cost, without which the gap would say nothing.
-    // Where the LP would be large (at 10,000 diverse jobs it took 5 s), the cheaper bound that
-    // relaxes the pools and capacities.
+    // Where the LP would be large (at 10,000 diverse jobs it took 5 s), the Lagrangian bound on
+    // the cost (`cost_bound`: one pass over the candidates a step), or the cover bound where that
+    // is higher.
     let weight = best.weight(inst);
     if weight >= weight_bound(&bounds) - 0.5
         && !bounds.iter().any(|b| b.cost.is_some() && weight >= b.weight - 0.5)
@@ -310,7 +312,7 @@ fn lagrangian(
         let cost = if small_lp(inst) {
             lp::min_cost_at(inst, weight, deadline, Some(&best)).ok().map(|(cost, _)| cost)
         } else {
-            Some(cheapest_at(inst, weight))
+            Some(cheapest_at(inst, weight).max(cost_bound::bound(inst, weight, best.cost(), &lambda, deadline)))
         };
         if let Some(cost) = cost {
             trace(|| format!("weight proven: cost bound {cost:.2}"));
@@ -562,7 +564,7 @@ fn trivial_bounds(inst: &Instance) -> Bound {
 /// A bound on the cost of every plan placing `weight`, with capacity and quota ignored: the
 /// least cost of covering that weight when each job may be taken in part at the cost per weight of
 /// its cheapest candidate (a gang job whole; a split job's GPUs each at the cheapest per GPU), the
-/// cheapest per weight first. No optimiser, so it serves where the cost LP would be large.
+/// cheapest per weight first. No optimiser: with `cost_bound`'s, where the cost LP would be large.
 fn cheapest_at(inst: &Instance, weight: f64) -> f64 {
     let mut jobs: Vec<(f64, f64)> = Vec::new();
     for class in &inst.classes {
