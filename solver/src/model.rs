@@ -204,9 +204,8 @@ impl<'a> Instance<'a> {
     pub fn resources(&self) -> Resources {
         let p = self.p;
         let pools = self.pool_limit.len();
-        let unbounded = i64::MAX / 4;
-        let mut free: Vec<i64> = self.pool_limit.iter().map(|&l| i64::try_from(l).unwrap_or(unbounded)).collect();
-        free.extend(p.offers.iter().map(|o| o.capacity_vms.map_or(unbounded, i64::from)));
+        let mut free: Vec<i64> = self.pool_limit.iter().map(|&l| i64::try_from(l).unwrap_or(UNBOUNDED)).collect();
+        free.extend(p.offers.iter().map(|o| o.capacity_vms.map_or(UNBOUNDED, i64::from)));
         let offer_res = p
             .offers
             .iter()
@@ -338,6 +337,10 @@ fn class_key(job: &JobDemand) -> String {
     }
     serde_json::to_string(&j).expect("job demands serialise")
 }
+
+/// The free amount [`Instance::resources`] gives a resource without a limit (an offer that states
+/// no capacity): far above any use, with room to add to it without overflow.
+pub(crate) const UNBOUNDED: i64 = i64::MAX / 4;
 
 /// One (job, offer) assignment.
 #[derive(Clone, Copy, Debug)]

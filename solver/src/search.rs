@@ -876,9 +876,9 @@ impl<'i, 'a> Packing<'i, 'a> {
     /// Iterated search for cost at the same weight: `kicks` times, moves a pseudo-randomly chosen
     /// placed gang job to a cheaper candidate of its own whatever room that takes (the lightest
     /// holders are removed), places the removed jobs again with the weight search, then searches
-    /// for cost (with the offers re-filled, [`Packing::repack`]); keeps the result when it places at least as much weight for less. A chain of moves
-    /// (a large gang to a cheaper region, the jobs there elsewhere) that no single relocation or
-    /// swap pays for alone.
+    /// for cost, the offers re-filled once ([`Packing::improve_cost_refilled`]); keeps the result
+    /// when it places at least as much weight for less. A chain of moves (a large gang to a
+    /// cheaper region, the jobs there elsewhere) that no single relocation or swap pays for alone.
     pub fn kick_cost(&mut self, kicks: usize, deadline: Option<Instant>) {
         let mut best = (self.placed_weight(), self.placed_cost());
         let mut next = xorshift(0x2545_F491_4F6C_DD1D);
@@ -910,10 +910,7 @@ impl<'i, 'a> Packing<'i, 'a> {
                 continue;
             }
             trial.improve_weight(deadline);
-            trial.improve_cost(deadline);
-            if trial.repack(deadline) {
-                trial.improve_cost(deadline);
-            }
+            trial.improve_cost_refilled(1, deadline);
             let found = (trial.placed_weight(), trial.placed_cost());
             if found.0 > best.0 + 0.5 || (found.0 > best.0 - 0.5 && found.1 < best.1 - EPS * best.1.max(1.0)) {
                 best = found;

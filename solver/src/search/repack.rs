@@ -29,14 +29,25 @@ struct Item {
 }
 
 impl Packing<'_, '_> {
+    /// The cost search ([`Packing::improve_cost`]), then up to `rounds` times, while re-filling
+    /// the offers changes the plan: the offers re-filled and the cost search again.
+    pub fn improve_cost_refilled(&mut self, rounds: usize, deadline: Option<Instant>) {
+        self.improve_cost(deadline);
+        for _ in 0..rounds {
+            if !self.repack(deadline) {
+                break;
+            }
+            self.improve_cost(deadline);
+        }
+    }
+
     /// Re-fills every offer that holds gang jobs (see the module's doc), keeping a choice that
     /// places more weight, or the same for less; jobs the new choice leaves out go to their
     /// cheapest candidate with room elsewhere, if any. Returns whether the plan changed.
-    pub fn repack(&mut self, deadline: Option<Instant>) -> bool {
+    fn repack(&mut self, deadline: Option<Instant>) -> bool {
         let inst = self.inst;
         let offers = inst.p.offers.len();
-        // Per offer, the waiting gang jobs with a candidate on it, heaviest per VM first (kept when
-        // an offer's knapsack must leave some out).
+        // Per offer, the waiting gang jobs with a candidate on it and that candidate.
         let mut waiting: Vec<Vec<(usize, usize)>> = vec![Vec::new(); offers];
         for &j in &self.order {
             if self.slot[j] == NONE {
@@ -65,20 +76,23 @@ impl Packing<'_, '_> {
             let mut items: Vec<Item> = on.iter().map(|&j| item(self, j, self.slot[j] as usize)).collect();
             let mut more: Vec<Item> =
                 waiting.iter().filter(|&&(j, _)| self.slot[j] == NONE).map(|&(j, k)| item(self, j, k)).collect();
-            let total: usize = items.iter().chain(&more).map(|i| i.vms).sum();
-            let room = usize::try_from(room.max(0)).unwrap_or(usize::MAX).min(total);
-            if more.is_empty() && items.len() < 2 {
+            // Its own jobs all fit already, so without a waiting one no choice is better.
+            if more.is_empty() {
                 continue;
             }
+            let total: usize = items.iter().chain(&more).map(|i| i.vms).sum();
+            let room = usize::try_from(room.max(0)).unwrap_or(usize::MAX).min(total);
             let width = room + 1;
             let fit = (MAX_CELLS / width).saturating_sub(items.len());
             if fit == 0 {
                 continue;
             }
             if more.len() > fit {
+                // Too many to count: the heaviest per VM, then the cheapest per VM.
+                let per_vm = |i: &Item| (i.weight as f64 / i.vms as f64, i.cost / i.vms as f64);
                 more.sort_by(|a, b| {
-                    let per = |i: &Item| (i.weight as f64 / i.vms as f64, -i.cost / i.vms as f64);
-                    per(b).partial_cmp(&per(a)).unwrap_or(std::cmp::Ordering::Equal).then(a.job.cmp(&b.job))
+                    let ((wa, ca), (wb, cb)) = (per_vm(a), per_vm(b));
+                    wb.total_cmp(&wa).then(ca.total_cmp(&cb)).then(a.job.cmp(&b.job))
                 });
                 more.truncate(fit);
             }
@@ -112,6 +126,7 @@ impl Packing<'_, '_> {
             }
             changed = true;
         }
+        crate::trace(|| format!("repack: changed {changed}, {cells} cells"));
         changed
     }
 }
