@@ -17,7 +17,9 @@
 //!   enforced on whole jobs at the same multipliers) tightens; and local search on the best plans (`search`: insert,
 //!   eject lighter jobs, relocate, drop one for many, then cost moves). On up to 50 jobs the exact
 //!   MILP through microlp (pure Rust; `milp_microlp`) from the best plan, within a node budget,
-//!   which proves many of them (the weight, then the cost: 19 of 44 independent 40-job problems). On up to 40 jobs (100 with
+//!   each phase after a root loop of reduced-cost fixing (`reduced_cost`) and cover cuts
+//!   (`cover_cuts`), which proves many of them (the weight, then the cost: 23 of 44 independent
+//!   40-job problems). On up to 40 jobs (100 with
 //!   its weight capped at the best bound: where that is the plan's weight only cost is left),
 //!   branch and bound from the best plan (`exact`; a non-gang job split over candidates in whole VMs) proves the optimum
 //!   (`optimal: true`) when it finishes within its node budget; on up to 100 jobs the
@@ -45,6 +47,7 @@
 pub mod advise;
 mod check;
 mod cost_bound;
+mod cover_cuts;
 mod exact;
 mod explain;
 pub mod generate;
@@ -63,6 +66,7 @@ mod priority;
 mod problem;
 mod quota_pools;
 mod recost;
+mod reduced_cost;
 mod search;
 
 use std::time::Instant;

@@ -130,6 +130,17 @@ impl Model {
         self.vars.len() - 1
     }
 
+    /// The candidates of each gang job that is a class of its own: at most one of each list is 1.
+    pub fn single_gangs(&self) -> Vec<&[usize]> {
+        self.classes
+            .iter()
+            .filter_map(|c| match c {
+                ClassVars::Gang(vs) if vs.first().is_some_and(|&v| self.vars[v].max <= 1.0) => Some(vs.as_slice()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Whether the model has no variable (no job has a candidate).
     pub fn is_empty(&self) -> bool {
         self.vars.is_empty()
