@@ -103,7 +103,9 @@ pub(crate) fn solve(inst: &Instance, start: &Sol, weight_bound: f64, deadline: O
     if weight < proven_weight - 0.5 {
         return Some(Outcome { sol: best, bounds, optimal: false });
     }
-    let full = phases.run(&mut best, Goal::Cost, &[m.weight_at_least(weight)], COST_WORK, PIVOTS_PER_NODE)?;
+    // The weight is proven the most there is: the relaxation may not place more either.
+    let at_weight = [m.weight_at_least(weight), m.weight_at_most(proven_weight.max(weight))];
+    let full = phases.run(&mut best, Goal::Cost, &at_weight, COST_WORK, PIVOTS_PER_NODE)?;
     crate::trace(|| format!("milp cost: {:.2} bound {:?} optimal {}", best.cost(), full.bound, full.optimal));
     let cost = full.bound.map(|b| (b - SLACK * b.abs().max(1.0)).max(0.0));
     bounds.push(Bound { weight, cost });
