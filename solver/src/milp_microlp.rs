@@ -262,7 +262,8 @@ fn run(
                     crate::trace(|| format!("root: round {round}, {} cuts: nothing reaches the target", cuts.len()));
                     return Some(Run { values: None, bound: Some(t.rest), optimal: true, pivots_per_node: 1 });
                 }
-                Err(()) => break,
+                // The dual LP failed (microlp's numerics): no fixing this round, the cuts go on.
+                Err(()) => 0,
             };
             if round == ROOT_ROUNDS {
                 break;

@@ -101,7 +101,13 @@ fn duals(range: &[f64], objective: &[f64], rows: &[&Row], rhs: &[f64]) -> Option
             column.add(s, 1.0);
             p.add_constraint(column, ComparisonOp::Ge, c);
         }
-        let outcome = p.solve().ok()?;
+        let outcome = match p.solve() {
+            Ok(o) => o,
+            Err(e) => {
+                crate::trace(|| format!("duals: {e:?}"));
+                return None;
+            }
+        };
         let solution = outcome.solution()?;
         Some(y.iter().map(|&v| solution.var_value_raw(v).max(0.0)).collect::<Vec<f64>>())
     });
