@@ -153,32 +153,6 @@ fn covering(r: &Row, gang_of: &[Option<usize>], d: &crate::reduced_cost::Domains
     Some(Row { terms, rhs: -(extra + 1.0) })
 }
 
-/// The LP relaxation's optimal point (microlp's simplex), `None` where it fails.
-pub(crate) fn relaxation(
-    d: &crate::reduced_cost::Domains,
-    objective: &[f64],
-    maximise: bool,
-    rows: &[&Row],
-) -> Option<Vec<f64>> {
-    use microlp::{ComparisonOp, LinearExpr, OptimizationDirection, Problem};
-    let solved = std::panic::catch_unwind(|| {
-        let direction = if maximise { OptimizationDirection::Maximize } else { OptimizationDirection::Minimize };
-        let mut p = Problem::new(direction);
-        let xs: Vec<_> = objective.iter().enumerate().map(|(v, &c)| p.add_var(c, (d.min[v], d.max[v]))).collect();
-        for r in rows {
-            let mut e = LinearExpr::empty();
-            for &(v, a) in &r.terms {
-                e.add(xs[v], a);
-            }
-            p.add_constraint(e, ComparisonOp::Le, r.rhs);
-        }
-        let outcome = p.solve().ok()?;
-        let solution = outcome.solution()?;
-        Some(xs.iter().map(|&v| solution.var_value_raw(v)).collect::<Vec<f64>>())
-    });
-    solved.ok().flatten()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -269,7 +269,7 @@ fn run(
                 break;
             }
             let all: Vec<&Row> = m.rows.iter().chain(extra).chain(&cuts).collect();
-            let Some(x) = crate::cover_cuts::relaxation(&d, objective, maximise, &all) else { break };
+            let Some(x) = crate::reduced_cost::relaxation(&d, objective, maximise, &all) else { break };
             let lpv: f64 = x.iter().zip(objective).map(|(a, b)| a * b).sum();
             let model: Vec<&Row> = m.rows.iter().chain(extra).collect();
             let new = crate::cover_cuts::separate(&model, &gang_of, &d, &x);
@@ -336,14 +336,9 @@ fn run(
         options.node_limit = Some(work / (size * pivots_per_node.max(1)));
         options.time_limit = time_limit;
         options.warm_start = Some(free.iter().map(|&(j, v)| (v, start[j])).collect());
-        let outcome = match p.solve_with(options) {
-            Ok(o) => o,
-            // Nothing left reaches the target (with its row): the incumbent is optimal.
-            Err(microlp::Error::Infeasible) if target.is_some() => {
-                return Some(Run { values: None, bound: target.map(|t| t.rest), optimal: true, pivots_per_node: 1 });
-            }
-            Err(_) => return None,
-        };
+        // An error, infeasibility included, proves nothing here: microlp has called a feasible LP
+        // unbounded, and only the fixing's own bound above is trusted to prove the incumbent.
+        let outcome = p.solve_with(options).ok()?;
         let stats = outcome.stats();
         crate::trace(|| {
             let ms = stats.elapsed.as_secs_f64() * 1e3;
