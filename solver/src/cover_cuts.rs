@@ -158,35 +158,23 @@ mod tests {
     use super::*;
     use crate::reduced_cost::Domains;
 
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
-
     /// No cut removes a plan: on 500 random models of single gang jobs (each on one of its
     /// candidates or none) with pool rows and an "at least this weight" row, cut at random LP points,
     /// every integer plan of the model keeps every cut (fails when a cover is not one, or the
     /// extension or the covering row's complement is wrong).
     #[test]
     fn cuts_keep_every_plan() {
-        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        let mut next = crate::search::xorshift(0x2545_f491_4f6c_dd1d);
+        let mut below = |n: u64| next() % n;
         let mut cut_count = 0;
         for case in 0..500 {
-            let jobs = 2 + rng.below(5) as usize;
+            let jobs = 2 + below(5) as usize;
             let mut gang_of = Vec::new();
             let mut weight = Vec::new();
             let mut choices: Vec<Vec<usize>> = Vec::new();
             for j in 0..jobs {
-                let w = (1 + rng.below(20)) as f64;
-                let k = 1 + rng.below(3) as usize;
+                let w = (1 + below(20)) as f64;
+                let k = 1 + below(3) as usize;
                 choices.push((gang_of.len()..gang_of.len() + k).collect());
                 for _ in 0..k {
                     gang_of.push(Some(j));
@@ -194,20 +182,7 @@ mod tests {
                 }
             }
             let n = gang_of.len();
-            let mut rows: Vec<Row> = (0..1 + rng.below(3))
-                .map(|_| Row {
-                    terms: {
-                        let mut t = Vec::new();
-                        for v in 0..n {
-                            if rng.below(3) > 0 {
-                                t.push((v, (1 + rng.below(9)) as f64));
-                            }
-                        }
-                        t
-                    },
-                    rhs: (2 + rng.below(14)) as f64,
-                })
-                .collect();
+            let mut rows = crate::milp::random_rows(n, 2, 14, &mut below);
             // Every plan: each job on one of its candidates or none.
             let mut plans: Vec<Vec<f64>> = vec![vec![0.0; n]];
             for c in &choices {
@@ -225,13 +200,13 @@ mod tests {
             let holds = |r: &Row, p: &Vec<f64>| r.terms.iter().map(|&(v, a)| a * p[v]).sum::<f64>() <= r.rhs + 1e-9;
             plans.retain(|p| rows.iter().all(|r| holds(r, p)));
             let most = plans.iter().map(|p| p.iter().zip(&weight).map(|(x, w)| x * w).sum::<f64>()).fold(0.0, f64::max);
-            let need = most - rng.below(6) as f64;
+            let need = most - below(6) as f64;
             rows.push(Row { terms: weight.iter().enumerate().map(|(v, w)| (v, -w)).collect(), rhs: -need });
             plans.retain(|p| holds(rows.last().unwrap(), p));
             let d = Domains { min: vec![0.0; n], max: vec![1.0; n] };
             let refs: Vec<&Row> = rows.iter().collect();
             for _ in 0..4 {
-                let x: Vec<f64> = (0..n).map(|_| rng.below(101) as f64 / 100.0 / 2.0).collect();
+                let x: Vec<f64> = (0..n).map(|_| below(101) as f64 / 100.0 / 2.0).collect();
                 for cut in separate(&refs, &gang_of, &d, &x) {
                     cut_count += 1;
                     for p in &plans {

@@ -255,3 +255,20 @@ impl Model {
         sol
     }
 }
+
+/// One to three random rows over `n` variables for the root's tests: each variable in a row with
+/// probability 2/3, coefficients 1-9, right-hand side `lo` to `lo + spread − 1`.
+#[cfg(test)]
+pub(crate) fn random_rows(n: usize, lo: u64, spread: u64, below: &mut impl FnMut(u64) -> u64) -> Vec<Row> {
+    (0..1 + below(3))
+        .map(|_| {
+            let mut terms = Vec::new();
+            for v in 0..n {
+                if below(3) > 0 {
+                    terms.push((v, (1 + below(9)) as f64));
+                }
+            }
+            Row { terms, rhs: (lo + below(spread)) as f64 }
+        })
+        .collect()
+}

@@ -139,20 +139,6 @@ pub(crate) fn relaxation(d: &Domains, objective: &[f64], maximise: bool, rows: &
 mod tests {
     use super::*;
 
-    /// A small xorshift: the tests' models are random but reproducible.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
-
     /// Every integer point of a random model: 0 ≤ x ≤ max, rows with non-negative coefficients.
     fn points(vars: &[Var], rows: &[Row]) -> Vec<Vec<f64>> {
         let mut out = vec![Vec::new()];
@@ -171,25 +157,13 @@ mod tests {
     /// rounding of the fixed bounds is wrong).
     #[test]
     fn no_plan_reaching_the_target_is_fixed_out() {
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut next = crate::search::xorshift(0x9e37_79b9_7f4a_7c15);
+        let mut below = |n: u64| next() % n;
         for case in 0..300 {
-            let n = 3 + rng.below(5) as usize;
-            let vars: Vec<Var> = (0..n).map(|_| Var { integer: true, max: (1 + rng.below(2)) as f64 }).collect();
-            let objective: Vec<f64> = (0..n).map(|_| rng.below(40) as f64 - 5.0).collect();
-            let rows: Vec<Row> = (0..1 + rng.below(3))
-                .map(|_| Row {
-                    terms: {
-                        let mut t = Vec::new();
-                        for v in 0..n {
-                            if rng.below(3) > 0 {
-                                t.push((v, (1 + rng.below(9)) as f64));
-                            }
-                        }
-                        t
-                    },
-                    rhs: (3 + rng.below(12)) as f64,
-                })
-                .collect();
+            let n = 3 + below(5) as usize;
+            let vars: Vec<Var> = (0..n).map(|_| Var { integer: true, max: (1 + below(2)) as f64 }).collect();
+            let objective: Vec<f64> = (0..n).map(|_| below(40) as f64 - 5.0).collect();
+            let rows = crate::milp::random_rows(n, 3, 12, &mut below);
             let all = points(&vars, &rows);
             let value = |p: &Vec<f64>| p.iter().zip(&objective).map(|(x, c)| x * c).sum::<f64>();
             let best = all.iter().map(value).fold(f64::NEG_INFINITY, f64::max);
