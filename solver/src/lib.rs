@@ -18,7 +18,7 @@
 //!   eject lighter jobs, relocate, drop one for many, then cost moves). On up to 50 jobs the exact
 //!   MILP through microlp (pure Rust; `milp_microlp`) from the best plan, within a node budget,
 //!   each phase after a root loop of reduced-cost fixing (`reduced_cost`) and cover cuts
-//!   (`cover_cuts`), which proves many of them (the weight, then the cost: 23 of 44 independent
+//!   (`cover_cuts`), which proves many of them (the weight, then the cost: 24 of 44 independent
 //!   40-job problems). On up to 40 jobs (100 with
 //!   its weight capped at the best bound: where that is the plan's weight only cost is left),
 //!   branch and bound from the best plan (`exact`; a non-gang job split over candidates in whole VMs) proves the optimum

@@ -15,8 +15,9 @@
 //! MILP solver would: rounds of fixing by reduced cost (`reduced_cost`) and cover cuts on the pool,
 //! capacity and weight rows (`cover_cuts`), each round's LP priced again. Often that alone proves
 //! the incumbent (no plan reaches the target); otherwise microlp searches what is left, a smaller
-//! model under a tighter relaxation. On the 44 independent 40-job problems: 23 proven instead of
-//! 19, mean 426 instead of 393 ms (BENCHMARKS.md, "Root cuts and fixing").
+//! model under a tighter relaxation. On the 44 independent 40-job problems: 24 proven instead of
+//! 19, mean 419 instead of 393 ms; on 60 random `diverse` ones of 20-40 jobs 50 instead of 43
+//! (BENCHMARKS.md, "Root cuts and fixing").
 //!
 //! Deterministic: the budget is in nodes (see [`WEIGHT_WORK`]), not time (a wall-clock cap per
 //! phase made solving twice give two plans under load); the deadline stops it only under a time
