@@ -11,7 +11,9 @@
 //! and each round of cover cuts (`cover_cuts`) raises the bound's prices and fixes more. The LP
 //! relaxation's point those cuts are separated from is solved here too ([`relaxation`]).
 
-use microlp::{ComparisonOp, LinearExpr, OptimizationDirection, Problem};
+use std::time::Instant;
+
+use microlp::{ComparisonOp, LinearExpr, OptimizationDirection, Problem, SolveOptions};
 
 use crate::milp::{Row, Var};
 
@@ -31,12 +33,13 @@ pub(crate) fn fix(
     rows: &[&Row],
     d: &mut Domains,
     target: f64,
+    deadline: Option<Instant>,
 ) -> Result<Option<usize>, ()> {
     // Shifted to 0 ≤ x − lo ≤ hi − lo: the rows' right-hand sides less what the lower bounds use.
     let shifted: Vec<f64> =
         rows.iter().map(|r| r.rhs - r.terms.iter().map(|&(v, a)| a * d.min[v]).sum::<f64>()).collect();
     let range: Vec<f64> = d.max.iter().zip(&d.min).map(|(h, l)| h - l).collect();
-    let y = duals(&range, objective, rows, &shifted).ok_or(())?;
+    let y = duals(&range, objective, rows, &shifted, deadline).ok_or(())?;
     let mut red: Vec<f64> = objective.to_vec();
     let mut bound: f64 = objective.iter().zip(&d.min).map(|(c, l)| c * l).sum();
     for ((r, &price), rhs) in rows.iter().zip(&y).zip(&shifted) {
@@ -87,7 +90,8 @@ pub(crate) fn fix(
 
 /// Prices of `rows` minimising the bound above: the dual LP `min b·y + u·s, Aᵀy + s ≥ c, y, s ≥ 0`
 /// (`b` the shifted right-hand sides, `u` the ranges).
-fn duals(range: &[f64], objective: &[f64], rows: &[&Row], rhs: &[f64]) -> Option<Vec<f64>> {
+fn duals(range: &[f64], objective: &[f64], rows: &[&Row], rhs: &[f64], deadline: Option<Instant>) -> Option<Vec<f64>> {
+    let options = lp_options(deadline)?;
     let solved = std::panic::catch_unwind(|| {
         let mut p = Problem::new(OptimizationDirection::Minimize);
         let y: Vec<_> = rhs.iter().map(|&b| p.add_var(b, (0.0, f64::INFINITY))).collect();
@@ -102,7 +106,7 @@ fn duals(range: &[f64], objective: &[f64], rows: &[&Row], rhs: &[f64]) -> Option
             column.add(s, 1.0);
             p.add_constraint(column, ComparisonOp::Ge, c);
         }
-        let outcome = match p.solve() {
+        let outcome = match p.solve_with(options) {
             Ok(o) => o,
             Err(e) => {
                 crate::trace(|| format!("duals: {e:?}"));
@@ -116,7 +120,14 @@ fn duals(range: &[f64], objective: &[f64], rows: &[&Row], rhs: &[f64]) -> Option
 }
 
 /// The LP relaxation's optimal point (microlp's simplex), `None` where it fails.
-pub(crate) fn relaxation(d: &Domains, objective: &[f64], maximise: bool, rows: &[&Row]) -> Option<Vec<f64>> {
+pub(crate) fn relaxation(
+    d: &Domains,
+    objective: &[f64],
+    maximise: bool,
+    rows: &[&Row],
+    deadline: Option<Instant>,
+) -> Option<Vec<f64>> {
+    let options = lp_options(deadline)?;
     let solved = std::panic::catch_unwind(|| {
         let direction = if maximise { OptimizationDirection::Maximize } else { OptimizationDirection::Minimize };
         let mut p = Problem::new(direction);
@@ -128,11 +139,22 @@ pub(crate) fn relaxation(d: &Domains, objective: &[f64], maximise: bool, rows: &
             }
             p.add_constraint(e, ComparisonOp::Le, r.rhs);
         }
-        let outcome = p.solve().ok()?;
+        let outcome = p.solve_with(options).ok()?;
         let solution = outcome.solution()?;
         Some(xs.iter().map(|&v| solution.var_value_raw(v)).collect::<Vec<f64>>())
     });
     solved.ok().flatten()
+}
+
+/// An LP's options under a time limit: what is left of it (an LP the limit stops gives no point,
+/// or a point no worse for the uses here: any non-negative prices bound, any point separates).
+/// `None` when no time is left.
+fn lp_options(deadline: Option<Instant>) -> Option<SolveOptions> {
+    let mut options = SolveOptions::default();
+    if let Some(d) = deadline {
+        options.time_limit = Some(d.checked_duration_since(Instant::now()).filter(|t| !t.is_zero())?);
+    }
+    Some(options)
 }
 
 #[cfg(test)]
@@ -170,7 +192,7 @@ mod tests {
             for target in [best, best - 1.0, best - 7.0, best + 1.0] {
                 let refs: Vec<&Row> = rows.iter().collect();
                 let mut d = Domains { min: vec![0.0; n], max: vars.iter().map(|v| v.max).collect() };
-                let fixed = fix(&vars, &objective, &refs, &mut d, target).expect("the dual LP solves");
+                let fixed = fix(&vars, &objective, &refs, &mut d, target, None).expect("the dual LP solves");
                 for p in all.iter().filter(|p| value(p) >= target - 1e-9) {
                     let kept = fixed.is_some() && p.iter().enumerate().all(|(v, &x)| d.min[v] <= x && x <= d.max[v]);
                     assert!(kept, "case {case}: point {p:?} of value {} (target {target}) fixed out", value(p));
