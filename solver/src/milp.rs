@@ -130,15 +130,20 @@ impl Model {
         self.vars.len() - 1
     }
 
-    /// The candidates of each gang job that is a class of its own: at most one of each list is 1.
-    pub fn single_gangs(&self) -> Vec<&[usize]> {
-        self.classes
-            .iter()
-            .filter_map(|c| match c {
-                ClassVars::Gang(vs) if vs.first().is_some_and(|&v| self.vars[v].max <= 1.0) => Some(vs.as_slice()),
-                _ => None,
-            })
-            .collect()
+    /// Per variable, the gang job it is a candidate of where that job is a class of its own (at
+    /// most one of its candidates is 1), numbered from 0; `None` for every other variable.
+    pub fn gang_of(&self) -> Vec<Option<usize>> {
+        let mut gang_of = vec![None; self.vars.len()];
+        let single = self.classes.iter().filter_map(|c| match c {
+            ClassVars::Gang(vs) if vs.first().is_some_and(|&v| self.vars[v].max <= 1.0) => Some(vs),
+            _ => None,
+        });
+        for (g, vs) in single.enumerate() {
+            for &v in vs {
+                gang_of[v] = Some(g);
+            }
+        }
+        gang_of
     }
 
     /// Whether the model has no variable (no job has a candidate).

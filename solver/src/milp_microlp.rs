@@ -206,6 +206,70 @@ struct Run {
     pivots_per_node: u64,
 }
 
+/// What the root's loop leaves the search: nothing (no plan reaches the target), or the domains
+/// the fixing left and the cuts.
+enum Root {
+    Proven,
+    Left { domains: Domains, cuts: Vec<Row> },
+}
+
+/// The root's loop of a phase (see [`ROOT_ROUNDS`]): rounds of reduced-cost fixing against `t` and
+/// of cover cuts at the LP's point, until the LP stalls or the rounds or the time run out.
+fn root(m: &Model, objective: &[f64], maximise: bool, extra: &[Row], t: Target, deadline: Option<Instant>) -> Root {
+    let mut d = Domains { min: vec![0.0; m.vars.len()], max: m.vars.iter().map(|v| v.max).collect() };
+    let mut cuts: Vec<Row> = Vec::new();
+    let sign = if maximise { 1.0 } else { -1.0 };
+    let signed: Vec<f64> = objective.iter().map(|c| sign * c).collect();
+    let gang_of = m.gang_of();
+    let mut last = None;
+    let mut stalls = 0;
+    // microlp's LPs do not stop the moment their time limit passes (building and factoring the
+    // basis comes first): a round starts only when it can end in time, as long as the last one
+    // took twice over (the first one, as long as [`FIRST_ROUND`]).
+    let mut round_time = FIRST_ROUND;
+    for round in 0..=ROOT_ROUNDS {
+        let started = Instant::now();
+        if deadline.is_some_and(|d| started + 2 * round_time >= d) {
+            break;
+        }
+        // A row on the objective itself (the weight phase's cap) would take all the prices and
+        // leave every reduced cost zero: the fixing prices the model's rows only.
+        let priced: Vec<&Row> = if maximise {
+            m.rows.iter().chain(&cuts).collect()
+        } else {
+            m.rows.iter().chain(extra).chain(&cuts).collect()
+        };
+        let fixed = match crate::reduced_cost::fix(&m.vars, &signed, &priced, &mut d, sign * t.fix_at, deadline) {
+            Ok(Some(n)) => n,
+            Ok(None) => {
+                crate::trace(|| format!("root: round {round}, {} cuts: nothing reaches the target", cuts.len()));
+                return Root::Proven;
+            }
+            // The dual LP failed (microlp's numerics): no fixing this round, the cuts go on.
+            Err(()) => 0,
+        };
+        if round == ROOT_ROUNDS {
+            break;
+        }
+        let all: Vec<&Row> = m.rows.iter().chain(extra).chain(&cuts).collect();
+        let Some(x) = crate::reduced_cost::relaxation(&d, objective, maximise, &all, deadline) else { break };
+        let lpv: f64 = x.iter().zip(objective).map(|(a, b)| a * b).sum();
+        let model: Vec<&Row> = m.rows.iter().chain(extra).collect();
+        let new = crate::cover_cuts::separate(&model, &gang_of, &d, &x);
+        crate::trace(|| format!("root: lp {lpv:.2}, {fixed} fixed, {} new cuts, {} in all", new.len(), cuts.len()));
+        // Progress: the LP closed at least a fiftieth of what separates it from the target.
+        let moved = last.is_none_or(|l: f64| (l - lpv).abs() > 0.02 * (l - t.fix_at).abs().max(1e-6 * l.abs()));
+        stalls = if moved || fixed > 0 { 0 } else { stalls + 1 };
+        if new.is_empty() || stalls >= 3 {
+            break;
+        }
+        last = Some(lpv);
+        cuts.extend(new);
+        round_time = started.elapsed();
+    }
+    Root::Left { domains: d, cuts }
+}
+
 /// What a phase must beat: the objective value every plan it looks for reaches (`fix_at`, for
 /// reduced-cost fixing), and what the plans it thereby leaves out reach at best (`rest`, the
 /// incumbent's value: the bound over them).
@@ -235,65 +299,13 @@ fn run(
         return None;
     }
     let maximise = matches!(direction, OptimizationDirection::Maximize);
-    let mut d = Domains { min: vec![0.0; m.vars.len()], max: m.vars.iter().map(|v| v.max).collect() };
-    let mut cuts: Vec<Row> = Vec::new();
-    if let Some(t) = target {
-        let sign = if maximise { 1.0 } else { -1.0 };
-        let signed: Vec<f64> = objective.iter().map(|c| sign * c).collect();
-        let mut gang_of = vec![None; m.vars.len()];
-        for (g, vs) in m.single_gangs().iter().enumerate() {
-            for &v in *vs {
-                gang_of[v] = Some(g);
-            }
-        }
-        let mut last = None;
-        let mut stalls = 0;
-        // microlp's LPs do not stop the moment their time limit passes (building and factoring
-        // the basis comes first): a round starts only when it can end in time, as long as the
-        // last one took twice over (the first one, as long as [`FIRST_ROUND`]).
-        let mut round_time = FIRST_ROUND;
-        for round in 0..=ROOT_ROUNDS {
-            let started = Instant::now();
-            if deadline.is_some_and(|d| started + 2 * round_time >= d) {
-                break;
-            }
-            // A row on the objective itself (the weight phase's cap) would take all the prices and
-            // leave every reduced cost zero: the fixing prices the model's rows only.
-            let priced: Vec<&Row> = if maximise {
-                m.rows.iter().chain(&cuts).collect()
-            } else {
-                m.rows.iter().chain(extra).chain(&cuts).collect()
-            };
-            let fixed = match crate::reduced_cost::fix(&m.vars, &signed, &priced, &mut d, sign * t.fix_at, deadline) {
-                Ok(Some(n)) => n,
-                // No plan reaches the target: the incumbent is optimal.
-                Ok(None) => {
-                    crate::trace(|| format!("root: round {round}, {} cuts: nothing reaches the target", cuts.len()));
-                    return Some(Run { values: None, bound: Some(t.rest), optimal: true, pivots_per_node: 1 });
-                }
-                // The dual LP failed (microlp's numerics): no fixing this round, the cuts go on.
-                Err(()) => 0,
-            };
-            if round == ROOT_ROUNDS {
-                break;
-            }
-            let all: Vec<&Row> = m.rows.iter().chain(extra).chain(&cuts).collect();
-            let Some(x) = crate::reduced_cost::relaxation(&d, objective, maximise, &all, deadline) else { break };
-            let lpv: f64 = x.iter().zip(objective).map(|(a, b)| a * b).sum();
-            let model: Vec<&Row> = m.rows.iter().chain(extra).collect();
-            let new = crate::cover_cuts::separate(&model, &gang_of, &d, &x);
-            crate::trace(|| format!("root: lp {lpv:.2}, {fixed} fixed, {} new cuts, {} in all", new.len(), cuts.len()));
-            // Progress: the LP closed at least a fiftieth of what separates it from the target.
-            let moved = last.is_none_or(|l: f64| (l - lpv).abs() > 0.02 * (l - t.fix_at).abs().max(1e-6 * l.abs()));
-            stalls = if moved || fixed > 0 { 0 } else { stalls + 1 };
-            if new.is_empty() || stalls >= 3 {
-                break;
-            }
-            last = Some(lpv);
-            cuts.extend(new);
-            round_time = started.elapsed();
-        }
-    }
+    let (d, cuts) = match target {
+        Some(t) => match root(m, objective, maximise, extra, t, deadline) {
+            Root::Proven => return Some(Run { values: None, bound: Some(t.rest), optimal: true, pivots_per_node: 1 }),
+            Root::Left { domains, cuts } => (domains, cuts),
+        },
+        None => (Domains { min: vec![0.0; m.vars.len()], max: m.vars.iter().map(|v| v.max).collect() }, Vec::new()),
+    };
     // What the root's rounds left of the time limit, not what there was before them.
     let time_limit = match deadline {
         Some(d) => Some(d.checked_duration_since(Instant::now()).filter(|t| !t.is_zero())?),
