@@ -379,17 +379,27 @@ fn improve(inst: &Instance, mut sol: Sol, prices: &[f64], bounds: &[Bound], dead
         let mut pack = search::Packing::from_sol(inst, &sol);
         pack.guide(prices);
         pack.improve_weight(deadline);
-        // The iterated search on top (see `kicks`); on large problems, cheaper local kicks after it.
+        // The iterated search on top (see `kicks`); on large problems, cheaper local kicks after it,
+        // on the others kicks that make room by moving jobs.
+        let mut rooms = None;
         if !many_placed(&sol) {
             pack.kick(kicks(inst), deadline);
             if inst.p.jobs.len() > MAX_KICK_JOBS {
                 let more = (MORE_LOCAL_KICKS, (1.0 - FAR_FROM_BOUND) * weight_bound);
                 pack.kick_local(LOCAL_KICKS, Some(more), search::LOCAL_PER_RESOURCE, deadline);
+            } else if inst.p.jobs.len() > milp_microlp::MAX_JOBS {
+                let mut moved = pack.clone();
+                moved.kick_making_room(kicks(inst) / ROOM_KICK_SHARE, deadline);
+                rooms = Some(moved);
             }
         }
-        let mut found = pack.to_sol();
-        found.improve(inst);
-        sol = pick(inst, sol, found);
+        // Each packing as a plan (waiting split jobs placed again where there is room), the best:
+        // a packing of more weight can give a plan of less.
+        for pack in std::iter::once(pack).chain(rooms) {
+            let mut found = pack.to_sol();
+            found.improve(inst);
+            sol = pick(inst, sol, found);
+        }
     }
     trace(|| format!("after weight search: plan {} cost {:.2}", sol.weight(inst), sol.cost()));
     cost_search(inst, sol, deadline)
@@ -430,6 +440,15 @@ pub(crate) fn kicks(inst: &Instance) -> usize {
     let jobs = inst.p.jobs.len().max(1);
     if jobs <= MAX_KICK_JOBS { (KICK_BUDGET / (jobs * jobs)).min(MAX_KICKS) } else { LARGE_KICKS }
 }
+
+/// The kicks that make room by moving jobs (`search::Packing::kick_making_room`) are this fraction
+/// of the others, after them, on up to [`MAX_KICK_JOBS`] jobs. Each such kick's search tries, for
+/// every job it cannot place, chains of moves that fail most of the time: with room-making in every
+/// kick the 33 independent 60-300-job problems took up to 2.6 times as long, and the plans followed
+/// other paths (6 placed less). After the plain kicks, as a quarter of them, they start from the
+/// plan the plain kicks found. Not on problems the MILP runs on (`milp_microlp::MAX_JOBS`): on the
+/// 164 random and independent problems of 20-40 jobs they changed no plan, for 2-11 % more time.
+const ROOM_KICK_SHARE: usize = 4;
 
 /// Kicks on problems of more than [`MAX_KICK_JOBS`] jobs, where each costs a weight search over all
 /// of them (10-150 ms at 1,000-10,000 jobs). On the 26 problems of 1,000 and 10,000 jobs of the
