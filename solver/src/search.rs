@@ -76,8 +76,21 @@ pub(crate) struct Packing<'i, 'a> {
     /// Per job, the candidates ejection and relocation try: those whose resources the prices rate
     /// cheapest (all of them until `guide` is called).
     tried: Vec<Vec<u32>>,
-    /// Whether the weight search also makes room by moving jobs ([`Packing::make_room`]).
-    room: bool,
+    /// What the weight search does besides its moves to make room for a waiting job.
+    room: RoomMaking,
+}
+
+/// What the weight search does, besides its other moves, to make room for a waiting job.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum RoomMaking {
+    /// Nothing.
+    Off,
+    /// Chains of relocations ([`Packing::make_room`]).
+    Chains,
+    /// Also the one job that holds the room relocated after lighter ones make way where it goes
+    /// ([`Packing::relocate_ejecting`]), and ejections that count a job able to move away as not
+    /// lost ([`Packing::lost_weight`]).
+    ChainsAndEjections,
 }
 
 /// What an ejection makes room for: a gang job's candidate, or a split job's new piece.
@@ -155,7 +168,7 @@ impl<'i, 'a> Packing<'i, 'a> {
             res_jobs,
             promising: vec![true; p.jobs.len()],
             tried: (0..p.jobs.len()).map(|j| (0..inst.cands_of(j).len() as u32).collect()).collect(),
-            room: false,
+            room: RoomMaking::Off,
         };
         for a in &sol.assigns {
             if p.jobs[a.job].gang {
@@ -357,6 +370,26 @@ impl<'i, 'a> Packing<'i, 'a> {
         }
     }
 
+    /// The weight an ejection expects to lose with holder `i`: with room-making on, none when the
+    /// holder has another candidate of its own that fits now and uses none of the resources in
+    /// `needs` ([`Packing::eject_and_place`] then places it there, or counts it lost if the room
+    /// went to another); its weight otherwise.
+    fn lost_weight(&self, i: usize, needs: &[(usize, i64)]) -> f64 {
+        if self.room == RoomMaking::ChainsAndEjections && i < self.slot.len() {
+            let ki = self.slot[i] as usize;
+            let movable = self.tried[i].iter().map(|&k| k as usize).any(|k| {
+                k != ki && {
+                    let c = self.cand(i, k);
+                    self.fits(i, k) && !self.offer_res[c.offer].iter().any(|&(r, _)| needs.iter().any(|&(x, _)| x == r))
+                }
+            });
+            if movable {
+                return 0.0;
+            }
+        }
+        self.holder_weight(i)
+    }
+
     /// How much of resource `r` a holder holds.
     fn holder_held(&self, i: usize, r: usize) -> i64 {
         match i.checked_sub(self.slot.len()) {
@@ -415,7 +448,7 @@ impl<'i, 'a> Packing<'i, 'a> {
         let mut single: Option<(usize, f64)> = None;
         for o in self.covering_offers(&needs) {
             for i in self.holders_on(o, j) {
-                let w = self.holder_weight(i);
+                let w = self.lost_weight(i, &needs);
                 if w < limit
                     && single.is_none_or(|(si, sw)| w < sw || (w == sw && i < si))
                     && needs.iter().all(|&(r, d)| self.holder_held(i, r) >= d)
@@ -431,7 +464,7 @@ impl<'i, 'a> Packing<'i, 'a> {
         // The cover takes from the lightest holders only (it prefers little weight per room freed, and
         // a busy pool has thousands of holders).
         if holders.len() > MAX_HOLDERS {
-            let mut weighed: Vec<(f64, usize)> = holders.iter().map(|&i| (self.holder_weight(i), i)).collect();
+            let mut weighed: Vec<(f64, usize)> = holders.iter().map(|&i| (self.lost_weight(i, &needs), i)).collect();
             weighed.select_nth_unstable_by(MAX_HOLDERS, |a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
             holders = weighed[..MAX_HOLDERS].iter().map(|&(_, i)| i).collect();
         }
@@ -452,7 +485,7 @@ impl<'i, 'a> Packing<'i, 'a> {
                 if cover <= 0.0 {
                     continue;
                 }
-                let ratio = self.holder_weight(i) / cover;
+                let ratio = self.lost_weight(i, &needs) / cover;
                 if best.is_none_or(|(_, b)| ratio < b) {
                     best = Some((idx, ratio));
                 }
@@ -462,7 +495,7 @@ impl<'i, 'a> Packing<'i, 'a> {
             for (r, d) in left.iter_mut() {
                 *d -= self.holder_held(i, *r);
             }
-            total += self.holder_weight(i);
+            total += self.lost_weight(i, &needs);
             chosen.push(i);
             if total >= limit {
                 break;
@@ -517,10 +550,16 @@ impl<'i, 'a> Packing<'i, 'a> {
                 self.put(i, ki);
             }
         }
-        // Make room: jobs that hold it move elsewhere, making room there in turn if need be.
-        if !self.room {
+        if self.room == RoomMaking::Off {
             return 0.0;
         }
+        // Relocate after ejecting: the job that holds the room moves where lighter ones make way.
+        if self.room == RoomMaking::ChainsAndEjections
+            && let Some(gain) = self.relocate_ejecting(j, wj, tried)
+        {
+            return gain;
+        }
+        // Make room: jobs that hold it move elsewhere, making room there in turn if need be.
         let mut budget = ROOM_BUDGET;
         for k in tried.iter().take(ROOM_CANDIDATES).map(|&k| k as usize) {
             let c = *self.cand(j, k);
@@ -531,6 +570,33 @@ impl<'i, 'a> Packing<'i, 'a> {
             }
         }
         0.0
+    }
+
+    /// Places waiting job `j` (worth `wj`) on one of its first [`ROOM_CANDIDATES`] candidates by
+    /// moving the one placed job, of any weight, that holds all the room it lacks to another
+    /// candidate of its own, after taking out there jobs lighter together than `j` (placed again
+    /// elsewhere where they fit). Keeps the change only if more weight is placed; returns the gain.
+    fn relocate_ejecting(&mut self, j: usize, wj: f64, tried: &[u32]) -> Option<f64> {
+        for k in tried.iter().take(ROOM_CANDIDATES).map(|&k| k as usize) {
+            let needs = self.lacks(self.cand(j, k));
+            for i in self.covering_holders(&needs) {
+                let ki = self.remove(i);
+                if self.fits(j, k) {
+                    self.put(j, k);
+                    for k2 in self.tried[i].clone().into_iter().map(|k| k as usize).filter(|&k2| k2 != ki) {
+                        let Some((victims, _)) = self.ejection(i, k2, wj - 0.5) else { continue };
+                        if !victims.contains(&j)
+                            && let Some(gain) = self.eject_and_place(&victims, Target::Gang(i, k2), wj)
+                        {
+                            return Some(gain);
+                        }
+                    }
+                    self.remove(j);
+                }
+                self.put(i, ki);
+            }
+        }
+        None
     }
 
     /// How far `vms` VMs of `offer` are from fitting: per resource they lack, the share of what
@@ -808,12 +874,12 @@ impl<'i, 'a> Packing<'i, 'a> {
         }
     }
 
-    /// [`Packing::kick`] with a weight search that also makes room for the jobs it places by
-    /// moving others ([`Packing::make_room`]).
-    pub fn kick_making_room(&mut self, kicks: usize, deadline: Option<Instant>) {
-        self.room = true;
+    /// [`Packing::kick`] with a weight search that also makes room for the jobs it places as
+    /// `how` says.
+    pub fn kick_making_room(&mut self, kicks: usize, how: RoomMaking, deadline: Option<Instant>) {
+        self.room = how;
         self.kick(kicks, deadline);
-        self.room = false;
+        self.room = RoomMaking::Off;
     }
 
     /// Weight placed: the gang jobs and the pieces not taken out.
@@ -1158,11 +1224,9 @@ mod tests {
     use super::*;
     use crate::Problem;
 
-    /// Three regions of one 4-vCPU VM each (their `cores`). `x` runs in eastus or westus (eastus
-    /// cheaper), `y` in westus or centralus (westus cheaper), `j` only in eastus. With `x` in eastus
-    /// and `y` in westus, `j` fits only after `y` moves to centralus and `x` to westus: no job is
-    /// lighter than `j`, so no ejection helps, and `x` alone has nowhere to go.
-    fn chain() -> Problem {
+    /// Three regions of one 4-vCPU VM each (their `cores`), eastus cheapest, centralus dearest;
+    /// jobs `x`, `y` and `j` of 1 GPU, each of the given priority and allowed regions.
+    fn three_regions(priorities: [u32; 3], regions: [&str; 3]) -> Problem {
         let offer = |region: &str, price: f64| {
             format!(
                 r#"{{"region": "{region}", "size": "Standard_NC4as_T4_v3", "priority": "regular",
@@ -1176,10 +1240,10 @@ mod tests {
                    {{"region": "{region}", "pool": "standardNCASv3_T4Family", "vcpus": 100}}"#
             )
         };
-        let job = |id: &str, regions: &str| {
+        let job = |id: &str, priority: u32, regions: &str| {
             format!(
-                r#"{{"id": "{id}", "gpus": 1, "gpu_models": ["T4"], "priority": 1, "duration_hours": 1,
-                    "regions": [{regions}]}}"#
+                r#"{{"id": "{id}", "gpus": 1, "gpu_models": ["T4"], "priority": {priority},
+                    "duration_hours": 1, "regions": [{regions}]}}"#
             )
         };
         let json = format!(
@@ -1190,11 +1254,19 @@ mod tests {
             quota("eastus"),
             quota("westus"),
             quota("centralus"),
-            job("x", r#""eastus", "westus""#),
-            job("y", r#""westus", "centralus""#),
-            job("j", r#""eastus""#),
+            job("x", priorities[0], regions[0]),
+            job("y", priorities[1], regions[1]),
+            job("j", priorities[2], regions[2]),
         );
         Problem::from_json_str(&json).expect("valid problem")
+    }
+
+    /// `x` runs in eastus or westus, `y` in westus or centralus, `j` only in eastus, all of
+    /// priority 1. With `x` in eastus and `y` in westus, `j` fits only after `y` moves to centralus
+    /// and `x` to westus: no job is lighter than `j`, so no ejection helps, and `x` alone has
+    /// nowhere to go.
+    fn chain() -> Problem {
+        three_regions([1, 1, 1], [r#""eastus", "westus""#, r#""westus", "centralus""#, r#""eastus""#])
     }
 
     /// The packing of [`chain`] with `x` and `y` on their cheapest candidates and `j` waiting.
@@ -1212,7 +1284,7 @@ mod tests {
         let mut pack = stuck(&inst);
         pack.improve_weight(None);
         assert_eq!(pack.placed_weight(), 2.0, "without moving jobs, j waits");
-        pack.room = true;
+        pack.room = RoomMaking::Chains;
         pack.improve_weight(None);
         assert_eq!(pack.placed_weight(), 3.0, "x and y move, j is placed");
         let region = |j: usize| &p.offers[pack.cand(j, pack.slot[j] as usize).offer].region;
@@ -1221,6 +1293,39 @@ mod tests {
         let plan = crate::finish(&inst, &sol, "test", &[], Instant::now());
         assert_eq!(plan.placements.len(), 3);
         crate::check(&p, &plan).expect("feasible");
+    }
+
+    /// `x` (priority 3) runs in eastus or westus, `y` (1) only in westus, `j` (2) only in eastus:
+    /// with `x` in eastus and `y` in westus, the most weight (5) has `x` move to westus and `y`
+    /// wait. `x` is heavier than `j`, so no ejection takes it out, and westus is full, so it cannot
+    /// simply move.
+    #[test]
+    fn a_heavier_holder_moves_where_a_lighter_job_makes_way() {
+        let p = three_regions([3, 1, 2], [r#""eastus", "westus""#, r#""westus""#, r#""eastus""#]);
+        let inst = Instance::new(&p);
+        let mut pack = stuck(&inst);
+        pack.improve_weight(None);
+        assert_eq!(pack.placed_weight(), 4.0, "without room-making, j waits");
+        pack.room = RoomMaking::Chains;
+        pack.improve_weight(None);
+        assert_eq!(pack.placed_weight(), 4.0, "chains alone do not take y out");
+        pack.room = RoomMaking::ChainsAndEjections;
+        pack.improve_weight(None);
+        assert_eq!(pack.placed_weight(), 5.0, "x moves to westus, y waits, j is placed");
+        assert_eq!((pack.slot[1], pack.slot[2]), (NONE, 0));
+    }
+
+    #[test]
+    fn a_holder_that_can_move_away_is_not_counted_lost() {
+        let p = chain();
+        let inst = Instance::new(&p);
+        let mut pack = stuck(&inst);
+        let eastus = pack.lacks(pack.cand(2, 0));
+        // y has centralus, away from eastus; x's only other place, westus, is full.
+        pack.room = RoomMaking::ChainsAndEjections;
+        assert_eq!((pack.lost_weight(0, &eastus), pack.lost_weight(1, &eastus)), (1.0, 0.0));
+        pack.room = RoomMaking::Chains;
+        assert_eq!(pack.lost_weight(1, &eastus), 1.0, "counted lost otherwise");
     }
 
     #[test]
