@@ -6,7 +6,9 @@
 //! at once (a spot pool freed by moving three jobs to regular VMs so that a fourth can take it). A
 //! neighbourhood of about ten jobs is small enough to search exhaustively in a millisecond or two,
 //! and large enough to hold such a chain when its jobs are chosen as related: jobs that draw on the
-//! same quota pools or offers as a seed job.
+//! same quota pools or offers as a seed job. At the end, where one job costs much more than on its
+//! cheapest candidate (a gang on many spot VMs, whose eviction risk grows with their number),
+//! chains of 12-24 jobs in its way are grown from it.
 
 use std::collections::HashSet;
 use std::time::Instant;
@@ -41,9 +43,20 @@ const SUBSET_WORK: usize = 1_000_000;
 /// Neighbourhoods of one size tried in a row without a change before the size grows.
 const PATIENCE: usize = 20;
 
+/// Share of the plan's cost by which one job must cost more than on its cheapest candidate for
+/// [`improve`] to end with neighbourhoods grown from it ([`DEAR_SIZES`]). The loop's seeds are
+/// drawn uniformly, and reach the sizes a long chain needs late: on an independent 60-job problem
+/// (all-spot-60-3) one 16-GPU gang job on sixteen 1-GPU spot VMs held 37 % of the plan's cost
+/// (their eviction risk), and the chain that moves it needs 16 jobs.
+const DEAR_SHARE: f64 = 0.05;
+const DEAR_SIZES: [usize; 4] = [12, 16, 20, 24];
+
+/// Jobs the end grows neighbourhoods from, one after the other while each helps.
+const DEAR_SEEDS: usize = 3;
+
 /// Improves `sol` by re-solving neighbourhoods until `work_limit` (candidates looked at by the
 /// exact search, as in `exact`) is spent, neighbourhoods of [`MAX_SIZE`] change nothing either, or
-/// the deadline passes. Deterministic.
+/// the deadline passes; then from the dearest job ([`DEAR_SHARE`]). Deterministic.
 pub(crate) fn improve(inst: &Instance, sol: &mut Sol, lambda: &[f64], work_limit: usize, deadline: Option<Instant>) {
     let jobs: Vec<usize> = (0..inst.p.jobs.len()).filter(|&j| !inst.cands_of(j).is_empty()).collect();
     if jobs.len() < 2 {
@@ -71,7 +84,7 @@ pub(crate) fn improve(inst: &Instance, sol: &mut Sol, lambda: &[f64], work_limit
         let mut subset = if round.is_multiple_of(2) {
             related(&jobs, &touches, size, &mut next)
         } else {
-            blocking(inst, sol, &jobs, &resources, size, &mut next)
+            blocking(inst, sol, &jobs, &resources, None, size, &mut next)
         };
         round += 1;
         subset.sort_unstable();
@@ -109,6 +122,49 @@ pub(crate) fn improve(inst: &Instance, sol: &mut Sol, lambda: &[f64], work_limit
             }
         }
     }
+    for _ in 0..DEAR_SEEDS {
+        let Some(seed) = dearest(inst, sol) else { return };
+        let mut changed = false;
+        for size in DEAR_SIZES {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return;
+            }
+            let mut subset = blocking(inst, sol, &jobs, &resources, Some(seed), size, &mut next);
+            subset.sort_unstable();
+            (changed, _) = exact::resolve_subset(inst, sol, &subset, &resources, lambda, SUBSET_WORK, deadline);
+            if changed {
+                crate::trace(|| {
+                    format!("neighbourhood of the dearest job: {} cost {:.2} size {size}", sol.weight(inst), sol.cost())
+                });
+                break;
+            }
+        }
+        if !changed {
+            return;
+        }
+    }
+}
+
+/// The placed job whose cost lies furthest above its cheapest candidate's, when that excess is at
+/// least [`DEAR_SHARE`] of the plan's cost.
+fn dearest(inst: &Instance, sol: &Sol) -> Option<usize> {
+    let mut best: Option<(f64, usize)> = None;
+    for j in 0..inst.p.jobs.len() {
+        if sol.job_gpus[j] < inst.job(j).gpus || inst.cands_of(j).is_empty() {
+            continue;
+        }
+        let cheapest = inst.cands_of(j).iter().map(|c| whole_cost(inst, j, c)).fold(f64::INFINITY, f64::min);
+        let excess = sol.job_cost[j] - cheapest;
+        if excess >= DEAR_SHARE * sol.cost() && best.is_none_or(|(e, _)| excess > e) {
+            best = Some((excess, j));
+        }
+    }
+    best.map(|(_, j)| j)
+}
+
+/// What the whole of job `j` costs on candidate `c` (a split job at the candidate's cost per GPU).
+fn whole_cost(inst: &Instance, j: usize, c: &Cand) -> f64 {
+    if inst.job(j).gang { c.cost } else { c.cost_per_gpu() * f64::from(inst.job(j).gpus) }
 }
 
 /// A chain of jobs in each other's way: a seed job (unplaced, or placed dearer than its cheapest
@@ -121,6 +177,7 @@ fn blocking(
     sol: &Sol,
     jobs: &[usize],
     resources: &Resources,
+    seed: Option<usize>,
     size: usize,
     next: &mut impl FnMut() -> u64,
 ) -> Vec<usize> {
@@ -139,18 +196,22 @@ fn blocking(
     }
     // What the whole job costs on a candidate, and the least it uses of it (a split job can take a
     // single VM of it).
-    let whole = |j: usize, c: &Cand| {
-        if inst.job(j).gang { c.cost } else { c.cost_per_gpu() * f64::from(inst.job(j).gpus) }
-    };
+    let whole = |j: usize, c: &Cand| whole_cost(inst, j, c);
     let least = |j: usize, c: &Cand| if inst.job(j).gang { c.vms } else { 1 };
     // Seeds: jobs that could be better off, the more so the likelier.
     let gain = |j: usize| -> f64 {
         let cheapest = inst.cands_of(j).iter().map(|c| whole(j, c)).fold(f64::INFINITY, f64::min);
         if sol.job_gpus[j] < inst.job(j).gpus { f64::INFINITY } else { sol.job_cost[j] - cheapest }
     };
-    let candidates: Vec<usize> = jobs.iter().copied().filter(|&j| gain(j) > 1e-6).collect();
-    let Some(&seed) = candidates.get((next() % candidates.len().max(1) as u64) as usize) else {
-        return Vec::new();
+    let seed = match seed {
+        Some(seed) => seed,
+        None => {
+            let candidates: Vec<usize> = jobs.iter().copied().filter(|&j| gain(j) > 1e-6).collect();
+            let Some(&seed) = candidates.get((next() % candidates.len().max(1) as u64) as usize) else {
+                return Vec::new();
+            };
+            seed
+        }
     };
     let mut chain = vec![seed];
     let mut queue = std::collections::VecDeque::from([seed]);
