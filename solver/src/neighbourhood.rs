@@ -153,8 +153,7 @@ fn dearest(inst: &Instance, sol: &Sol) -> Option<usize> {
         if sol.job_gpus[j] < inst.job(j).gpus || inst.cands_of(j).is_empty() {
             continue;
         }
-        let cheapest = inst.cands_of(j).iter().map(|c| whole_cost(inst, j, c)).fold(f64::INFINITY, f64::min);
-        let excess = sol.job_cost[j] - cheapest;
+        let excess = sol.job_cost[j] - cheapest(inst, j);
         if excess >= DEAR_SHARE * sol.cost() && best.is_none_or(|(e, _)| excess > e) {
             best = Some((excess, j));
         }
@@ -167,8 +166,13 @@ fn whole_cost(inst: &Instance, j: usize, c: &Cand) -> f64 {
     if inst.job(j).gang { c.cost } else { c.cost_per_gpu() * f64::from(inst.job(j).gpus) }
 }
 
-/// A chain of jobs in each other's way: a seed job (unplaced, or placed dearer than its cheapest
-/// candidate), then, breadth first, the jobs holding a resource that one of the chain's better
+/// What the whole of job `j` costs on its cheapest candidate.
+fn cheapest(inst: &Instance, j: usize) -> f64 {
+    inst.cands_of(j).iter().map(|c| whole_cost(inst, j, c)).fold(f64::INFINITY, f64::min)
+}
+
+/// A chain of jobs in each other's way: a seed job (`seed`, or one drawn among those unplaced or
+/// placed dearer than their cheapest candidate), then, breadth first, the jobs holding a resource that one of the chain's better
 /// candidates lacks (for the seed: candidates cheaper than where it is; for the others: any other
 /// candidate, where it would go to make room). The moves that lower cost by five jobs at once follow
 /// such chains, and jobs merely sharing a pool rarely hold all of them.
@@ -200,8 +204,7 @@ fn blocking(
     let least = |j: usize, c: &Cand| if inst.job(j).gang { c.vms } else { 1 };
     // Seeds: jobs that could be better off, the more so the likelier.
     let gain = |j: usize| -> f64 {
-        let cheapest = inst.cands_of(j).iter().map(|c| whole(j, c)).fold(f64::INFINITY, f64::min);
-        if sol.job_gpus[j] < inst.job(j).gpus { f64::INFINITY } else { sol.job_cost[j] - cheapest }
+        if sol.job_gpus[j] < inst.job(j).gpus { f64::INFINITY } else { sol.job_cost[j] - cheapest(inst, j) }
     };
     let seed = match seed {
         Some(seed) => seed,

@@ -9,7 +9,9 @@
 //! - drop one, add many: a placed job removed to make room for several unplaced jobs worth more;
 //! - make room (in the kicks of [`Packing::kick_making_room`]): placed jobs moved, none taken
 //!   out, to other candidates of their own, each after making room there the same way if need
-//!   be, until an unplaced job fits (`make_room`: a chain of relocations);
+//!   be, until an unplaced job fits (`make_room`: a chain of relocations); in some of those kicks
+//!   also the one job, of any weight, that holds an unplaced job's room moved where lighter jobs
+//!   make way for it (`relocate_ejecting`);
 //! - place a split job: what a non-gang job still needs, on one of its candidates, after taking out
 //!   lighter holders (gang jobs, placed elsewhere if they fit, or other split jobs' pieces);
 //! - relocate and swap (cost phase): a job moved to a cheaper candidate, if need be after moving the
@@ -435,7 +437,8 @@ impl<'i, 'a> Packing<'i, 'a> {
     }
 
     /// The holders to take out so that `vms` VMs of `offer` fit, for job `j` (never its own
-    /// pieces), of least weight found, and that weight; `None` when none weighs less than `limit`.
+    /// pieces), of least weight found, and that weight (as [`Packing::lost_weight`] counts it);
+    /// `None` when none weighs less than `limit`.
     fn ejection_vms(&self, j: usize, offer: usize, vms: u32, limit: f64) -> Option<(Vec<usize>, f64)> {
         let needs = self.lacks_vms(offer, vms);
         if needs.is_empty() {
