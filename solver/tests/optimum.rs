@@ -171,10 +171,7 @@ fn forty_job_optima_that_need_root_cuts_are_proven() {
 #[test]
 fn room_made_by_chains_of_moves_reaches_a_100_job_optimum() {
     let p = Problem::from_json_str(include_str!("data/tiny-100-1.json")).expect("a valid problem");
-    let plan = solve_lp_round(&p, &SolveOptions::default());
-    check(&p, &plan).expect("feasible");
-    assert_eq!(plan.placed_weight, 185.0, "HiGHS's proven optimum");
-    assert!(plan.expected_cost <= 1.01 * 4_594.38, "cost {} above HiGHS's $4,594.38 + 1 %", plan.expected_cost);
+    reaches_the_optimum(&p, "tiny-100-1", 185.0, 4_594.38);
 }
 
 /// The independent generator's min-gpus shape at 100 jobs (`--sizes 100 --seed 1`, as above): HiGHS
@@ -201,10 +198,7 @@ fn a_heavier_job_relocated_where_lighter_ones_make_way_reaches_99_percent() {
 #[test]
 fn neighbourhoods_of_the_dearest_job_reach_a_40_job_optimum() {
     let p = Problem::from_json_str(include_str!("data/huge-gangs-40-2.json")).expect("a valid problem");
-    let plan = solve_lp_round(&p, &SolveOptions::default());
-    check(&p, &plan).expect("feasible");
-    assert_eq!(plan.placed_weight, 53_339.0, "HiGHS's proven optimum");
-    assert!(plan.expected_cost <= 1.01 * 63_250.40, "cost {} above HiGHS's $63,250.40 + 1 %", plan.expected_cost);
+    reaches_the_optimum(&p, "huge-gangs-40-2", 53_339.0, 63_250.40);
 }
 
 /// The independent generator's min-gpus shape at 1,000 jobs (`python3
