@@ -27,7 +27,7 @@
 
 use std::time::Instant;
 
-use microlp::{ComparisonOp, LinearExpr, OptimizationDirection, Problem, SolveOptions, Variable};
+use microlp::{ComparisonOp, LinearExpr, OptimizationDirection, Problem, Variable};
 
 use crate::milp::{Model, Row};
 use crate::model::{Instance, Sol};
@@ -216,7 +216,7 @@ enum Root {
 /// The root's loop of a phase (see [`ROOT_ROUNDS`]): rounds of reduced-cost fixing against `t` and
 /// of cover cuts at the LP's point, until the LP stalls or the rounds or the time run out.
 fn root(m: &Model, objective: &[f64], maximise: bool, extra: &[Row], t: Target, deadline: Option<Instant>) -> Root {
-    let mut d = Domains { min: vec![0.0; m.vars.len()], max: m.vars.iter().map(|v| v.max).collect() };
+    let mut d = Domains::whole(&m.vars);
     let mut cuts: Vec<Row> = Vec::new();
     let sign = if maximise { 1.0 } else { -1.0 };
     let signed: Vec<f64> = objective.iter().map(|c| sign * c).collect();
@@ -304,13 +304,10 @@ fn run(
             Root::Proven => return Some(Run { values: None, bound: Some(t.rest), optimal: true, pivots_per_node: 1 }),
             Root::Left { domains, cuts } => (domains, cuts),
         },
-        None => (Domains { min: vec![0.0; m.vars.len()], max: m.vars.iter().map(|v| v.max).collect() }, Vec::new()),
+        None => (Domains::whole(&m.vars), Vec::new()),
     };
     // What the root's rounds left of the time limit, not what there was before them.
-    let time_limit = match deadline {
-        Some(d) => Some(d.checked_duration_since(Instant::now()).filter(|t| !t.is_zero())?),
-        None => None,
-    };
+    let options = crate::reduced_cost::lp_options(deadline)?;
     let rows: Vec<&Row> = m.rows.iter().chain(extra).chain(&cuts).collect();
     let (lo, hi) = (d.min, d.max);
     let fixed = |v: usize| hi[v] - lo[v] < 0.5;
@@ -359,9 +356,8 @@ fn run(
         }
         let free: Vec<(usize, Variable)> = vars.iter().enumerate().filter_map(|(j, v)| v.map(|v| (j, v))).collect();
         let size = (free.len() + kept + 1) as u64;
-        let mut options = SolveOptions::default();
+        let mut options = options;
         options.node_limit = Some(work / (size * pivots_per_node.max(1)));
-        options.time_limit = time_limit;
         options.warm_start = Some(free.iter().map(|&(j, v)| (v, start[j])).collect());
         // An error, infeasibility included, proves nothing here: microlp has called a feasible LP
         // unbounded, and only the fixing's own bound above is trusted to prove the incumbent.

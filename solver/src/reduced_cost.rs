@@ -23,6 +23,13 @@ pub(crate) struct Domains {
     pub max: Vec<f64>,
 }
 
+impl Domains {
+    /// Each variable's whole domain, 0 to its `max`.
+    pub fn whole(vars: &[Var]) -> Domains {
+        Domains { min: vec![0.0; vars.len()], max: vars.iter().map(|v| v.max).collect() }
+    }
+}
+
 /// Tightens the domains `lo ≤ x ≤ hi` of the variables of `max objective·x` over `rows` to what a
 /// plan with `objective·x ≥ target` can use; returns how many variables it tightened. `Ok(None)`:
 /// no plan reaches the target (the LP bound is below it). `Err(())`: the dual LP failed.
@@ -146,10 +153,10 @@ pub(crate) fn relaxation(
     solved.ok().flatten()
 }
 
-/// An LP's options under a time limit: what is left of it (an LP the limit stops gives no point,
-/// or a point no worse for the uses here: any non-negative prices bound, any point separates).
-/// `None` when no time is left.
-fn lp_options(deadline: Option<Instant>) -> Option<SolveOptions> {
+/// microlp's options under a time limit: what is left of it (an LP the limit stops gives no point,
+/// or a point no worse for the uses here: any non-negative prices bound, any point separates; the
+/// MILP's search keeps the best plan it found). `None` when no time is left.
+pub(crate) fn lp_options(deadline: Option<Instant>) -> Option<SolveOptions> {
     let mut options = SolveOptions::default();
     if let Some(d) = deadline {
         options.time_limit = Some(d.checked_duration_since(Instant::now()).filter(|t| !t.is_zero())?);
@@ -176,8 +183,7 @@ mod tests {
 
     /// The fixing never leaves out a plan that reaches the target: brute force over every integer
     /// point of 300 random models, from full and from narrowed domains, the target at and below the
-    /// optimum (fails when the margin or the
-    /// rounding of the fixed bounds is wrong).
+    /// optimum (fails when the margin or the rounding of the fixed bounds is wrong).
     #[test]
     fn no_plan_reaching_the_target_is_fixed_out() {
         let mut next = crate::search::xorshift(0x9e37_79b9_7f4a_7c15);
@@ -192,7 +198,7 @@ mod tests {
             let best = all.iter().map(value).fold(f64::NEG_INFINITY, f64::max);
             for target in [best, best - 1.0, best - 7.0, best + 1.0] {
                 let refs: Vec<&Row> = rows.iter().collect();
-                let mut d = Domains { min: vec![0.0; n], max: vars.iter().map(|v| v.max).collect() };
+                let mut d = Domains::whole(&vars);
                 // Domains a round before may have left: some narrowed to what the points reaching
                 // the target span (lower bounds above 0 are shifted out first).
                 let reach: Vec<&Vec<f64>> = all.iter().filter(|p| value(p) >= target - 1e-9).collect();

@@ -444,8 +444,7 @@ impl<'i, 'a> Packing<'i, 'a> {
         if needs.is_empty() {
             return Some((Vec::new(), 0.0));
         }
-        let mut holders: Vec<usize> =
-            self.offers_using(&needs).into_iter().flat_map(|o| self.holders_on(o, j)).collect();
+        let holders: Vec<usize> = self.offers_using(&needs).into_iter().flat_map(|o| self.holders_on(o, j)).collect();
         // The lightest single job that frees everything needed (the lowest id among equals): one
         // on an offer that uses all of it.
         let mut single: Option<(usize, f64)> = None;
@@ -465,17 +464,17 @@ impl<'i, 'a> Packing<'i, 'a> {
         let mut chosen = Vec::new();
         let mut total = 0.0;
         // The cover takes from the lightest holders only (it prefers little weight per room freed, and
-        // a busy pool has thousands of holders).
-        if holders.len() > MAX_HOLDERS {
-            let mut weighed: Vec<(f64, usize)> = holders.iter().map(|&i| (self.lost_weight(i, &needs), i)).collect();
-            weighed.select_nth_unstable_by(MAX_HOLDERS, |a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-            holders = weighed[..MAX_HOLDERS].iter().map(|&(_, i)| i).collect();
+        // a busy pool has thousands of holders). Each holder's weight once: with room-making on,
+        // weighing one checks where else it fits.
+        let mut pool: Vec<(f64, usize)> = holders.iter().map(|&i| (self.lost_weight(i, &needs), i)).collect();
+        if pool.len() > MAX_HOLDERS {
+            pool.select_nth_unstable_by(MAX_HOLDERS, |a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            pool.truncate(MAX_HOLDERS);
         }
-        holders.sort_unstable();
-        let mut pool: Vec<usize> = holders;
+        pool.sort_unstable_by_key(|&(_, i)| i);
         while left.iter().any(|&(_, d)| d > 0) {
             let mut best: Option<(usize, f64)> = None;
-            for (idx, &i) in pool.iter().enumerate() {
+            for (idx, &(w, i)) in pool.iter().enumerate() {
                 let cover: f64 = left
                     .iter()
                     .zip(&needs)
@@ -488,17 +487,17 @@ impl<'i, 'a> Packing<'i, 'a> {
                 if cover <= 0.0 {
                     continue;
                 }
-                let ratio = self.lost_weight(i, &needs) / cover;
+                let ratio = w / cover;
                 if best.is_none_or(|(_, b)| ratio < b) {
                     best = Some((idx, ratio));
                 }
             }
             let Some((idx, _)) = best else { break };
-            let i = pool.swap_remove(idx);
+            let (w, i) = pool.swap_remove(idx);
             for (r, d) in left.iter_mut() {
                 *d -= self.holder_held(i, *r);
             }
-            total += self.lost_weight(i, &needs);
+            total += w;
             chosen.push(i);
             if total >= limit {
                 break;
