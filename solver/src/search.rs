@@ -9,7 +9,8 @@
 //! - drop one, add many: a placed job removed to make room for several unplaced jobs worth more;
 //! - make room (in the kicks of [`Packing::kick_making_room`]): placed jobs moved, none taken
 //!   out, to other candidates of their own, each after making room there the same way if need
-//!   be, until an unplaced job fits (`make_room`: a chain of relocations); in some of those kicks
+//!   be, and split jobs' pieces moved whole to offers with room, until an unplaced job fits
+//!   (`make_room`: a chain of relocations); in some of those kicks
 //!   also the one job, of any weight, that holds an unplaced job's room moved where lighter jobs
 //!   make way for it (`relocate_ejecting`);
 //! - place a split job: what a non-gang job still needs, on one of its candidates, after taking out
@@ -25,8 +26,9 @@
 //!
 //! Non-gang jobs keep the placements they come in with (the `Sol` methods place and re-place them),
 //! except that an ejection may take one of their placements (a piece: some VMs of one offer) out
-//! when a heavier gang job needs its room, counting the GPUs the piece held as lost; what is left of
-//! the job is placed again, where there is room, when the plan is rebuilt.
+//! when a heavier gang job needs its room, its GPUs then placed again where there is room and the
+//! rest counted lost, and that room-making may move a piece whole; what is left of a job is placed
+//! again, where there is room, when the plan is rebuilt.
 
 mod repack;
 
@@ -64,6 +66,8 @@ pub(crate) struct Packing<'i, 'a> {
     /// Per piece, whether an ejection took it out; per offer, the pieces on it.
     out: Vec<bool>,
     pieces_on: Vec<Vec<usize>>,
+    /// Per job, its pieces (taken out or not).
+    pieces_of: Vec<Vec<usize>>,
     /// Gang jobs, in the order the weight phase tries to place them: most weight first.
     order: Vec<usize>,
     /// Split jobs, highest priority first (then input order).
@@ -164,6 +168,7 @@ impl<'i, 'a> Packing<'i, 'a> {
             fixed: Vec::new(),
             out: Vec::new(),
             pieces_on: vec![Vec::new(); p.offers.len()],
+            pieces_of: vec![Vec::new(); p.jobs.len()],
             splits,
             order,
             rank,
@@ -177,10 +182,7 @@ impl<'i, 'a> Packing<'i, 'a> {
                 let k = inst.cands_of(a.job).iter().position(|c| c.offer == a.offer).expect("a placed candidate");
                 pack.put(a.job, k);
             } else {
-                pack.charge(a.offer, a.vms, 1);
-                pack.pieces_on[a.offer].push(pack.fixed.len());
-                pack.fixed.push(*a);
-                pack.out.push(false);
+                pack.add_piece(*a);
             }
         }
         pack
@@ -634,10 +636,10 @@ impl<'i, 'a> Packing<'i, 'a> {
             let mut holders: Vec<(f64, usize)> = self
                 .offers_using(&needs)
                 .into_iter()
-                .flat_map(|o| self.on_offer[o].iter().copied())
+                .flat_map(|o| self.holders_on(o, usize::MAX))
                 .filter(|i| !moved.contains(i))
                 .map(|i| {
-                    let share: f64 = needs.iter().map(|&(r, d)| self.held(i, r).min(d) as f64 / d as f64).sum();
+                    let share: f64 = needs.iter().map(|&(r, d)| self.holder_held(i, r).min(d) as f64 / d as f64).sum();
                     (share, i)
                 })
                 .collect();
@@ -645,6 +647,14 @@ impl<'i, 'a> Packing<'i, 'a> {
             holders.truncate(if depth > 0 { ROOM_HOLDERS } else { ROOM_HOLDERS / 2 });
             let mut progressed = false;
             'holders: for (_, i) in holders {
+                if i >= self.slot.len() {
+                    if *budget > 0 && self.move_piece(i - self.slot.len(), &needs, offer, vms, lack, &mut log) {
+                        progressed = true;
+                        break 'holders;
+                    }
+                    *budget = budget.saturating_sub(1);
+                    continue;
+                }
                 let ki = self.remove(i);
                 moved.push(i);
                 let tried = std::mem::take(&mut self.tried[i]);
@@ -687,11 +697,46 @@ impl<'i, 'a> Packing<'i, 'a> {
         }
     }
 
-    /// Takes back the moves of [`Packing::make_room`], newest first.
+    /// Moves piece `x` (for [`Packing::make_room`], making room for `vms` VMs of `offer` that
+    /// lack `needs`, `lack` far from fitting): all its GPUs placed again on offers that use none of
+    /// `needs`, as new pieces. Logs the move (the piece's holder id, the new pieces' count) and
+    /// returns `true` if it brings the VMs closer to fitting; else undoes it.
+    fn move_piece(
+        &mut self,
+        x: usize,
+        needs: &[(usize, i64)],
+        offer: usize,
+        vms: u32,
+        lack: f64,
+        log: &mut Vec<(usize, usize)>,
+    ) -> bool {
+        let i = self.slot.len() + x;
+        let before = self.fixed.len();
+        self.take_out(i);
+        if self.place_piece_again(x, needs) == self.fixed[x].gpus && self.lack(offer, vms) < lack - 1e-9 {
+            log.push((i, self.fixed.len() - before));
+            return true;
+        }
+        while self.fixed.len() > before {
+            self.drop_last_piece();
+        }
+        self.put_back(i, 0);
+        false
+    }
+
+    /// Takes back the moves of [`Packing::make_room`], newest first (a gang job's, logged as the
+    /// job and the candidate it left; a piece's, as its holder id and the pieces it became).
     fn undo(&mut self, log: Vec<(usize, usize)>) {
         for (i, k) in log.into_iter().rev() {
-            self.remove(i);
-            self.put(i, k);
+            if i >= self.slot.len() {
+                for _ in 0..k {
+                    self.drop_last_piece();
+                }
+                self.put_back(i, 0);
+            } else {
+                self.remove(i);
+                self.put(i, k);
+            }
         }
     }
 
@@ -701,12 +746,11 @@ impl<'i, 'a> Packing<'i, 'a> {
         let inst = self.inst;
         let job = inst.job(j);
         let (mut placed, mut price, mut spent) = (0, 0.0, 0.0);
-        for (a, &out) in self.fixed.iter().zip(&self.out) {
-            if a.job == j && !out {
-                placed += a.gpus;
-                price += f64::from(a.vms) * inst.p.offers[a.offer].price_per_hour;
-                spent += a.cost;
-            }
+        for &x in self.pieces_of[j].iter().filter(|&&x| !self.out[x]) {
+            let a = &self.fixed[x];
+            placed += a.gpus;
+            price += f64::from(a.vms) * inst.p.offers[a.offer].price_per_hour;
+            spent += a.cost;
         }
         let rem = job.gpus - placed;
         if rem == 0 {
@@ -739,9 +783,9 @@ impl<'i, 'a> Packing<'i, 'a> {
     }
 
     /// Takes `victims` out and places `target` (worth `wj`) in their room, then places the gang
-    /// victims again where they fit; keeps the change and returns the weight gained if it is
-    /// positive, else undoes it all. A piece taken out is lost here: its job is placed again when
-    /// the plan is rebuilt.
+    /// victims again where they fit (a piece's GPUs on other offers of its job, as new pieces:
+    /// counted lost only where there is no room); keeps the change and returns the weight gained if
+    /// it is positive, else undoes it all.
     fn eject_and_place(&mut self, victims: &[usize], target: Target, wj: f64) -> Option<f64> {
         let old: Vec<(usize, usize)> = victims.iter().map(|&i| (i, self.take_out(i))).collect();
         let (offer, vms) = match target {
@@ -749,17 +793,26 @@ impl<'i, 'a> Packing<'i, 'a> {
             Target::Piece(a) => (a.offer, a.vms),
         };
         if self.lacks_vms(offer, vms).is_empty() {
+            let pieces = self.fixed.len();
             match target {
                 Target::Gang(j, k) => self.put(j, k),
                 Target::Piece(a) => self.add_piece(a),
             }
+            let n = self.slot.len();
             let mut lost = 0.0;
             let mut moved = Vec::new();
             for &(i, _) in &old {
-                if i < self.slot.len() && self.insert(i) {
-                    moved.push(i);
+                if i < n {
+                    if self.insert(i) {
+                        moved.push(i);
+                    } else {
+                        lost += self.holder_weight(i);
+                    }
                 } else {
-                    lost += self.holder_weight(i);
+                    let x = i - n;
+                    let again = self.place_piece_again(x, &[]);
+                    let prio = f64::from(self.inst.job(self.fixed[x].job).priority);
+                    lost += prio * f64::from(self.fixed[x].gpus - again);
                 }
             }
             if wj - lost > 0.5 {
@@ -767,6 +820,9 @@ impl<'i, 'a> Packing<'i, 'a> {
             }
             for i in moved {
                 self.remove(i);
+            }
+            while self.fixed.len() > pieces + usize::from(matches!(target, Target::Piece(_))) {
+                self.drop_last_piece();
             }
             match target {
                 Target::Gang(j, _) => {
@@ -781,9 +837,54 @@ impl<'i, 'a> Packing<'i, 'a> {
         None
     }
 
+    /// Places the GPUs of piece `x` (taken out) again where there is room now, as new pieces: on
+    /// other offers of the candidates ejection tries for its job, none of which uses a resource in
+    /// `avoid`, within the job's price cap and budget. Returns the GPUs placed.
+    fn place_piece_again(&mut self, x: usize, avoid: &[(usize, i64)]) -> u32 {
+        let inst = self.inst;
+        let a = self.fixed[x];
+        let job = inst.job(a.job);
+        let (mut price, mut spent) = (0.0, 0.0);
+        for &y in self.pieces_of[a.job].iter().filter(|&&y| !self.out[y]) {
+            price += f64::from(self.fixed[y].vms) * inst.p.offers[self.fixed[y].offer].price_per_hour;
+            spent += self.fixed[y].cost;
+        }
+        let mut left = a.gpus;
+        for ki in 0..self.tried[a.job].len() {
+            let c = *self.cand(a.job, self.tried[a.job][ki] as usize);
+            if c.offer == a.offer || self.offer_res[c.offer].iter().any(|&(r, _)| avoid.iter().any(|&(x, _)| x == r)) {
+                continue;
+            }
+            let room = self.offer_res[c.offer].iter().map(|&(r, u)| self.free[r].max(0) / u).min().unwrap_or(0);
+            let mut vms = left.div_ceil(c.gpus).min(u32::try_from(room).unwrap_or(u32::MAX));
+            let hourly = inst.p.offers[c.offer].price_per_hour;
+            let cost_of = |v: u32| f64::from(v) * c.cost + c.egress_per_gpu * f64::from(left.min(v * c.gpus));
+            while vms > 0
+                && (job.max_price_per_hour.is_some_and(|cap| price + f64::from(vms) * hourly > cap + EPS)
+                    || job.budget.is_some_and(|b| spent + cost_of(vms) > b + EPS))
+            {
+                vms -= 1;
+            }
+            if vms == 0 {
+                continue;
+            }
+            let gpus = left.min(vms * c.gpus);
+            let cost = cost_of(vms);
+            self.add_piece(Assign { job: a.job, offer: c.offer, vms, gpus, cost });
+            price += f64::from(vms) * hourly;
+            spent += cost;
+            left -= gpus;
+            if left == 0 {
+                break;
+            }
+        }
+        a.gpus - left
+    }
+
     /// Places a new piece (it must fit).
     fn add_piece(&mut self, a: Assign) {
         self.pieces_on[a.offer].push(self.fixed.len());
+        self.pieces_of[a.job].push(self.fixed.len());
         self.fixed.push(a);
         self.out.push(false);
         self.charge(a.offer, a.vms, 1);
@@ -794,6 +895,7 @@ impl<'i, 'a> Packing<'i, 'a> {
         let a = self.fixed.pop().expect("a piece");
         self.out.pop();
         self.pieces_on[a.offer].pop();
+        self.pieces_of[a.job].pop();
         self.charge(a.offer, a.vms, -1);
     }
 
@@ -1328,6 +1430,34 @@ mod tests {
         assert_eq!((pack.lost_weight(0, &eastus), pack.lost_weight(1, &eastus)), (1.0, 0.0));
         pack.room = RoomMaking::Chains;
         assert_eq!(pack.lost_weight(1, &eastus), 1.0, "counted lost otherwise");
+    }
+
+    /// [`chain`] with `y` a split job whose one GPU is a piece in westus: `j` fits in eastus once
+    /// `x` moves to westus, which takes the piece moving to centralus, the other place of `y`.
+    #[test]
+    fn a_split_jobs_piece_moves_to_make_room() {
+        let mut p = chain();
+        p.jobs[1].gang = false;
+        let inst = Instance::new(&p);
+        let mut sol = Sol::new(&inst);
+        let in_westus = *inst.cands_of(1).iter().find(|c| p.offers[c.offer].region == "westus").expect("a candidate");
+        sol.take(&inst, Assign { job: 1, offer: in_westus.offer, vms: 1, gpus: 1, cost: in_westus.cost });
+        let mut pack = Packing::from_sol(&inst, &sol);
+        assert!(pack.insert(0) && !pack.fits(2, 0), "x in eastus, j waits");
+        let before = pack.free.clone();
+        let offer = pack.cand(2, 0).offer;
+        let (mut moved, mut budget) = (Vec::new(), ROOM_BUDGET);
+        let log = pack.make_room(offer, 1, 1, &mut moved, &mut budget).expect("room made");
+        assert_eq!(log.len(), 2, "the piece, then x");
+        pack.undo(log);
+        assert_eq!((pack.free.clone(), pack.fixed.len(), pack.out.clone()), (before, 1, vec![false]), "undone");
+        pack.room = RoomMaking::Chains;
+        pack.improve_weight(None);
+        assert_eq!(pack.placed_weight(), 3.0, "the piece and x move, j is placed");
+        let plan = crate::finish(&inst, &pack.to_sol(), "test", &[], Instant::now());
+        crate::check(&p, &plan).expect("feasible");
+        let y: Vec<&str> = plan.placements.iter().filter(|q| q.job == "y").map(|q| q.region.as_str()).collect();
+        assert_eq!(y, ["centralus"]);
     }
 
     #[test]
