@@ -174,7 +174,8 @@ pub(crate) fn lp_round(inst: &Instance, deadline: Option<Instant>, search: Searc
                         }
                         Some((found, false)) => {
                             let found = pick(inst, sol, cost_search(inst, found, deadline));
-                            return (polish(inst, found, &[], deadline), "lp-round".to_string(), bounds);
+                            let found = make_room_for_dear_jobs(inst, polish(inst, found, &[], deadline), deadline);
+                            return (found, "lp-round".to_string(), bounds);
                         }
                         None => {}
                     }
@@ -304,6 +305,9 @@ fn lagrangian(
     if inst.p.jobs.len() <= neighbourhood::MAX_JOBS && !expired(deadline) && !proven(inst, &best, &bounds) {
         best = polish(inst, best, &lambda, deadline);
     }
+    if !proven(inst, &best, &bounds) {
+        best = make_room_for_dear_jobs(inst, best, deadline);
+    }
     // The weight is proven the most there is (the knapsack bound often proves it where the LP's
     // cannot): its least cost in the LP bounds the cost, without which the gap would say nothing.
     // Where the LP would be large (at 10,000 diverse jobs it took 5 s), the Lagrangian bound on
@@ -427,6 +431,23 @@ pub(crate) fn cost_search(inst: &Instance, sol: Sol, deadline: Option<Instant>) 
     sol
 }
 
+/// The last cost moves on the final plan, up to [`MAX_KICK_JOBS`] jobs: each job placed far above
+/// its cheapest candidate moved there after a chain of cheaper moves makes room
+/// (`search::Packing::improve_cost_making_room`). Last, so that no search after it takes another
+/// path from the cheaper plan: only a cheaper plan of the same weight is kept.
+fn make_room_for_dear_jobs(inst: &Instance, sol: Sol, deadline: Option<Instant>) -> Sol {
+    if inst.p.jobs.len() > MAX_KICK_JOBS || expired(deadline) {
+        return sol;
+    }
+    let mut pack = search::Packing::from_sol(inst, &sol);
+    pack.improve_cost_making_room(DEAR_ROOM_SHARE, deadline);
+    let mut found = pack.to_sol();
+    found.improve(inst);
+    let sol = pick(inst, sol, found);
+    trace(|| format!("after room for dear jobs: plan {} cost {:.2}", sol.weight(inst), sol.cost()));
+    sol
+}
+
 /// Whether a plan places so many jobs that each kick's weight search, which goes over all of them,
 /// costs more than the time a large problem has ([`MAX_KICK_PLACEMENTS`]).
 fn many_placed(sol: &Sol) -> bool {
@@ -490,6 +511,10 @@ const FAR_FROM_BOUND: f64 = 0.02;
 /// The cost search's kicks are this fraction of the weight search's (each costs a weight search and
 /// a cost search; a quarter left a 60-job plan 0.5 % above HiGHS's cost, all of them 0.4 %).
 const COST_KICK_SHARE: usize = 4;
+
+/// Share of the plan's cost by which a placed job must cost more than on its cheapest candidate
+/// for [`make_room_for_dear_jobs`] to try it.
+const DEAR_ROOM_SHARE: f64 = 0.005;
 
 /// Rounds of re-filled offers and cost search at most, after the first cost search
 /// (`search::Packing::improve_cost_refilled`).

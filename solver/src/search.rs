@@ -18,7 +18,10 @@
 //! - relocate and swap (cost phase): a job moved to a cheaper candidate, if need be after moving the
 //!   job that holds its room elsewhere;
 //! - re-fill an offer (cost phase, `repack`): the gang jobs on one offer and those waiting for it
-//!   chosen again by a knapsack over its VMs, a set of jobs for another set.
+//!   chosen again by a knapsack over its VMs, a set of jobs for another set;
+//! - make room for a dear job (last, [`Packing::improve_cost_making_room`]): a job placed far
+//!   above its cheapest candidate moved to a cheaper one after a chain of moves, the cheapest per
+//!   room freed first, that together cost less than the move saves.
 //!
 //! Iterated search on top of both phases (many times on small problems; on large ones four times,
 //! then twenty times searching only near what each kick moved): kicks (jobs removed, or one forced
@@ -119,6 +122,10 @@ const ROOM_CANDIDATES: usize = 3;
 /// 60-300-job problems 1,000 found the same plan where it mattered (tiny-100) for 1.21 times the
 /// time of the search without it, against 1.15 for 400.
 const ROOM_BUDGET: usize = 400;
+
+/// Jobs [`Packing::improve_cost_making_room`] tries per pass, the dearest: on a 300-job queue of
+/// 1-GPU jobs hundreds are above its threshold, and each try can cost [`ROOM_BUDGET`] moves.
+const DEAR_JOBS: usize = 24;
 
 /// Unplaced jobs per resource that "drop one, add many" tries to fill a freed room with.
 const MAX_NEIGHBOURS: usize = 48;
@@ -1221,6 +1228,136 @@ impl<'i, 'a> Packing<'i, 'a> {
         }
     }
 
+    /// Moves each placed gang job that costs more than `share` of the plan's cost above its cheapest
+    /// candidate to a cheaper one after making room there by a chain of moves that together cost
+    /// less than the move saves ([`Packing::make_room_within`]); dearest first, while some move
+    /// helps. A job on an eight-GPU VM for want of room on a one-GPU one pays for seven idle GPUs,
+    /// and freeing that room can take two or three moves, which no swap of two jobs pays for alone.
+    pub fn improve_cost_making_room(&mut self, share: f64, deadline: Option<Instant>) {
+        for _round in 0..MAX_PASSES {
+            let excess = share * self.placed_cost();
+            let mut dear: Vec<(f64, usize)> = (0..self.slot.len())
+                .filter(|&j| self.slot[j] != NONE)
+                .map(|j| (self.cost_of(j) - self.cand(j, 0).cost, j))
+                .filter(|&(e, _)| e > excess)
+                .collect();
+            dear.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+            dear.truncate(DEAR_JOBS);
+            let mut improved = false;
+            for (_, j) in dear {
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return;
+                }
+                let old_cost = self.cost_of(j);
+                let old_k = self.remove(j);
+                let mut budget = ROOM_BUDGET;
+                for k in 0..old_k {
+                    let c = *self.cand(j, k);
+                    let saving = old_cost - c.cost - EPS * old_cost.max(1.0);
+                    if saving <= 0.0 || budget == 0 {
+                        break;
+                    }
+                    let mut moved = vec![j];
+                    if self.make_room_within(c.offer, c.vms, 1, saving, &mut moved, &mut budget).is_some() {
+                        self.put(j, k);
+                        improved = true;
+                        break;
+                    }
+                }
+                if self.slot[j] == NONE {
+                    self.put(j, old_k);
+                }
+            }
+            if !improved {
+                return;
+            }
+        }
+    }
+
+    /// [`Packing::make_room`] for the cost search: placed gang jobs moved to other candidates of
+    /// their own until `vms` VMs of `offer` fit, the move that costs least first among those that
+    /// bring the VMs closer to fitting, the moves together costing less than `limit` more than
+    /// before. Returns the moves (job, candidate it left), oldest first, and what they cost more;
+    /// `None`, with nothing moved, when no such chain is found within `budget` tries.
+    fn make_room_within(
+        &mut self,
+        offer: usize,
+        vms: u32,
+        depth: u32,
+        limit: f64,
+        moved: &mut Vec<usize>,
+        budget: &mut usize,
+    ) -> Option<(Vec<(usize, usize)>, f64)> {
+        let mut log = Vec::new();
+        let mut spent = 0.0;
+        loop {
+            let needs = self.lacks_vms(offer, vms);
+            if needs.is_empty() {
+                return Some((log, spent));
+            }
+            let lack = self.lack(offer, vms);
+            // Every move of a holder to another candidate of its own within what is left to spend,
+            // the cheapest per share of the lack it frees first (one job freeing all of it before
+            // the first of ten that free a tenth each).
+            let mut moves: Vec<(f64, f64, usize, usize)> = Vec::new();
+            for o in self.offers_using(&needs) {
+                for &i in self.on_offer[o].iter().filter(|i| !moved.contains(i)) {
+                    let here = self.cost_of(i);
+                    let ki = self.slot[i] as usize;
+                    let share = needs.iter().map(|&(r, d)| self.held(i, r).min(d) as f64 / d as f64).sum::<f64>()
+                        / needs.len() as f64;
+                    for (k, c) in self.inst.cands_of(i).iter().enumerate() {
+                        let delta = c.cost - here;
+                        // At the chain's last level only moves to where there is room now (checked
+                        // with the holder still in place: a cheap test that rarely misses one).
+                        if k != ki && spent + delta < limit && c.offer != offer && (depth > 0 || self.fits(i, k)) {
+                            let rank = if delta > 0.0 { delta / share } else { delta * share };
+                            moves.push((rank, delta, i, k));
+                        }
+                    }
+                }
+            }
+            moves.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.2.cmp(&b.2)).then(a.3.cmp(&b.3)));
+            let mut progressed = false;
+            for (_, delta, i, k) in moves {
+                if *budget == 0 {
+                    break;
+                }
+                *budget -= 1;
+                let ki = self.remove(i);
+                moved.push(i);
+                let c = *self.cand(i, k);
+                let sub = if self.fits(i, k) {
+                    Some((Vec::new(), 0.0))
+                } else if depth > 0 {
+                    self.make_room_within(c.offer, c.vms, depth - 1, limit - spent - delta, moved, budget)
+                } else {
+                    None
+                };
+                if let Some((sub, sub_spent)) = sub {
+                    if self.fits(i, k) {
+                        self.put(i, k);
+                        if self.lack(offer, vms) < lack - 1e-9 {
+                            log.extend(sub);
+                            log.push((i, ki));
+                            spent += delta + sub_spent;
+                            progressed = true;
+                            break;
+                        }
+                        self.remove(i);
+                    }
+                    self.undo(sub);
+                }
+                moved.pop();
+                self.put(i, ki);
+            }
+            if !progressed {
+                self.undo(log);
+                return None;
+            }
+        }
+    }
+
     /// Cost placed: the gang jobs and the pieces not taken out.
     fn placed_cost(&self) -> f64 {
         let gangs: f64 = (0..self.slot.len()).filter(|&j| self.slot[j] != NONE).map(|j| self.cost_of(j)).sum();
@@ -1458,6 +1595,53 @@ mod tests {
         crate::check(&p, &plan).expect("feasible");
         let y: Vec<&str> = plan.placements.iter().filter(|q| q.job == "y").map(|q| q.region.as_str()).collect();
         assert_eq!(y, ["centralus"]);
+    }
+
+    /// Regions of one 4-vCPU VM each, eastus cheapest; `j` (10 hours) in northeurope, ten times
+    /// eastus's price, because `x` holds eastus and `y` westus, the only other place of `x`.
+    /// Moving `j` to eastus saves far more than moving `y` to centralus and `x` to westus costs,
+    /// but no swap of two jobs does it.
+    #[test]
+    fn a_dear_job_moves_after_a_chain_of_cheaper_moves() {
+        let offer = |region: &str, price: f64| {
+            format!(
+                r#"{{"region": "{region}", "size": "Standard_NC4as_T4_v3", "priority": "regular",
+                    "gpu_model": "T4", "gpus_per_vm": 1, "vcpus_per_vm": 4,
+                    "family": "standardNCASv3_T4Family", "price_per_hour": {price}}}"#
+            )
+        };
+        let quota = |region: &str| format!(r#"{{"region": "{region}", "pool": "cores", "vcpus": 4}}"#);
+        let job = |id: &str, hours: u32, regions: &str| {
+            format!(
+                r#"{{"id": "{id}", "gpus": 1, "gpu_models": ["T4"], "duration_hours": {hours},
+                    "regions": [{regions}]}}"#
+            )
+        };
+        let json = format!(
+            r#"{{"offers": [{}, {}, {}, {}], "quotas": [{}, {}, {}, {}], "jobs": [{}, {}, {}]}}"#,
+            offer("eastus", 1.0),
+            offer("westus", 2.0),
+            offer("centralus", 3.0),
+            offer("northeurope", 10.0),
+            quota("eastus"),
+            quota("westus"),
+            quota("centralus"),
+            quota("northeurope"),
+            job("x", 1, r#""eastus", "westus""#),
+            job("y", 1, r#""westus", "centralus""#),
+            job("j", 10, r#""eastus", "northeurope""#),
+        );
+        let p = Problem::from_json_str(&json).expect("valid problem");
+        let inst = Instance::new(&p);
+        let mut pack = Packing::from_sol(&inst, &Sol::new(&inst));
+        assert!(pack.insert(0) && pack.insert(1) && pack.insert(2), "x in eastus, y in westus, j in northeurope");
+        assert!((pack.placed_cost() - 103.0).abs() < 1e-6);
+        pack.improve_cost(None);
+        assert!((pack.placed_cost() - 103.0).abs() < 1e-6, "no move of one or two jobs helps");
+        pack.improve_cost_making_room(0.005, None);
+        assert!((pack.placed_cost() - 15.0).abs() < 1e-6, "y and x move, j takes eastus");
+        let region = |j: usize| p.offers[pack.cand(j, pack.slot[j] as usize).offer].region.as_str();
+        assert_eq!([region(0), region(1), region(2)], ["westus", "centralus", "eastus"]);
     }
 
     #[test]
