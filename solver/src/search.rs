@@ -848,21 +848,30 @@ impl<'i, 'a> Packing<'i, 'a> {
     /// other offers of the candidates ejection tries for its job, none of which uses a resource in
     /// `avoid`, within the job's price cap and budget. Returns the GPUs placed.
     fn place_piece_again(&mut self, x: usize, avoid: &[(usize, i64)]) -> u32 {
-        let inst = self.inst;
         let a = self.fixed[x];
-        let job = inst.job(a.job);
+        self.place_split(a.job, a.gpus, Some(a.offer), avoid)
+    }
+
+    /// Places up to `gpus` more GPUs of split job `j` where there is room now, as new pieces, on
+    /// the candidates ejection tries for it (not on `skip`, nor on offers using a resource in
+    /// `avoid`), within its price cap and budget. Returns the GPUs placed.
+    fn place_split(&mut self, j: usize, gpus: u32, skip: Option<usize>, avoid: &[(usize, i64)]) -> u32 {
+        let inst = self.inst;
+        let job = inst.job(j);
         let (mut price, mut spent) = (0.0, 0.0);
-        for &y in self.pieces_of[a.job].iter().filter(|&&y| !self.out[y]) {
+        for &y in self.pieces_of[j].iter().filter(|&&y| !self.out[y]) {
             price += f64::from(self.fixed[y].vms) * inst.p.offers[self.fixed[y].offer].price_per_hour;
             spent += self.fixed[y].cost;
         }
-        let mut left = a.gpus;
-        for ki in 0..self.tried[a.job].len() {
-            let c = *self.cand(a.job, self.tried[a.job][ki] as usize);
-            if c.offer == a.offer || self.offer_res[c.offer].iter().any(|&(r, _)| avoid.iter().any(|&(x, _)| x == r)) {
+        let mut left = gpus;
+        for ki in 0..self.tried[j].len() {
+            let c = *self.cand(j, self.tried[j][ki] as usize);
+            if Some(c.offer) == skip || self.offer_res[c.offer].iter().any(|&(r, _)| avoid.iter().any(|&(x, _)| x == r))
+            {
                 continue;
             }
-            let room = self.offer_res[c.offer].iter().map(|&(r, u)| self.free[r].max(0) / u).min().unwrap_or(0);
+            // An offer drawing on nothing listed has no limit.
+            let room = self.offer_res[c.offer].iter().map(|&(r, u)| self.free[r].max(0) / u).min().unwrap_or(i64::MAX);
             let mut vms = left.div_ceil(c.gpus).min(u32::try_from(room).unwrap_or(u32::MAX));
             let hourly = inst.p.offers[c.offer].price_per_hour;
             let cost_of = |v: u32| f64::from(v) * c.cost + c.egress_per_gpu * f64::from(left.min(v * c.gpus));
@@ -875,17 +884,17 @@ impl<'i, 'a> Packing<'i, 'a> {
             if vms == 0 {
                 continue;
             }
-            let gpus = left.min(vms * c.gpus);
+            let placed = left.min(vms * c.gpus);
             let cost = cost_of(vms);
-            self.add_piece(Assign { job: a.job, offer: c.offer, vms, gpus, cost });
+            self.add_piece(Assign { job: j, offer: c.offer, vms, gpus: placed, cost });
             price += f64::from(vms) * hourly;
             spent += cost;
-            left -= gpus;
+            left -= placed;
             if left == 0 {
                 break;
             }
         }
-        a.gpus - left
+        gpus - left
     }
 
     /// Places a new piece (it must fit).
@@ -1575,7 +1584,14 @@ mod tests {
     fn a_split_jobs_piece_moves_to_make_room() {
         let mut p = chain();
         p.jobs[1].gang = false;
-        let inst = Instance::new(&p);
+        piece_moves_to_make_room(&p);
+        // centralus with no quota listed and no capacity stated: no limit, room for the piece.
+        p.quotas.retain(|q| q.region != "centralus");
+        piece_moves_to_make_room(&p);
+    }
+
+    fn piece_moves_to_make_room(p: &Problem) {
+        let inst = Instance::new(p);
         let mut sol = Sol::new(&inst);
         let in_westus = *inst.cands_of(1).iter().find(|c| p.offers[c.offer].region == "westus").expect("a candidate");
         sol.take(&inst, Assign { job: 1, offer: in_westus.offer, vms: 1, gpus: 1, cost: in_westus.cost });
@@ -1592,7 +1608,7 @@ mod tests {
         pack.improve_weight(None);
         assert_eq!(pack.placed_weight(), 3.0, "the piece and x move, j is placed");
         let plan = crate::finish(&inst, &pack.to_sol(), "test", &[], Instant::now());
-        crate::check(&p, &plan).expect("feasible");
+        crate::check(p, &plan).expect("feasible");
         let y: Vec<&str> = plan.placements.iter().filter(|q| q.job == "y").map(|q| q.region.as_str()).collect();
         assert_eq!(y, ["centralus"]);
     }
