@@ -1470,7 +1470,7 @@ pub(crate) fn construct(inst: &Instance, price: &[f64]) -> Sol {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::Problem;
 
@@ -1617,8 +1617,7 @@ mod tests {
     /// eastus's price, because `x` holds eastus and `y` westus, the only other place of `x`.
     /// Moving `j` to eastus saves far more than moving `y` to centralus and `x` to westus costs,
     /// but no swap of two jobs does it.
-    #[test]
-    fn a_dear_job_moves_after_a_chain_of_cheaper_moves() {
+    pub(crate) fn dear_job_behind_a_chain() -> Problem {
         let offer = |region: &str, price: f64| {
             format!(
                 r#"{{"region": "{region}", "size": "Standard_NC4as_T4_v3", "priority": "regular",
@@ -1647,7 +1646,12 @@ mod tests {
             job("y", 1, r#""westus", "centralus""#),
             job("j", 10, r#""eastus", "northeurope""#),
         );
-        let p = Problem::from_json_str(&json).expect("valid problem");
+        Problem::from_json_str(&json).expect("valid problem")
+    }
+
+    #[test]
+    fn a_dear_job_moves_after_a_chain_of_cheaper_moves() {
+        let p = dear_job_behind_a_chain();
         let inst = Instance::new(&p);
         let mut pack = Packing::from_sol(&inst, &Sol::new(&inst));
         assert!(pack.insert(0) && pack.insert(1) && pack.insert(2), "x in eastus, y in westus, j in northeurope");
