@@ -26,7 +26,10 @@
 //!   same search re-solves neighbourhoods of related jobs when it has not proven the plan
 //!   (`neighbourhood`), on up to 40 also from the plan that LP diving on the cost LP over the
 //!   plan's placed jobs finds (`recost`: the cheapest way of placing the same work can move most of
-//!   it at once). The best bound found gives the reported `gap`. With `--features highs`: an exact MILP through HiGHS, started from that plan, so
+//!   it at once), and on up to 100 the jobs that LP puts whole elsewhere moved there
+//!   (`recost::follow_lp`); last, on up to 400 jobs, each job placed far above its cheapest candidate
+//!   moved to a cheaper one after a chain of moves makes room. The best bound found gives the
+//!   reported `gap`. With `--features highs`: an exact MILP through HiGHS, started from that plan, so
 //!   that it is never worse than the default build even when its time limit stops it.
 //! - `Greedy`: priority order, cheapest feasible offer first; also the fallback when the time limit
 //!   hits.
