@@ -288,8 +288,8 @@ fn fix_decided(
 
 /// The plan with its gang jobs moved where the cost LP over its placed jobs puts them whole, when
 /// elsewhere: those that save most first, each where there is room, else back where it was; what
-/// is left out placed again by the weight search (and its kicks, if weight is still missing), then
-/// the cost search. Kept when it places more weight, or the same for less. The cheapest way of
+/// is left out placed again by the weight search (and, while weight is still missing, a quarter of
+/// its kicks and a sixteenth of the room-making ones), then the cost search. Kept when it places more weight, or the same for less. The cheapest way of
 /// placing the same work can move twenty jobs at once (a rotation across regions that frees a
 /// cheap pool for a dear job): the LP names them all, where the local moves and the neighbourhoods
 /// grown from one job find a few (all-spot-60-3: +8.6 % -> HiGHS's proven optimum). Returns whether
@@ -355,7 +355,9 @@ pub(crate) fn follow_lp(inst: &Instance, sol: &mut Sol, deadline: Option<Instant
     trial.improve(inst);
     if trial.weight(inst) < target - 0.5 {
         pack.kick(crate::kicks(inst) / REPAIR_KICK_SHARE, deadline);
-        trial = pack.to_sol();
+        let mut room = pack.clone();
+        room.kick_making_room(crate::kicks(inst) / 16, crate::search::RoomMaking::ChainsAndEjections, deadline);
+        trial = crate::pick(inst, pack.to_sol(), room.to_sol());
         trial.improve(inst);
     }
     crate::trace(|| format!("follow the LP: repaired {} cost {:.2}", trial.weight(inst), trial.cost()));
