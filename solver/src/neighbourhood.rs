@@ -145,6 +145,91 @@ pub(crate) fn improve(inst: &Instance, sol: &mut Sol, lambda: &[f64], work_limit
     }
 }
 
+/// Jobs in the neighbourhoods [`follow_relaxation`] takes where the plan and the LP differ most, one
+/// after the other, and the work each may take. A 16-job neighbourhood of 60-100-job problems took
+/// 1-20 million (up to 60 ms); 20 and 24 jobs rarely finished in 20 million and changed nothing more.
+const RELAXATION_SIZES: [usize; 3] = [10, 13, 16];
+const RELAXATION_WORK: usize = 20_000_000;
+
+/// Re-solves, exactly, the jobs where the plan differs most from the LP's solution at the most
+/// weight and least cost (`values`, per class, per candidate: jobs for a gang class, VMs for a
+/// non-gang one), the weight at stake first: the relaxation-induced neighbourhood (RINS in MILP
+/// solvers), every other job fixed. The jobs the LP would place differently are the ones worth
+/// moving together, where the random neighbourhoods and those grown from one job hold a few of
+/// them: on 70 independent 60-100-job problems five plans cheaper (egress-60-3 3.6 %, deny-sizes-
+/// 100-3 3.1 %), none worse, no weight gained. Returns whether `sol` changed.
+pub(crate) fn follow_relaxation(
+    inst: &Instance,
+    sol: &mut Sol,
+    values: &[Vec<f64>],
+    lambda: &[f64],
+    deadline: Option<Instant>,
+) -> bool {
+    let resources = inst.resources();
+    let mut changed_any = false;
+    for size in RELAXATION_SIZES {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
+        let at_stake = disagreement(inst, sol, values);
+        let mut order: Vec<(f64, usize)> =
+            at_stake.iter().enumerate().filter(|&(_, &w)| w > 1e-6).map(|(j, &w)| (w, j)).collect();
+        if order.len() < 2 {
+            break;
+        }
+        order.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        let mut subset: Vec<usize> = order.iter().take(size).map(|&(_, j)| j).collect();
+        subset.sort_unstable();
+        let (changed, work) = exact::resolve_subset(inst, sol, &subset, &resources, lambda, RELAXATION_WORK, deadline);
+        crate::trace(|| {
+            format!(
+                "relaxation's neighbourhood of {} (of {} differing): {} cost {:.2}, changed {changed}, work {work}",
+                subset.len(),
+                order.len(),
+                sol.weight(inst),
+                sol.cost()
+            )
+        });
+        changed_any |= changed;
+        if order.len() <= size {
+            break;
+        }
+    }
+    changed_any
+}
+
+/// Per job, the weight by which the plan's placement of its class differs from the LP's: Σ over the
+/// class's candidates of |LP − plan| (jobs or VMs) times the weight one unit places.
+fn disagreement(inst: &Instance, sol: &Sol, values: &[Vec<f64>]) -> Vec<f64> {
+    let mut planned: Vec<Vec<f64>> = inst.classes.iter().map(|c| vec![0.0; c.cands.len()]).collect();
+    // Weight the plan places on offers that are not the class's candidates (none, as the searches
+    // place jobs; counted should one ever be).
+    let mut astray = vec![0.0; inst.classes.len()];
+    for a in &sol.assigns {
+        let c = inst.job_class[a.job];
+        let job = inst.job(a.job);
+        match inst.classes[c].cands.iter().position(|k| k.offer == a.offer) {
+            Some(k) => planned[c][k] += if job.gang { 1.0 } else { f64::from(a.vms) },
+            None => astray[c] += f64::from(job.priority) * f64::from(a.gpus),
+        }
+    }
+    let mut out = vec![0.0; inst.p.jobs.len()];
+    for (c, class) in inst.classes.iter().enumerate() {
+        let Some(lp) = values.get(c).filter(|v| v.len() == class.cands.len()) else { continue };
+        let rep = class.rep;
+        let job = inst.job(rep);
+        let mut diff = astray[c];
+        for (k, cand) in class.cands.iter().enumerate() {
+            let per_unit = if job.gang { inst.weight[rep] } else { f64::from(job.priority) * f64::from(cand.gpus) };
+            diff += (lp[k] - planned[c][k]).abs() * per_unit;
+        }
+        for &j in &class.jobs {
+            out[j] = diff;
+        }
+    }
+    out
+}
+
 /// The placed job whose cost lies furthest above its cheapest candidate's, when that excess is at
 /// least [`DEAR_SHARE`] of the plan's cost.
 fn dearest(inst: &Instance, sol: &Sol) -> Option<usize> {
@@ -285,4 +370,30 @@ fn shared(a: &[usize], b: &[usize]) -> usize {
         }
     }
     n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plan holds the dear-job chain's worst arrangement (103 USD); the LP over the problem
+    /// puts all three jobs elsewhere, and the neighbourhood of the three re-solved together finds
+    /// the 15 USD plan, which no move of one or two jobs reaches.
+    #[test]
+    fn the_jobs_the_lp_places_otherwise_are_re_solved_together() {
+        let p = crate::search::tests::dear_job_behind_a_chain();
+        let inst = Instance::new(&p);
+        let mut sol = Sol::new(&inst);
+        for j in 0..3 {
+            sol.place(&inst, j, inst.cands_of(j));
+        }
+        assert!((sol.cost() - 103.0).abs() < 1e-6, "x in eastus, y in westus, j in northeurope");
+        let lp = crate::lp::solve_lp(&inst, None, None).expect("a small LP");
+        let at_stake = disagreement(&inst, &sol, &lp.values);
+        assert!(at_stake.iter().all(|&w| w > 0.5), "the LP places all three elsewhere: {at_stake:?}");
+        assert!(follow_relaxation(&inst, &mut sol, &lp.values, &[], None));
+        assert!((sol.cost() - 15.0).abs() < 1e-6, "cost {}", sol.cost());
+        assert_eq!(sol.weight(&inst), 3.0);
+        assert!(disagreement(&inst, &sol, &lp.values).iter().all(|&w| w < 1e-3), "the plan is the LP's now");
+    }
 }
