@@ -1003,7 +1003,7 @@ impl<'i, 'a> Packing<'i, 'a> {
     }
 
     /// Weight placed: the gang jobs and the pieces not taken out.
-    fn placed_weight(&self) -> f64 {
+    pub fn placed_weight(&self) -> f64 {
         let n = self.slot.len();
         let gangs: f64 = (0..n).filter(|&j| self.slot[j] != NONE).map(|j| weight(self.inst, j)).sum();
         gangs + (0..self.fixed.len()).filter(|&x| !self.out[x]).map(|x| self.holder_weight(n + x)).sum::<f64>()
