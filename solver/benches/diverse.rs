@@ -152,6 +152,7 @@ fn main() {
             for &seed in &seeds {
                 let p = diverse(&DiverseParams::new(n as usize, seed));
                 if let Some(dir) = write {
+                    std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("--write {dir}: {e}"));
                     let path = format!("{dir}/diverse-{n}-{seed}.json");
                     std::fs::write(&path, serde_json::to_string(&p).expect("serialise")).expect("write");
                     eprintln!("wrote {path}");

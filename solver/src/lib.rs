@@ -27,7 +27,10 @@
 //!   (`neighbourhood`), on up to 40 also from the plan that LP diving on the cost LP over the
 //!   plan's placed jobs finds (`recost`: the cheapest way of placing the same work can move most of
 //!   it at once), and on up to 100 the jobs that LP puts whole elsewhere moved there
-//!   (`recost::follow_lp`); last, on up to 400 jobs, each job placed far above its cheapest candidate
+//!   (`recost::follow_lp`), then the jobs the plan places most unlike the LP over the whole
+//!   problem re-solved together (`neighbourhood::follow_relaxation`); on 101-400 jobs, where no
+//!   neighbourhood search runs, the weight search ends with local kicks from its heaviest packing
+//!   instead; last, on up to 400 jobs, each job placed far above its cheapest candidate
 //!   moved to a cheaper one after a chain of moves makes room. The best bound found gives the
 //!   reported `gap`. With `--features highs`: an exact MILP through HiGHS, started from that plan, so
 //!   that it is never worse than the default build even when its time limit stops it.

@@ -8,7 +8,8 @@
 //! and large enough to hold such a chain when its jobs are chosen as related: jobs that draw on the
 //! same quota pools or offers as a seed job. At the end, where one job costs much more than on its
 //! cheapest candidate (a gang on many spot VMs, whose eviction risk grows with their number),
-//! chains of 12-24 jobs in its way are grown from it.
+//! chains of 12-24 jobs in its way are grown from it. Where the LP over the whole problem was solved,
+//! the jobs the plan places most unlike it make a neighbourhood too ([`follow_relaxation`]).
 
 use std::collections::HashSet;
 use std::time::Instant;
