@@ -384,11 +384,7 @@ mod tests {
     fn the_jobs_the_lp_places_otherwise_are_re_solved_together() {
         let p = crate::search::tests::dear_job_behind_a_chain();
         let inst = Instance::new(&p);
-        let mut sol = Sol::new(&inst);
-        for j in 0..3 {
-            sol.place(&inst, j, inst.cands_of(j));
-        }
-        assert!((sol.cost() - 103.0).abs() < 1e-6, "x in eastus, y in westus, j in northeurope");
+        let mut sol = crate::search::tests::dear_job_chain_at_its_worst(&inst);
         let lp = crate::lp::solve_lp(&inst, None, None).expect("a small LP");
         let at_stake = disagreement(&inst, &sol, &lp.values);
         assert!(at_stake.iter().all(|&w| w > 0.5), "the LP places all three elsewhere: {at_stake:?}");

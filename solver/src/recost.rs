@@ -380,11 +380,7 @@ mod tests {
     fn jobs_move_where_the_cost_lp_puts_them() {
         let p = crate::search::tests::dear_job_behind_a_chain();
         let inst = Instance::new(&p);
-        let mut sol = Sol::new(&inst);
-        for j in 0..3 {
-            sol.place(&inst, j, inst.cands_of(j));
-        }
-        assert!((sol.cost() - 103.0).abs() < 1e-6, "x in eastus, y in westus, j in northeurope");
+        let mut sol = crate::search::tests::dear_job_chain_at_its_worst(&inst);
         assert!(follow_lp(&inst, &mut sol, None));
         assert!((sol.cost() - 15.0).abs() < 1e-6);
         assert_eq!(sol.weight(&inst), 3.0);

@@ -1649,6 +1649,17 @@ pub(crate) mod tests {
         Problem::from_json_str(&json).expect("valid problem")
     }
 
+    /// [`dear_job_behind_a_chain`]'s worst plan: every job on its first candidate (x in eastus,
+    /// y in westus, j in northeurope), 103 USD.
+    pub(crate) fn dear_job_chain_at_its_worst(inst: &Instance) -> Sol {
+        let mut sol = Sol::new(inst);
+        for j in 0..3 {
+            sol.place(inst, j, inst.cands_of(j));
+        }
+        assert!((sol.cost() - 103.0).abs() < 1e-6, "x in eastus, y in westus, j in northeurope");
+        sol
+    }
+
     #[test]
     fn a_dear_job_moves_after_a_chain_of_cheaper_moves() {
         let p = dear_job_behind_a_chain();
