@@ -27,8 +27,9 @@
 //!   (`neighbourhood`), on up to 40 also from the plan that LP diving on the cost LP over the
 //!   plan's placed jobs finds (`recost`: the cheapest way of placing the same work can move most of
 //!   it at once), and on up to 100 the jobs that LP puts whole elsewhere moved there
-//!   (`recost::follow_lp`, twice when the first moves the plan), then the jobs the plan places most unlike the LP over the whole
-//!   problem re-solved together (`neighbourhood::follow_relaxation`); on 101-400 jobs, where no
+//!   (`recost::follow_lp`, twice when the first moves the plan), then the jobs the plan places
+//!   most unlike the LP over the whole problem re-solved together
+//!   (`neighbourhood::follow_relaxation`); on 101-400 jobs, where no
 //!   neighbourhood search runs, the weight search ends with local kicks from its heaviest packing
 //!   instead; last, on up to 400 jobs, each job placed far above its cheapest candidate
 //!   moved to a cheaper one after a chain of moves makes room. The best bound found gives the
@@ -355,9 +356,8 @@ fn lagrangian(
 /// +8.6 %), none worse, for 1.25 times the time; once more when that moved the plan: 3 more plans
 /// heavier (issue-100-2 +0.61 %, to 99.5 % of HiGHS's weight), 2 cheaper (deny-sizes-100-1 -2.9 %,
 /// tiny-100-2 -2.4 %), none worse, for 1.21 times the time (up to four rounds: nothing more, 1.30
-/// times). Last, where the LP over the whole problem was
-/// solved, the jobs the plan places most unlike it re-solved together
-/// (`neighbourhood::follow_relaxation`).
+/// times). Last, where the LP over the whole problem was solved, the jobs the plan places most
+/// unlike it re-solved together (`neighbourhood::follow_relaxation`).
 fn polish(
     inst: &Instance,
     mut best: Sol,
@@ -448,31 +448,25 @@ fn improve(inst: &Instance, mut sol: Sol, prices: &[f64], bounds: &[Bound], dead
                 // Where no neighbourhood search follows, local kicks from the heaviest of those
                 // (see `FURTHER_SEARCH_JOBS`).
                 if inst.p.jobs.len() > FURTHER_SEARCH_JOBS {
-                    let mut far = rooms.iter().fold(pack.clone(), |best, r| {
-                        if r.placed_weight() > best.placed_weight() { r.clone() } else { best }
-                    });
+                    let heaviest = rooms
+                        .iter()
+                        .fold(&pack, |best, r| if r.placed_weight() > best.placed_weight() { r } else { best });
+                    let mut far = heaviest.clone();
                     far.kick_local(kicks(inst), None, search::LOCAL_PER_RESOURCE, deadline);
-                    further = Some(far);
+                    further = Some(far.to_plan());
                 }
             }
         }
         // Each packing as a plan (waiting split jobs placed again where there is room), the best:
         // a packing of more weight can give a plan of less.
         for pack in std::iter::once(pack).chain(rooms) {
-            let mut found = pack.to_sol();
-            found.improve(inst);
-            sol = pick(inst, sol, found);
+            sol = pick(inst, sol, pack.to_plan());
         }
     }
     trace(|| format!("after weight search: plan {} cost {:.2}", sol.weight(inst), sol.cost()));
     // The further plan gets a cost search of its own when it is heavier: the cost search's re-filled
     // offers and kicks add weight too, by paths that differ from plan to plan, so the heavier plan
     // before it is not always the heavier after it, and both are kept until then.
-    let further = further.map(|pack| {
-        let mut found = pack.to_sol();
-        found.improve(inst);
-        found
-    });
     let weight = sol.weight(inst);
     let sol = cost_search(inst, sol, deadline);
     match further {
@@ -489,9 +483,7 @@ pub(crate) fn cost_search(inst: &Instance, sol: Sol, deadline: Option<Instant>) 
     let mut pack = search::Packing::from_sol(inst, &sol);
     pack.improve_cost_refilled(REPACK_ROUNDS, deadline);
     pack.kick_cost(kicks(inst) / COST_KICK_SHARE, deadline);
-    let mut found = pack.to_sol();
-    found.improve(inst);
-    let sol = pick(inst, sol, found);
+    let sol = pick(inst, sol, pack.to_plan());
     trace(|| format!("after cost search: plan {} cost {:.2}", sol.weight(inst), sol.cost()));
     sol
 }
@@ -506,9 +498,7 @@ fn make_room_for_dear_jobs(inst: &Instance, sol: Sol, deadline: Option<Instant>)
     }
     let mut pack = search::Packing::from_sol(inst, &sol);
     pack.improve_cost_making_room(DEAR_ROOM_SHARE, deadline);
-    let mut found = pack.to_sol();
-    found.improve(inst);
-    let sol = pick(inst, sol, found);
+    let sol = pick(inst, sol, pack.to_plan());
     trace(|| format!("after room for dear jobs: plan {} cost {:.2}", sol.weight(inst), sol.cost()));
     sol
 }

@@ -351,8 +351,7 @@ pub(crate) fn follow_lp(inst: &Instance, sol: &mut Sol, deadline: Option<Instant
     let target = sol.weight(inst);
     let mut pack = Packing::from_sol(inst, &trial);
     pack.improve_weight(deadline);
-    let mut trial = pack.to_sol();
-    trial.improve(inst);
+    let mut trial = pack.to_plan();
     if trial.weight(inst) < target - 0.5 {
         pack.kick(crate::kicks(inst) / REPAIR_KICK_SHARE, deadline);
         let mut room = pack.clone();

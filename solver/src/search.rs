@@ -231,6 +231,14 @@ impl<'i, 'a> Packing<'i, 'a> {
         }
     }
 
+    /// The packing as a plan ([`Packing::to_sol`]) with waiting split jobs placed again where there
+    /// is room: what the searches hand on (a packing of more weight can give a plan of less).
+    pub fn to_plan(&self) -> Sol {
+        let mut sol = self.to_sol();
+        sol.improve(self.inst);
+        sol
+    }
+
     /// The plan: fixed placements, then the gang placements in job order.
     pub fn to_sol(&self) -> Sol {
         let inst = self.inst;
