@@ -1,5 +1,6 @@
 //! The exact MILP (`milp`) in every build, through microlp (pure Rust: no cmake, no C++): on
-//! problems of up to [`MAX_JOBS`] jobs, from the heuristics' best plan, within a budget.
+//! problems of up to [`MAX_JOBS`] jobs, from the heuristics' best plan, within a budget; on up to
+//! 100, within a smaller one ([`Budget::LARGER`]).
 //!
 //! Its LP-based branch and bound proves what the combinatorial one (`exact`) cannot: where the LP
 //! bound is tight but the optimum moves most jobs (a 36-job case the heuristics left at 98.1 % of
@@ -34,11 +35,53 @@ use crate::model::{Instance, Sol};
 use crate::reduced_cost::Domains;
 use crate::{Bound, pick};
 
-/// Jobs above which the MILP is not tried: on the 66 independent problems of 60 and 100 jobs
-/// (seeds 1-3) it proved one more optimum than the branch and bound alone (11 instead of 10) for
-/// 1.7x the time (mean 260 -> 440 ms), where at 40 jobs it proves 19 of 44 instead of 13 for 1.35x
-/// (mean 277 -> 372 ms, the worst 0.95 s).
+/// Jobs above which the MILP runs only on a smaller budget ([`Budget::LARGER`]): with the whole
+/// budget, on the 70 independent problems of 60 and 100 jobs (seeds 1-5) it proved 14 optima
+/// instead of 10 for 2.0 times the time, where at 40 jobs it proves 19 of 44 instead of 13 for
+/// 1.35x (mean 277 -> 372 ms, the worst 0.95 s).
 pub(crate) const MAX_JOBS: usize = 50;
+
+/// Jobs above which the MILP is not tried at all (where the neighbourhood search stops too).
+const MAX_LARGER_JOBS: usize = crate::neighbourhood::MAX_JOBS;
+
+/// How much the MILP may do on a problem.
+struct Budget {
+    /// The weight phase's and the cost phase's work (see [`WEIGHT_WORK`]).
+    weight_work: u64,
+    cost_work: u64,
+    /// Rounds of the root's loop at most (see [`ROOT_ROUNDS`]).
+    root_rounds: usize,
+    /// Whether the cost phase over the plan's own jobs follows an unproven cost phase.
+    fixed_cost: bool,
+    /// Variables above which it is not tried.
+    max_variables: usize,
+}
+
+impl Budget {
+    /// Up to [`MAX_JOBS`] jobs.
+    const FULL: Budget = Budget {
+        weight_work: WEIGHT_WORK,
+        cost_work: COST_WORK,
+        root_rounds: ROOT_ROUNDS,
+        fixed_cost: true,
+        max_variables: MAX_VARIABLES,
+    };
+
+    /// 51-100 jobs: a quarter of the work, 10 root rounds, no phase over the plan's own jobs (the
+    /// neighbourhood search and the LP-led moves search the cost after it), and only where the
+    /// model has at most 700 variables. The optima it proves there are proven by the root's loop
+    /// or in a few hundred nodes of models of 150-700 variables; where it does not, a root round
+    /// of a 1,600-variable model took 160 ms. On the 70 independent problems of 60 and 100 jobs
+    /// (seeds 1-5): 13 proven optimal instead of 10 (tight-caps-60-1, tight-caps-60-2,
+    /// budgets-100-2, each in under 0.2 s), the same plans, for 1.10 times the time.
+    const LARGER: Budget = Budget {
+        weight_work: WEIGHT_WORK / 4,
+        cost_work: COST_WORK / 4,
+        root_rounds: 10,
+        fixed_cost: false,
+        max_variables: 700,
+    };
+}
 
 /// The weight phase's and the cost phase's budgets, in simplex pivots × (rows + variables): what
 /// microlp's time follows (15-28 ns a unit on 74 runs of 50-3,300 variables, where nodes alone
@@ -76,20 +119,22 @@ pub(crate) struct Outcome {
 /// places as the heuristics' bounds prove it (a row of the weight phase, which tightens its LP).
 /// `None` when the problem is too large or has no variable.
 pub(crate) fn solve(inst: &Instance, start: &Sol, weight_bound: f64, deadline: Option<Instant>) -> Option<Outcome> {
-    if inst.p.jobs.len() > MAX_JOBS {
-        return None;
-    }
+    let budget = match inst.p.jobs.len() {
+        n if n <= MAX_JOBS => Budget::FULL,
+        n if n <= MAX_LARGER_JOBS => Budget::LARGER,
+        _ => return None,
+    };
     let m = Model::new(inst);
-    if m.is_empty() || m.vars.len() > MAX_VARIABLES {
+    if m.is_empty() || m.vars.len() > budget.max_variables {
         return None;
     }
-    let phases = Phases { m: &m, inst, deadline };
+    let phases = Phases { m: &m, inst, deadline, root_rounds: budget.root_rounds };
     let mut best = start.clone();
     let mut bounds = Vec::new();
     let mut proven_weight = weight_bound;
     if best.weight(inst) < weight_bound - 0.5 {
         let cap: Vec<Row> = weight_bound.is_finite().then(|| m.weight_at_most(weight_bound)).into_iter().collect();
-        let run = phases.run(&mut best, Goal::Weight, &cap, WEIGHT_WORK, PIVOTS_PER_NODE)?;
+        let run = phases.run(&mut best, Goal::Weight, &cap, budget.weight_work, PIVOTS_PER_NODE)?;
         // Weights are whole numbers: a bound below the next one proves that one unreachable. The
         // slack keeps a bound the simplex's tolerances put a hair low from cutting off a whole unit
         // (it can only loosen the bound).
@@ -106,7 +151,7 @@ pub(crate) fn solve(inst: &Instance, start: &Sol, weight_bound: f64, deadline: O
     }
     // The weight is proven the most there is: the relaxation may not place more either.
     let at_weight = [m.weight_at_least(weight), m.weight_at_most(proven_weight.max(weight))];
-    let full = phases.run(&mut best, Goal::Cost, &at_weight, COST_WORK, PIVOTS_PER_NODE)?;
+    let full = phases.run(&mut best, Goal::Cost, &at_weight, budget.cost_work, PIVOTS_PER_NODE)?;
     crate::trace(|| format!("milp cost: {:.2} bound {:?} optimal {}", best.cost(), full.bound, full.optimal));
     let cost = full.bound.map(|b| (b - SLACK * b.abs().max(1.0)).max(0.0));
     bounds.push(Bound { weight, cost });
@@ -115,7 +160,7 @@ pub(crate) fn solve(inst: &Instance, start: &Sol, weight_bound: f64, deadline: O
     let optimal = full.optimal
         && best.weight(inst) >= weight - 0.5
         && cost.is_some_and(|c| best.cost() <= c + (2.0 * SLACK + COST_TOLERANCE) * c.abs().max(1.0));
-    if !optimal {
+    if !optimal && budget.fixed_cost {
         // Unproven, the cheapest way of placing the plan's own jobs: each placed job kept placed
         // is a much tighter model than "weight at least", in which microlp's search finds plans
         // that move most jobs at once (see [`FIXED_COST_WORK`]). What it proves holds for these
@@ -147,6 +192,8 @@ struct Phases<'a, 'i> {
     m: &'a Model,
     inst: &'a Instance<'i>,
     deadline: Option<Instant>,
+    /// Rounds of the root's loop at most.
+    root_rounds: usize,
 }
 
 impl Phases<'_, '_> {
@@ -170,7 +217,17 @@ impl Phases<'_, '_> {
                 Target { fix_at: c, rest: c }
             }
         };
-        let out = run(self.m, objective, direction, extra, &start, Some(target), work, pivots_per_node, self.deadline)?;
+        let out = run(
+            self.m,
+            objective,
+            direction,
+            extra,
+            &start,
+            Some((target, self.root_rounds)),
+            work,
+            pivots_per_node,
+            self.deadline,
+        )?;
         if let Some(values) = &out.values {
             *best = pick(self.inst, best.clone(), self.m.replay(self.inst, values));
         }
@@ -215,7 +272,15 @@ enum Root {
 
 /// The root's loop of a phase (see [`ROOT_ROUNDS`]): rounds of reduced-cost fixing against `t` and
 /// of cover cuts at the LP's point, until the LP stalls or the rounds or the time run out.
-fn root(m: &Model, objective: &[f64], maximise: bool, extra: &[Row], t: Target, deadline: Option<Instant>) -> Root {
+fn root(
+    m: &Model,
+    objective: &[f64],
+    maximise: bool,
+    extra: &[Row],
+    t: Target,
+    rounds: usize,
+    deadline: Option<Instant>,
+) -> Root {
     let mut d = Domains::whole(&m.vars);
     let mut cuts: Vec<Row> = Vec::new();
     let sign = if maximise { 1.0 } else { -1.0 };
@@ -227,7 +292,7 @@ fn root(m: &Model, objective: &[f64], maximise: bool, extra: &[Row], t: Target, 
     // basis comes first): a round starts only when it can end in time, as long as the last one
     // took twice over (the first one, as long as [`FIRST_ROUND`]).
     let mut round_time = FIRST_ROUND;
-    for round in 0..=ROOT_ROUNDS {
+    for round in 0..=rounds {
         let started = Instant::now();
         if deadline.is_some_and(|d| started + 2 * round_time >= d) {
             break;
@@ -248,7 +313,7 @@ fn root(m: &Model, objective: &[f64], maximise: bool, extra: &[Row], t: Target, 
             // The dual LP failed (microlp's numerics): no fixing this round, the cuts go on.
             Err(()) => 0,
         };
-        if round == ROOT_ROUNDS {
+        if round == rounds {
             break;
         }
         let all: Vec<&Row> = m.rows.iter().chain(extra).chain(&cuts).collect();
@@ -281,8 +346,8 @@ struct Target {
 
 /// Optimises `objective` over the model with `extra` as more rows, from `start`, within `work`
 /// (see [`WEIGHT_WORK`]; nodes at `pivots_per_node`) or until `deadline`. With a `target`, the
-/// variables are first fixed where reduced costs prove that no plan reaching it can move them, and
-/// the search runs on what is left. `None` when microlp failed (an error or a panic).
+/// variables are first fixed where reduced costs prove that no plan reaching it can move them (in
+/// up to that many rounds of the root's loop), and the search runs on what is left. `None` when microlp failed (an error or a panic).
 #[allow(clippy::too_many_arguments)]
 fn run(
     m: &Model,
@@ -290,7 +355,7 @@ fn run(
     direction: OptimizationDirection,
     extra: &[Row],
     start: &[f64],
-    target: Option<Target>,
+    target: Option<(Target, usize)>,
     work: u64,
     pivots_per_node: u64,
     deadline: Option<Instant>,
@@ -300,7 +365,7 @@ fn run(
     }
     let maximise = matches!(direction, OptimizationDirection::Maximize);
     let (d, cuts) = match target {
-        Some(t) => match root(m, objective, maximise, extra, t, deadline) {
+        Some((t, rounds)) => match root(m, objective, maximise, extra, t, rounds, deadline) {
             Root::Proven => return Some(Run { values: None, bound: Some(t.rest), optimal: true, pivots_per_node: 1 }),
             Root::Left { domains, cuts } => (domains, cuts),
         },
@@ -387,7 +452,7 @@ fn run(
         let bound = stats.best_bound.map(|b| b + constant);
         // What the fixing left out reaches the target's rest at best.
         let bound = match (bound, target) {
-            (Some(b), Some(t)) => Some(if maximise { b.max(t.rest) } else { b.min(t.rest) }),
+            (Some(b), Some((t, _))) => Some(if maximise { b.max(t.rest) } else { b.min(t.rest) }),
             (b, _) => b,
         };
         Some(Run { values, bound, optimal, pivots_per_node })

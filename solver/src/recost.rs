@@ -92,7 +92,7 @@ pub(crate) fn recost(inst: &Instance, sol: &Sol, deadline: Option<Instant>) -> O
         }
         seen.push(key);
         found.improve(inst);
-        let found = crate::cost_search(inst, found, deadline);
+        let found = crate::cost_search(inst, found, None, deadline);
         crate::trace(|| format!("recost: {} cost {:.2}", found.weight(inst), found.cost()));
         let bar = best.as_ref().unwrap_or(sol);
         if better((found.weight(inst), found.cost()), (bar.weight(inst), bar.cost())) {
@@ -360,7 +360,7 @@ pub(crate) fn follow_lp(inst: &Instance, sol: &mut Sol, deadline: Option<Instant
         trial.improve(inst);
     }
     crate::trace(|| format!("follow the LP: repaired {} cost {:.2}", trial.weight(inst), trial.cost()));
-    let trial = crate::cost_search(inst, trial, deadline);
+    let trial = crate::cost_search(inst, trial, None, deadline);
     let changed = better((trial.weight(inst), trial.cost()), (sol.weight(inst), sol.cost()));
     crate::trace(|| format!("follow the LP: {} cost {:.2}, changed {changed}", trial.weight(inst), trial.cost()));
     if changed {

@@ -139,6 +139,26 @@ fn a_60_job_optimum_is_proven() {
     assert!(plan.optimal, "not proven: gap {}", plan.gap);
 }
 
+/// The independent generator's tight-caps shape at 60 jobs (seed 1) and budgets shape at 100
+/// (seed 2; `python3 solver/benches/independent_problems.py DIR --sizes 60,100 --seed S`): the
+/// searches' plans were the optima (HiGHS proved tight-caps-60-1's in 0.3 s), but their bounds
+/// stood 3 and 23 units of weight above, so the plans said `optimal: false`. The MILP on a smaller
+/// budget above 50 jobs proves both, each in under 0.2 s.
+#[test]
+fn optima_of_60_and_100_jobs_are_proven_by_the_milp() {
+    for (file, text, weight, cost) in [
+        ("tight-caps-60-1", include_str!("data/tight-caps-60-1.json"), 14_214.0, 7_242.62),
+        ("budgets-100-2", include_str!("data/budgets-100-2.json"), 27_852.0, 107_256.05),
+    ] {
+        let p = Problem::from_json_str(text).expect("a valid problem");
+        let plan = solve_lp_round(&p, &SolveOptions::default());
+        assert!(check(&p, &plan).is_ok(), "{file}");
+        assert_eq!(plan.placed_weight, weight, "{file}");
+        assert!((plan.expected_cost - cost).abs() < 0.01, "{file}: cost {}", plan.expected_cost);
+        assert!(plan.optimal, "{file}: not proven, gap {}", plan.gap);
+    }
+}
+
 /// The independent generator's all-spot and tiny shapes at 40 jobs (`python3
 /// solver/benches/independent_problems.py DIR --sizes 40 --seed 1`): the plans were HiGHS's proven
 /// optima, but microlp's branch and bound stopped 5 units of weight above all-spot's (22,506 against
