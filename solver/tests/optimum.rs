@@ -146,17 +146,10 @@ fn a_60_job_optimum_is_proven() {
 /// budget above 50 jobs proves both, each in under 0.2 s.
 #[test]
 fn optima_of_60_and_100_jobs_are_proven_by_the_milp() {
-    for (file, text, weight, cost) in [
+    proves_optima(&[
         ("tight-caps-60-1", include_str!("data/tight-caps-60-1.json"), 14_214.0, 7_242.62),
         ("budgets-100-2", include_str!("data/budgets-100-2.json"), 27_852.0, 107_256.05),
-    ] {
-        let p = Problem::from_json_str(text).expect("a valid problem");
-        let plan = solve_lp_round(&p, &SolveOptions::default());
-        assert!(check(&p, &plan).is_ok(), "{file}");
-        assert_eq!(plan.placed_weight, weight, "{file}");
-        assert!((plan.expected_cost - cost).abs() < 0.01, "{file}: cost {}", plan.expected_cost);
-        assert!(plan.optimal, "{file}: not proven, gap {}", plan.gap);
-    }
+    ]);
 }
 
 /// The independent generator's all-spot and tiny shapes at 40 jobs (`python3
@@ -166,10 +159,16 @@ fn optima_of_60_and_100_jobs_are_proven_by_the_milp() {
 /// cover cuts at the root (`reduced_cost`, `cover_cuts`) prove both.
 #[test]
 fn forty_job_optima_that_need_root_cuts_are_proven() {
-    for (file, text, weight, cost) in [
+    proves_optima(&[
         ("all-spot-40-1", include_str!("data/all-spot-40-1.json"), 22_501.0, 25_812.53),
         ("tiny-40-1", include_str!("data/tiny-40-1.json"), 76.0, 1_222.43),
-    ] {
+    ]);
+}
+
+/// Each case (name, problem, weight, cost): the plan is valid, places the optimum's weight at its
+/// cost, and says it is optimal.
+fn proves_optima(cases: &[(&str, &str, f64, f64)]) {
+    for &(file, text, weight, cost) in cases {
         let p = Problem::from_json_str(text).expect("a valid problem");
         let plan = solve_lp_round(&p, &SolveOptions::default());
         assert!(check(&p, &plan).is_ok(), "{file}");
