@@ -9,6 +9,7 @@ per virtual cluster (a hash of its id), the GPU models (1-3) and spot policy dra
 (not public): per region `cores` 200-1,600 and `lowPriorityCores` 0-600, per family 0-768 vCPUs.
 
     python3 solver/benches/real_problems.py DIR      # writes DIR/philly-{60,100,300}-{1,2,3}.json
+    python3 solver/benches/real_problems.py DIR --sizes 1000,10000   # philly-{1000,10000}-{1,2,3}
 """
 import csv, json, os, random, sys, zlib
 
@@ -54,6 +55,7 @@ def make(n, seed):
         jobs.append(dict(id=f'p{i:04d}', gpus=g, gpu_models=rng.sample(sorted(set(models.values())), rng.choice([1, 2, 3])), gang=True,
                          priority=prio, duration_hours=max(0.1, min(72.0, float(r['duration']) / 3600)), spot=rng.choice(['never', 'allowed', 'preferred'])))
     return dict(offers=offers, quotas=quotas, jobs=jobs)
-for n in [60, 100, 300]:
+sizes = [int(x) for x in sys.argv[sys.argv.index('--sizes') + 1].split(',')] if '--sizes' in sys.argv else [60, 100, 300]
+for n in sizes:
     for seed in [1, 2, 3]:
         json.dump(make(n, seed), open(os.path.join(out, f'philly-{n}-{seed}.json'), 'w'))

@@ -490,7 +490,7 @@ pub(crate) fn cost_search(inst: &Instance, sol: Sol, prices: Option<&[f64]>, dea
     }
     let mut pack = search::Packing::from_sol(inst, &sol);
     let large = inst.p.jobs.len() > MAX_KICK_JOBS;
-    if large && let Some(prices) = prices.filter(|p| p.len() == inst.p.offers.len()) {
+    if large && let Some(prices) = prices {
         pack.guide(prices);
     }
     pack.improve_cost_refilled(REPACK_ROUNDS, deadline);
@@ -582,7 +582,7 @@ const COST_KICK_SHARE: usize = 4;
 /// The cost search's kicks above [`MAX_KICK_JOBS`] jobs, whose weight searches are guided by the
 /// Lagrangian's prices as the weight search's are (ejections tried only for the jobs the prices
 /// rate nearly worth placing, on their cheapest-rated candidates). Unguided, the one kick there
-/// was tried ejections for every waiting job on every candidate: 40-60 ms of a 1,000-job solve,
+/// tried ejections for every waiting job on every candidate: 40-60 ms of a 1,000-job solve,
 /// 430 ms of a 10,000-job one. On 56 problems of 1,000 and 10,000 jobs (`diverse` seeds 1-8, the
 /// independent generator's seeds 1 and 2), two guided kicks: 19 plans heavier (up to +0.41 %), 11
 /// lighter (tiny-10000-1 -0.52 %, the others at most -0.12 %), for 0.88 times the time (the

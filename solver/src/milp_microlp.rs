@@ -36,7 +36,8 @@ use crate::reduced_cost::Domains;
 use crate::{Bound, pick};
 
 /// Jobs above which the MILP runs only on a smaller budget ([`Budget::LARGER`]): with the whole
-/// budget, on the 70 independent problems of 60 and 100 jobs (seeds 1-5) it proved 14 optima
+/// budget, on the 70 independent problems of 60 and 100 jobs (seeds 1-3, and the split shape's
+/// seeds 4 and 5) it proved 14 optima
 /// instead of 10 for 2.0 times the time, where at 40 jobs it proves 19 of 44 instead of 13 for
 /// 1.35x (mean 277 -> 372 ms, the worst 0.95 s).
 pub(crate) const MAX_JOBS: usize = 50;
@@ -223,7 +224,8 @@ impl Phases<'_, '_> {
             direction,
             extra,
             &start,
-            Some((target, self.root_rounds)),
+            target,
+            self.root_rounds,
             work,
             pivots_per_node,
             self.deadline,
@@ -345,9 +347,10 @@ struct Target {
 }
 
 /// Optimises `objective` over the model with `extra` as more rows, from `start`, within `work`
-/// (see [`WEIGHT_WORK`]; nodes at `pivots_per_node`) or until `deadline`. With a `target`, the
-/// variables are first fixed where reduced costs prove that no plan reaching it can move them (in
-/// up to that many rounds of the root's loop), and the search runs on what is left. `None` when microlp failed (an error or a panic).
+/// (see [`WEIGHT_WORK`]; nodes at `pivots_per_node`) or until `deadline`, looking only for plans
+/// that reach `target`: the variables are first fixed where reduced costs prove that no such plan
+/// can move them (in up to `root_rounds` rounds of the root's loop), and the search runs on what
+/// is left. `None` when microlp failed (an error or a panic).
 #[allow(clippy::too_many_arguments)]
 fn run(
     m: &Model,
@@ -355,7 +358,8 @@ fn run(
     direction: OptimizationDirection,
     extra: &[Row],
     start: &[f64],
-    target: Option<(Target, usize)>,
+    target: Target,
+    root_rounds: usize,
     work: u64,
     pivots_per_node: u64,
     deadline: Option<Instant>,
@@ -364,12 +368,9 @@ fn run(
         return None;
     }
     let maximise = matches!(direction, OptimizationDirection::Maximize);
-    let (d, cuts) = match target {
-        Some((t, rounds)) => match root(m, objective, maximise, extra, t, rounds, deadline) {
-            Root::Proven => return Some(Run { values: None, bound: Some(t.rest), optimal: true, pivots_per_node: 1 }),
-            Root::Left { domains, cuts } => (domains, cuts),
-        },
-        None => (Domains::whole(&m.vars), Vec::new()),
+    let (d, cuts) = match root(m, objective, maximise, extra, target, root_rounds, deadline) {
+        Root::Proven => return Some(Run { values: None, bound: Some(target.rest), optimal: true, pivots_per_node: 1 }),
+        Root::Left { domains, cuts } => (domains, cuts),
     };
     // What the root's rounds left of the time limit, not what there was before them.
     let options = crate::reduced_cost::lp_options(deadline)?;
@@ -451,10 +452,7 @@ fn run(
         let pivots_per_node = (stats.lp_iterations / stats.nodes_solved.max(1)).max(1);
         let bound = stats.best_bound.map(|b| b + constant);
         // What the fixing left out reaches the target's rest at best.
-        let bound = match (bound, target) {
-            (Some(b), Some((t, _))) => Some(if maximise { b.max(t.rest) } else { b.min(t.rest) }),
-            (b, _) => b,
-        };
+        let bound = bound.map(|b| if maximise { b.max(target.rest) } else { b.min(target.rest) });
         Some(Run { values, bound, optimal, pivots_per_node })
     });
     solved.ok().flatten()
