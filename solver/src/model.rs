@@ -127,6 +127,11 @@ pub(crate) struct Class {
     pub rep: usize,
     /// Statically feasible, not dominated, best first (cost, then spot preference, then offer order).
     pub cands: Vec<Cand>,
+    /// Classes whose candidates are the same offers with the same VMs in the same order share a
+    /// shape: a search that tries to place, or move, a job of one shape would find for any other job
+    /// of it the same places (real queues repeat shapes where they do not repeat classes: jobs of
+    /// one GPU count and region list differ only in priority and duration).
+    pub shape: usize,
 }
 
 /// The prepared problem.
@@ -185,17 +190,27 @@ impl<'a> Instance<'a> {
         for (j, job) in p.jobs.iter().enumerate() {
             let key = class_key(job);
             let c = *by_key.entry(key).or_insert_with(|| {
-                inst.classes.push(Class { jobs: Vec::new(), rep: j, cands: Vec::new() });
+                inst.classes.push(Class { jobs: Vec::new(), rep: j, cands: Vec::new(), shape: 0 });
                 inst.classes.len() - 1
             });
             inst.classes[c].jobs.push(j);
             inst.job_class[j] = c;
         }
+        let mut shapes: BTreeMap<Vec<(usize, u32)>, usize> = BTreeMap::new();
         for c in 0..inst.classes.len() {
             let cands = inst.candidates(inst.classes[c].rep);
-            inst.classes[c].cands = inst.prune(inst.classes[c].rep, cands);
+            let cands = inst.prune(inst.classes[c].rep, cands);
+            let places = cands.iter().map(|c| (c.offer, c.vms)).collect();
+            let next = shapes.len();
+            inst.classes[c].shape = *shapes.entry(places).or_insert(next);
+            inst.classes[c].cands = cands;
         }
         inst
+    }
+
+    /// The shape of job `j`'s class (see [`Class::shape`]).
+    pub fn shape_of(&self, j: usize) -> usize {
+        self.classes[self.job_class[j]].shape
     }
 
     /// The shared resources a placement draws on, as the searches count them: the free amount of

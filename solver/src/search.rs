@@ -33,9 +33,12 @@
 //! rest counted lost, and that room-making may move a piece whole; what is left of a job is placed
 //! again, where there is room, when the plan is rebuilt.
 
+mod no_room;
 mod repack;
 
 use std::time::Instant;
+
+use no_room::NoRoom;
 
 use crate::model::{Assign, Cand, EPS, Instance, Sol};
 
@@ -87,6 +90,10 @@ pub(crate) struct Packing<'i, 'a> {
     tried: Vec<Vec<u32>>,
     /// What the weight search does besides its moves to make room for a waiting job.
     room: RoomMaking,
+    /// The fingerprint of `free` (see `no_room`).
+    state: u64,
+    /// The inserts known to fail, by state and shape.
+    no_room: NoRoom,
 }
 
 /// What the weight search does, besides its other moves, to make room for a waiting job.
@@ -183,7 +190,10 @@ impl<'i, 'a> Packing<'i, 'a> {
             promising: vec![true; p.jobs.len()],
             tried: (0..p.jobs.len()).map(|j| (0..inst.cands_of(j).len() as u32).collect()).collect(),
             room: RoomMaking::Off,
+            state: 0,
+            no_room: NoRoom::default(),
         };
+        pack.state = pack.free.iter().enumerate().fold(0, |h, (r, &f)| h ^ no_room::term(r, f));
         for a in &sol.assigns {
             if p.jobs[a.job].gang {
                 let k = inst.cands_of(a.job).iter().position(|c| c.offer == a.offer).expect("a placed candidate");
@@ -287,7 +297,9 @@ impl<'i, 'a> Packing<'i, 'a> {
     /// Takes (`sign` 1) or gives back (-1) what `vms` VMs of `offer` use.
     fn charge(&mut self, offer: usize, vms: u32, sign: i64) {
         for &(r, a) in &self.offer_res[offer] {
+            let old = self.free[r];
             self.free[r] -= sign * a * i64::from(vms);
+            self.state ^= no_room::term(r, old) ^ no_room::term(r, self.free[r]);
         }
     }
 
@@ -322,13 +334,20 @@ impl<'i, 'a> Packing<'i, 'a> {
 
     /// Places an unplaced gang job on its cheapest candidate with room.
     fn insert(&mut self, j: usize) -> bool {
+        let shape = self.inst.shape_of(j);
+        if self.no_room.known(self.state, shape) {
+            return false;
+        }
         let n = self.inst.cands_of(j).len();
         match (0..n).find(|&k| self.fits(j, k)) {
             Some(k) => {
                 self.put(j, k);
                 true
             }
-            None => false,
+            None => {
+                self.no_room.remember(self.state, shape);
+                false
+            }
         }
     }
 
@@ -363,6 +382,31 @@ impl<'i, 'a> Packing<'i, 'a> {
         let mut out = Vec::new();
         for o in self.covering_offers(needs) {
             out.extend(self.on_offer[o].iter().copied().filter(|&i| needs.iter().all(|&(r, d)| self.held(i, r) >= d)));
+        }
+        out.sort_unstable();
+        out
+    }
+
+    /// [`Packing::covering_holders`], only the first of each shape on each offer: moving any other
+    /// frees the same room and finds the same places to go (on real queues, a busy offer holds
+    /// hundreds of 1-GPU jobs of a few shapes, and trying each was most of a 10,000-job weight
+    /// search).
+    fn covering_holders_by_shape(&self, needs: &[(usize, i64)]) -> Vec<usize> {
+        let inst = self.inst;
+        let mut out = Vec::new();
+        // Per offer, the first holder of each shape (an offer's holders are few shapes).
+        let mut firsts: Vec<(usize, usize)> = Vec::new();
+        for o in self.covering_offers(needs) {
+            firsts.clear();
+            for &i in &self.on_offer[o] {
+                let shape = inst.shape_of(i);
+                match firsts.iter_mut().find(|(s, _)| *s == shape) {
+                    Some((_, first)) => *first = (*first).min(i),
+                    None if needs.iter().all(|&(r, d)| self.held(i, r) >= d) => firsts.push((shape, i)),
+                    None => {}
+                }
+            }
+            out.extend(firsts.iter().map(|&(_, i)| i));
         }
         out.sort_unstable();
         out
@@ -557,7 +601,7 @@ impl<'i, 'a> Packing<'i, 'a> {
         for k in tried.iter().map(|&k| k as usize) {
             let c = *self.cand(j, k);
             let needs = self.lacks(&c);
-            for i in self.covering_holders(&needs) {
+            for i in self.covering_holders_by_shape(&needs) {
                 let ki = self.remove(i);
                 if self.fits(j, k) {
                     self.put(j, k);
@@ -931,10 +975,17 @@ impl<'i, 'a> Packing<'i, 'a> {
         let ki = self.remove(i);
         let mut added = Vec::new();
         let mut gain = -wi;
+        // Placing only takes room, so a shape that found none finds none for the jobs after it.
+        let mut full: Vec<usize> = Vec::new();
         for &j in unplaced {
-            if self.slot[j] == NONE && self.insert(j) {
+            if self.slot[j] != NONE || full.contains(&inst.shape_of(j)) {
+                continue;
+            }
+            if self.insert(j) {
                 gain += weight(inst, j);
                 added.push(j);
+            } else {
+                full.push(inst.shape_of(j));
             }
         }
         if gain > 0.5 {
@@ -1392,15 +1443,33 @@ impl<'i, 'a> Packing<'i, 'a> {
         let old_k = self.slot[j] as usize;
         self.remove(j);
         let needs = self.lacks(&c);
+        // Holders of one shape on one offer all move to the same candidate, if any (see
+        // `Class::shape`): tried once, then priced per holder.
+        let mut moves: Vec<((usize, usize), u32)> = Vec::new();
         for i in self.covering_holders(&needs) {
             let i_old = self.slot[i] as usize;
             let i_cost = self.cand(i, i_old).cost;
+            let inst = self.inst;
+            let saves = |to: usize| {
+                c.cost - old_cost + inst.cands_of(i)[to].cost - i_cost < -EPS * (old_cost + i_cost).max(1.0)
+            };
+            let group = (self.inst.shape_of(i), self.cand(i, i_old).offer);
+            if let Some(&(_, to)) = moves.iter().find(|(g, _)| *g == group) {
+                if to != NONE && saves(to as usize) {
+                    self.remove(i);
+                    self.put(j, k);
+                    self.put(i, to as usize);
+                    return true;
+                }
+                continue;
+            }
+            let mut to = NONE;
             self.remove(i);
             if self.fits(j, k) {
                 self.put(j, k);
                 if self.insert(i) {
-                    let delta = c.cost - old_cost + self.cost_of(i) - i_cost;
-                    if delta < -EPS * (old_cost + i_cost).max(1.0) {
+                    to = self.slot[i];
+                    if saves(to as usize) {
                         return true;
                     }
                     self.remove(i);
@@ -1408,6 +1477,7 @@ impl<'i, 'a> Packing<'i, 'a> {
                 self.remove(j);
             }
             self.put(i, i_old);
+            moves.push((group, to));
         }
         self.put(j, old_k);
         false
@@ -1533,6 +1603,45 @@ pub(crate) mod tests {
         assert!(pack.insert(0) && pack.insert(1), "x and y fit");
         assert!(!pack.fits(2, 0), "j waits");
         pack
+    }
+
+    #[test]
+    fn jobs_that_differ_only_in_priority_share_a_shape() {
+        let p = three_regions([1, 2, 1], [r#""eastus", "westus""#, r#""eastus", "westus""#, r#""eastus""#]);
+        let inst = Instance::new(&p);
+        assert_ne!(inst.job_class[0], inst.job_class[1], "two priorities, two classes");
+        assert_eq!(inst.shape_of(0), inst.shape_of(1), "the same offers");
+        assert_ne!(inst.shape_of(0), inst.shape_of(2), "j runs in one region only");
+    }
+
+    #[test]
+    fn a_state_is_named_by_its_free_resources() {
+        let p = chain();
+        let inst = Instance::new(&p);
+        let mut pack = stuck(&inst);
+        let named = |pack: &Packing| pack.free.iter().enumerate().fold(0, |h, (r, &f)| h ^ no_room::term(r, f));
+        let before = pack.state;
+        assert_eq!(before, named(&pack), "kept up to date by every move");
+        let k = pack.remove(0);
+        assert_ne!(pack.state, before, "x's room is free");
+        assert_eq!(pack.state, named(&pack));
+        pack.put(0, k);
+        assert_eq!(pack.state, before, "the same state, whatever the path");
+    }
+
+    #[test]
+    fn a_failed_insert_is_remembered_for_its_shape_in_that_state_only() {
+        // All three run in eastus only, one VM's room: x placed, y and j (another priority, the
+        // same shape) wait.
+        let p = three_regions([3, 1, 2], [r#""eastus""#; 3]);
+        let inst = Instance::new(&p);
+        let mut pack = Packing::from_sol(&inst, &Sol::new(&inst));
+        assert!(pack.insert(0));
+        assert!(!pack.insert(1), "no room for y");
+        assert!(pack.no_room.known(pack.state, inst.shape_of(2)), "nor for j, known without looking");
+        assert!(!pack.insert(2));
+        pack.remove(0);
+        assert!(pack.insert(2), "x's room is j's once x is out");
     }
 
     #[test]
