@@ -132,6 +132,15 @@ enum Command {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // No transparent huge pages: mimalloc asks for them, and every fresh 2 MiB page is zeroed at
+    // its first touch. The solver frees and reallocates megabytes at a time, and on this machine
+    // (THP "madvise") that zeroing made a 10,000-job plan take 1.66-2.34 s instead of 1.65-1.75 s
+    // and the default what-if run 5.1 s instead of 4.7 s (BENCHMARKS.md, session 49).
+    #[cfg(target_os = "linux")]
+    // SAFETY: a process-wide flag for the kernel's page faults; no memory is touched.
+    unsafe {
+        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+    }
     let args = Args::parse();
     // A CLI piped into `head` must stop quietly when the pipe closes, not panic in `println!`.
     // Servers must not: with SIGPIPE's default action, a client closing its connection during a

@@ -36,9 +36,10 @@
 mod no_room;
 mod repack;
 
+use std::rc::Rc;
 use std::time::Instant;
 
-use no_room::NoRoom;
+use no_room::{Look, NoRoom};
 
 use crate::model::{Assign, Cand, EPS, Instance, Sol};
 
@@ -57,10 +58,9 @@ pub(crate) struct Packing<'i, 'a> {
     inst: &'i Instance<'a>,
     /// Free amount of each resource: quota pools first, then every offer's capacity in VMs.
     free: Vec<i64>,
-    /// Per offer, the resources one VM uses and how much of each.
-    offer_res: Vec<Vec<(usize, i64)>>,
-    /// Per resource, the offers that use it.
-    res_offers: Vec<Vec<usize>>,
+    /// What no move changes, shared by a packing and its clones: a kick clones the packing it
+    /// starts from, and on 10,000 jobs the frame is megabytes in ten thousand lists.
+    frame: Rc<Frame>,
     /// Per job, the index of its candidate in its class, or `NONE`.
     slot: Vec<u32>,
     /// Gang jobs placed on each offer, and per placed job its index in its offer's list (so that
@@ -74,6 +74,22 @@ pub(crate) struct Packing<'i, 'a> {
     pieces_on: Vec<Vec<usize>>,
     /// Per job, its pieces (taken out or not).
     pieces_of: Vec<Vec<usize>>,
+    /// What the weight search does besides its moves to make room for a waiting job.
+    room: RoomMaking,
+    /// The fingerprints of `free` and of which jobs and pieces are where (see `no_room`).
+    state: u64,
+    layout: u64,
+    /// The inserts known to fail, by state and shape.
+    no_room: NoRoom,
+}
+
+/// What a packing knows of its instance that no move changes (only [`Packing::guide`] does).
+#[derive(Clone)]
+struct Frame {
+    /// Per offer, the resources one VM uses and how much of each.
+    offer_res: Vec<Vec<(usize, i64)>>,
+    /// Per resource, the offers that use it.
+    res_offers: Vec<Vec<usize>>,
     /// Gang jobs, in the order the weight phase tries to place them: most weight first.
     order: Vec<usize>,
     /// Split jobs, highest priority first (then input order).
@@ -88,12 +104,6 @@ pub(crate) struct Packing<'i, 'a> {
     /// Per job, the candidates ejection and relocation try: those whose resources the prices rate
     /// cheapest (all of them until `guide` is called).
     tried: Vec<Vec<u32>>,
-    /// What the weight search does besides its moves to make room for a waiting job.
-    room: RoomMaking,
-    /// The fingerprint of `free` (see `no_room`).
-    state: u64,
-    /// The inserts known to fail, by state and shape.
-    no_room: NoRoom,
 }
 
 /// What the weight search does, besides its other moves, to make room for a waiting job.
@@ -171,11 +181,20 @@ impl<'i, 'a> Packing<'i, 'a> {
                 }
             }
         }
+        let frame = Frame {
+            offer_res,
+            res_offers,
+            splits,
+            order,
+            rank,
+            res_jobs,
+            promising: vec![true; p.jobs.len()],
+            tried: (0..p.jobs.len()).map(|j| (0..inst.cands_of(j).len() as u32).collect()).collect(),
+        };
         let mut pack = Packing {
             inst,
             free,
-            offer_res,
-            res_offers,
+            frame: Rc::new(frame),
             slot: vec![NONE; p.jobs.len()],
             on_offer: vec![Vec::new(); p.offers.len()],
             at: vec![NONE; p.jobs.len()],
@@ -183,14 +202,9 @@ impl<'i, 'a> Packing<'i, 'a> {
             out: Vec::new(),
             pieces_on: vec![Vec::new(); p.offers.len()],
             pieces_of: vec![Vec::new(); p.jobs.len()],
-            splits,
-            order,
-            rank,
-            res_jobs,
-            promising: vec![true; p.jobs.len()],
-            tried: (0..p.jobs.len()).map(|j| (0..inst.cands_of(j).len() as u32).collect()).collect(),
             room: RoomMaking::Off,
             state: 0,
+            layout: 0,
             no_room: NoRoom::default(),
         };
         pack.state = pack.free.iter().enumerate().fold(0, |h, (r, &f)| h ^ no_room::term(r, f));
@@ -209,6 +223,9 @@ impl<'i, 'a> Packing<'i, 'a> {
     /// offer), and marks as promising those within a quarter of their weight of being worth placing.
     pub fn guide(&mut self, price: &[f64]) {
         let inst = self.inst;
+        // The relocations known to fail were tried on the candidates `tried` held until now.
+        self.no_room = NoRoom::default();
+        let frame = Rc::make_mut(&mut self.frame);
         let net: Vec<f64> = (0..inst.p.jobs.len())
             .map(|j| {
                 let w = weight(inst, j);
@@ -216,7 +233,7 @@ impl<'i, 'a> Packing<'i, 'a> {
             })
             .collect();
         for (j, &n) in net.iter().enumerate() {
-            self.promising[j] = n > -0.25 * weight(inst, j);
+            frame.promising[j] = n > -0.25 * weight(inst, j);
             let cands = inst.cands_of(j);
             let mut order: Vec<u32> = (0..cands.len() as u32).collect();
             // A split job's candidates by the price per GPU of their VMs.
@@ -230,14 +247,15 @@ impl<'i, 'a> Packing<'i, 'a> {
             let key = |k: u32| per(k) * price[cands[k as usize].offer];
             order.sort_by(|&a, &b| key(a).total_cmp(&key(b)).then(a.cmp(&b)));
             order.truncate(TRIED_CANDIDATES);
-            self.tried[j] = order;
+            frame.tried[j] = order;
         }
-        self.order.sort_by(|&a, &b| net[b].total_cmp(&net[a]).then(a.cmp(&b)));
-        for (pos, &j) in self.order.iter().enumerate() {
-            self.rank[j] = pos;
+        frame.order.sort_by(|&a, &b| net[b].total_cmp(&net[a]).then(a.cmp(&b)));
+        for (pos, &j) in frame.order.iter().enumerate() {
+            frame.rank[j] = pos;
         }
-        for list in &mut self.res_jobs {
-            list.sort_unstable_by_key(|&j| self.rank[j]);
+        let rank = &frame.rank;
+        for list in &mut frame.res_jobs {
+            list.sort_unstable_by_key(|&j| rank[j]);
         }
     }
 
@@ -279,7 +297,7 @@ impl<'i, 'a> Packing<'i, 'a> {
     /// The resources `vms` VMs of `offer` lack room in, and by how much.
     fn lacks_vms(&self, offer: usize, vms: u32) -> Vec<(usize, i64)> {
         let vms = i64::from(vms);
-        self.offer_res[offer]
+        self.frame.offer_res[offer]
             .iter()
             .filter_map(|&(r, a)| {
                 let d = a * vms - self.free[r];
@@ -291,12 +309,12 @@ impl<'i, 'a> Packing<'i, 'a> {
     fn fits(&self, j: usize, k: usize) -> bool {
         let c = self.cand(j, k);
         let vms = i64::from(c.vms);
-        self.offer_res[c.offer].iter().all(|&(r, a)| a * vms <= self.free[r])
+        self.frame.offer_res[c.offer].iter().all(|&(r, a)| a * vms <= self.free[r])
     }
 
     /// Takes (`sign` 1) or gives back (-1) what `vms` VMs of `offer` use.
     fn charge(&mut self, offer: usize, vms: u32, sign: i64) {
-        for &(r, a) in &self.offer_res[offer] {
+        for &(r, a) in &self.frame.offer_res[offer] {
             let old = self.free[r];
             self.free[r] -= sign * a * i64::from(vms);
             self.state ^= no_room::term(r, old) ^ no_room::term(r, self.free[r]);
@@ -305,12 +323,13 @@ impl<'i, 'a> Packing<'i, 'a> {
 
     /// How much of resource `r` `vms` VMs of `offer` use.
     fn uses(&self, offer: usize, vms: u32, r: usize) -> i64 {
-        self.offer_res[offer].iter().find(|&&(x, _)| x == r).map_or(0, |&(_, a)| a * i64::from(vms))
+        self.frame.offer_res[offer].iter().find(|&&(x, _)| x == r).map_or(0, |&(_, a)| a * i64::from(vms))
     }
 
     fn put(&mut self, j: usize, k: usize) {
         let c = *self.cand(j, k);
         self.charge(c.offer, c.vms, 1);
+        self.layout ^= no_room::placed(j, k);
         self.slot[j] = k as u32;
         self.at[j] = self.on_offer[c.offer].len() as u32;
         self.on_offer[c.offer].push(j);
@@ -320,6 +339,7 @@ impl<'i, 'a> Packing<'i, 'a> {
         let k = self.slot[j] as usize;
         let c = *self.cand(j, k);
         self.charge(c.offer, c.vms, -1);
+        self.layout ^= no_room::placed(j, k);
         self.slot[j] = NONE;
         let list = &mut self.on_offer[c.offer];
         let i = self.at[j] as usize;
@@ -335,7 +355,7 @@ impl<'i, 'a> Packing<'i, 'a> {
     /// Places an unplaced gang job on its cheapest candidate with room.
     fn insert(&mut self, j: usize) -> bool {
         let shape = self.inst.shape_of(j);
-        if self.no_room.known(self.state, shape) {
+        if self.no_room.known(self.state, shape, Look::Insert, f64::INFINITY) {
             return false;
         }
         let n = self.inst.cands_of(j).len();
@@ -345,7 +365,7 @@ impl<'i, 'a> Packing<'i, 'a> {
                 true
             }
             None => {
-                self.no_room.remember(self.state, shape);
+                self.no_room.remember(self.state, shape, Look::Insert, f64::INFINITY);
                 false
             }
         }
@@ -362,7 +382,8 @@ impl<'i, 'a> Packing<'i, 'a> {
     /// of jobs, which sorting and deduplicating per job made most of an ejection's cost on 10,000
     /// jobs).
     fn offers_using(&self, needs: &[(usize, i64)]) -> Vec<usize> {
-        let mut offers: Vec<usize> = needs.iter().flat_map(|&(r, _)| self.res_offers[r].iter().copied()).collect();
+        let mut offers: Vec<usize> =
+            needs.iter().flat_map(|&(r, _)| self.frame.res_offers[r].iter().copied()).collect();
         offers.sort_unstable();
         offers.dedup();
         offers
@@ -415,11 +436,11 @@ impl<'i, 'a> Packing<'i, 'a> {
     /// The offers whose VMs use every resource in `needs` (only what is placed on them can free
     /// all of it at once).
     fn covering_offers<'s>(&'s self, needs: &'s [(usize, i64)]) -> impl Iterator<Item = usize> + 's {
-        let first = needs.first().map_or(&[][..], |&(r, _)| &self.res_offers[r][..]);
+        let first = needs.first().map_or(&[][..], |&(r, _)| &self.frame.res_offers[r][..]);
         first
             .iter()
             .copied()
-            .filter(move |&o| needs[1..].iter().all(|&(r, _)| self.offer_res[o].iter().any(|&(x, _)| x == r)))
+            .filter(move |&o| needs[1..].iter().all(|&(r, _)| self.frame.offer_res[o].iter().any(|&(x, _)| x == r)))
     }
 
     /// The weight a holder (a gang job, or a piece) places.
@@ -440,10 +461,11 @@ impl<'i, 'a> Packing<'i, 'a> {
     fn lost_weight(&self, i: usize, needs: &[(usize, i64)]) -> f64 {
         if self.room == RoomMaking::ChainsAndEjections && i < self.slot.len() {
             let ki = self.slot[i] as usize;
-            let movable = self.tried[i].iter().map(|&k| k as usize).any(|k| {
+            let movable = self.frame.tried[i].iter().map(|&k| k as usize).any(|k| {
                 k != ki && {
                     let c = self.cand(i, k);
-                    self.fits(i, k) && !self.offer_res[c.offer].iter().any(|&(r, _)| needs.iter().any(|&(x, _)| x == r))
+                    self.fits(i, k)
+                        && !self.frame.offer_res[c.offer].iter().any(|&(r, _)| needs.iter().any(|&(x, _)| x == r))
                 }
             });
             if movable {
@@ -467,6 +489,7 @@ impl<'i, 'a> Packing<'i, 'a> {
             None => self.remove(i),
             Some(x) => {
                 self.charge(self.fixed[x].offer, self.fixed[x].vms, -1);
+                self.layout ^= self.piece_term(x);
                 self.out[x] = true;
                 0
             }
@@ -479,6 +502,7 @@ impl<'i, 'a> Packing<'i, 'a> {
             None => self.put(i, k),
             Some(x) => {
                 self.charge(self.fixed[x].offer, self.fixed[x].vms, 1);
+                self.layout ^= self.piece_term(x);
                 self.out[x] = false;
             }
         }
@@ -577,41 +601,47 @@ impl<'i, 'a> Packing<'i, 'a> {
     fn eject_for(&mut self, j: usize) -> f64 {
         let inst = self.inst;
         let wj = weight(inst, j);
-        let tried = std::mem::take(&mut self.tried[j]);
-        let gain = self.eject_among(j, wj, &tried);
-        self.tried[j] = tried;
-        gain
+        let frame = Rc::clone(&self.frame);
+        self.eject_among(j, wj, &frame.tried[j])
     }
 
     fn eject_among(&mut self, j: usize, wj: f64, tried: &[u32]) -> f64 {
-        let mut options: Vec<(f64, usize, Vec<usize>)> = Vec::new();
-        for k in tried.iter().map(|&k| k as usize) {
-            if let Some((victims, w)) = self.ejection(j, k, wj - 0.5) {
-                options.push((w, k, victims));
+        let (layout, shape) = (self.layout, self.inst.shape_of(j));
+        let eject = Look::Eject(self.room == RoomMaking::ChainsAndEjections);
+        if !self.no_room.known(layout, shape, eject, wj) {
+            let mut options: Vec<(f64, usize, Vec<usize>)> = Vec::new();
+            for k in tried.iter().map(|&k| k as usize) {
+                if let Some((victims, w)) = self.ejection(j, k, wj - 0.5) {
+                    options.push((w, k, victims));
+                }
             }
-        }
-        options.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        for (_, k, victims) in options.into_iter().take(3) {
-            if let Some(gain) = self.eject_and_place(&victims, Target::Gang(j, k), wj) {
-                return gain;
+            options.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            for (_, k, victims) in options.into_iter().take(3) {
+                if let Some(gain) = self.eject_and_place(&victims, Target::Gang(j, k), wj) {
+                    return gain;
+                }
             }
+            self.no_room.remember(layout, shape, eject, wj);
         }
         // Relocate: one placed job, of any weight, that holds all the room a candidate lacks moves
         // to another candidate of its own.
-        for k in tried.iter().map(|&k| k as usize) {
-            let c = *self.cand(j, k);
-            let needs = self.lacks(&c);
-            for i in self.covering_holders_by_shape(&needs) {
-                let ki = self.remove(i);
-                if self.fits(j, k) {
-                    self.put(j, k);
-                    if self.insert(i) {
-                        return wj;
+        if !self.no_room.known(layout, shape, Look::Relocate, f64::INFINITY) {
+            for k in tried.iter().map(|&k| k as usize) {
+                let c = *self.cand(j, k);
+                let needs = self.lacks(&c);
+                for i in self.covering_holders_by_shape(&needs) {
+                    let ki = self.remove(i);
+                    if self.fits(j, k) {
+                        self.put(j, k);
+                        if self.insert(i) {
+                            return wj;
+                        }
+                        self.remove(j);
                     }
-                    self.remove(j);
+                    self.put(i, ki);
                 }
-                self.put(i, ki);
             }
+            self.no_room.remember(layout, shape, Look::Relocate, f64::INFINITY);
         }
         if self.room == RoomMaking::Off {
             return 0.0;
@@ -646,7 +676,8 @@ impl<'i, 'a> Packing<'i, 'a> {
                 let ki = self.remove(i);
                 if self.fits(j, k) {
                     self.put(j, k);
-                    for k2 in self.tried[i].clone().into_iter().map(|k| k as usize).filter(|&k2| k2 != ki) {
+                    let frame = Rc::clone(&self.frame);
+                    for k2 in frame.tried[i].iter().map(|&k| k as usize).filter(|&k2| k2 != ki) {
                         let Some((victims, _)) = self.ejection(i, k2, wj - 0.5) else { continue };
                         if !victims.contains(&j)
                             && let Some(gain) = self.eject_and_place(&victims, Target::Gang(i, k2), wj)
@@ -666,7 +697,7 @@ impl<'i, 'a> Packing<'i, 'a> {
     /// they use that is missing, summed (0 when they fit).
     fn lack(&self, offer: usize, vms: u32) -> f64 {
         let vms = i64::from(vms);
-        self.offer_res[offer]
+        self.frame.offer_res[offer]
             .iter()
             .map(|&(r, a)| ((a * vms - self.free[r]).max(0) as f64) / (a * vms).max(1) as f64)
             .sum()
@@ -716,8 +747,8 @@ impl<'i, 'a> Packing<'i, 'a> {
                 }
                 let ki = self.remove(i);
                 moved.push(i);
-                let tried = std::mem::take(&mut self.tried[i]);
-                for &k in &tried {
+                let frame = Rc::clone(&self.frame);
+                for &k in &frame.tried[i] {
                     let k = k as usize;
                     if k == ki || *budget == 0 {
                         continue;
@@ -738,14 +769,12 @@ impl<'i, 'a> Packing<'i, 'a> {
                             log.extend(sub);
                             log.push((i, ki));
                             progressed = true;
-                            self.tried[i] = tried;
                             break 'holders;
                         }
                         self.remove(i);
                     }
                     self.undo(sub);
                 }
-                self.tried[i] = tried;
                 moved.pop();
                 self.put(i, ki);
             }
@@ -816,9 +845,9 @@ impl<'i, 'a> Packing<'i, 'a> {
             return 0.0;
         }
         let prio = f64::from(job.priority);
-        let tried = std::mem::take(&mut self.tried[j]);
+        let frame = Rc::clone(&self.frame);
         let mut gain = 0.0;
-        for &k in &tried {
+        for &k in &frame.tried[j] {
             let c = *self.cand(j, k as usize);
             let vms = rem.div_ceil(c.gpus);
             let gpus = rem.min(vms * c.gpus);
@@ -837,7 +866,6 @@ impl<'i, 'a> Packing<'i, 'a> {
                 break;
             }
         }
-        self.tried[j] = tried;
         gain
     }
 
@@ -916,14 +944,16 @@ impl<'i, 'a> Packing<'i, 'a> {
             spent += self.fixed[y].cost;
         }
         let mut left = gpus;
-        for ki in 0..self.tried[j].len() {
-            let c = *self.cand(j, self.tried[j][ki] as usize);
-            if Some(c.offer) == skip || self.offer_res[c.offer].iter().any(|&(r, _)| avoid.iter().any(|&(x, _)| x == r))
+        for ki in 0..self.frame.tried[j].len() {
+            let c = *self.cand(j, self.frame.tried[j][ki] as usize);
+            if Some(c.offer) == skip
+                || self.frame.offer_res[c.offer].iter().any(|&(r, _)| avoid.iter().any(|&(x, _)| x == r))
             {
                 continue;
             }
             // An offer drawing on nothing listed has no limit.
-            let room = self.offer_res[c.offer].iter().map(|&(r, u)| self.free[r].max(0) / u).min().unwrap_or(i64::MAX);
+            let room =
+                self.frame.offer_res[c.offer].iter().map(|&(r, u)| self.free[r].max(0) / u).min().unwrap_or(i64::MAX);
             let mut vms = left.div_ceil(c.gpus).min(u32::try_from(room).unwrap_or(u32::MAX));
             let hourly = inst.p.offers[c.offer].price_per_hour;
             let cost_of = |v: u32| f64::from(v) * c.cost + c.egress_per_gpu * f64::from(left.min(v * c.gpus));
@@ -956,15 +986,26 @@ impl<'i, 'a> Packing<'i, 'a> {
         self.fixed.push(a);
         self.out.push(false);
         self.charge(a.offer, a.vms, 1);
+        self.layout ^= self.piece_term(self.fixed.len() - 1);
     }
 
     /// Removes the piece [`Packing::add_piece`] placed last.
     fn drop_last_piece(&mut self) {
+        let x = self.fixed.len() - 1;
+        if !self.out[x] {
+            self.layout ^= self.piece_term(x);
+        }
         let a = self.fixed.pop().expect("a piece");
         self.out.pop();
         self.pieces_on[a.offer].pop();
         self.pieces_of[a.job].pop();
         self.charge(a.offer, a.vms, -1);
+    }
+
+    /// Piece `x`'s term in the layout fingerprint.
+    fn piece_term(&self, x: usize) -> u64 {
+        let a = &self.fixed[x];
+        no_room::piece(x, a.job, a.offer, a.vms)
     }
 
     /// Removes placed job `i` and fills the room with unplaced jobs; keeps the change only if more
@@ -1014,29 +1055,30 @@ impl<'i, 'a> Packing<'i, 'a> {
         };
         for _pass in 0..MAX_PASSES {
             let mut improved = false;
-            let order = self.order.clone();
-            for &j in &order {
+            let frame = Rc::clone(&self.frame);
+            for &j in &frame.order {
                 if self.slot[j] != NONE || !within(j) {
                     continue;
                 }
                 if out_of_time(&mut steps) {
                     return;
                 }
-                if self.insert(j) || (self.promising[j] && self.eject_for(j) > 0.0) {
+                if self.insert(j) || (self.frame.promising[j] && self.eject_for(j) > 0.0) {
                     improved = true;
                 }
             }
-            for s in 0..if only.is_some() { 0 } else { self.splits.len() } {
-                let j = self.splits[s];
+            for s in 0..if only.is_some() { 0 } else { self.frame.splits.len() } {
+                let j = self.frame.splits[s];
                 if out_of_time(&mut steps) {
                     return;
                 }
-                if self.promising[j] && self.eject_for_split(j) > 0.0 {
+                if self.frame.promising[j] && self.eject_for_split(j) > 0.0 {
                     improved = true;
                 }
             }
             // Drop one, add many: lightest placed jobs first (they are the likeliest to be outweighed).
-            let mut placed: Vec<usize> = order.iter().copied().filter(|&j| self.slot[j] != NONE && within(j)).collect();
+            let mut placed: Vec<usize> =
+                frame.order.iter().copied().filter(|&j| self.slot[j] != NONE && within(j)).collect();
             placed.reverse();
             for i in placed {
                 if out_of_time(&mut steps) {
@@ -1100,8 +1142,8 @@ impl<'i, 'a> Packing<'i, 'a> {
             for &j in &trial.on_offer[o] {
                 mask[j] = true;
             }
-            for &(r, _) in &self.offer_res[o] {
-                for &j in self.res_jobs[r].iter().filter(|&&j| trial.slot[j] == NONE).take(per) {
+            for &(r, _) in &self.frame.offer_res[o] {
+                for &j in self.frame.res_jobs[r].iter().filter(|&&j| trial.slot[j] == NONE).take(per) {
                     mask[j] = true;
                 }
             }
@@ -1124,16 +1166,21 @@ impl<'i, 'a> Packing<'i, 'a> {
             if deadline.is_some_and(|d| Instant::now() >= d) || (n >= kicks && best_weight >= enough) {
                 return;
             }
-            let placed: Vec<usize> = cur.order.iter().copied().filter(|&j| cur.slot[j] != NONE).collect();
+            let placed: Vec<usize> = cur.frame.order.iter().copied().filter(|&j| cur.slot[j] != NONE).collect();
             if placed.is_empty() {
                 return;
             }
             let mut trial = cur.clone();
-            let unplaced: Vec<usize> =
-                cur.order.iter().copied().filter(|&j| cur.slot[j] == NONE && !cur.tried[j].is_empty()).collect();
+            let unplaced: Vec<usize> = cur
+                .frame
+                .order
+                .iter()
+                .copied()
+                .filter(|&j| cur.slot[j] == NONE && !cur.frame.tried[j].is_empty())
+                .collect();
             if n % 2 == 1 && !unplaced.is_empty() {
                 let u = unplaced[(next() % unplaced.len() as u64) as usize];
-                let tried = &cur.tried[u];
+                let tried = &cur.frame.tried[u];
                 let k = tried[(next() % tried.len() as u64) as usize] as usize;
                 trial.force(u, k);
             } else {
@@ -1195,16 +1242,16 @@ impl<'i, 'a> Packing<'i, 'a> {
         // `res_jobs` is in search order: the first few per resource are the ones the fill places first
         // (a pool of a busy region lists thousands of jobs; scanning all of them for every placed job
         // was most of the weight search on 10,000 jobs).
-        for &(r, _) in &self.offer_res[o] {
+        for &(r, _) in &self.frame.offer_res[o] {
             out.extend(
-                self.res_jobs[r]
+                self.frame.res_jobs[r]
                     .iter()
                     .copied()
                     .filter(|&j| self.slot[j] == NONE && weight(inst, j) < wi)
                     .take(MAX_NEIGHBOURS),
             );
         }
-        out.sort_unstable_by_key(|&j| self.rank[j]);
+        out.sort_unstable_by_key(|&j| self.frame.rank[j]);
         out.dedup();
         out
     }
@@ -1263,7 +1310,7 @@ impl<'i, 'a> Packing<'i, 'a> {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return;
             }
-            let mut placed: Vec<usize> = self.order.iter().copied().filter(|&j| self.slot[j] != NONE).collect();
+            let mut placed: Vec<usize> = self.frame.order.iter().copied().filter(|&j| self.slot[j] != NONE).collect();
             if placed.is_empty() {
                 return;
             }
@@ -1630,6 +1677,23 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_layout_is_named_by_who_holds_the_room() {
+        // x and y (one shape, two priorities) both want eastus's one VM.
+        let p = three_regions([3, 1, 2], [r#""eastus""#; 3]);
+        let inst = Instance::new(&p);
+        let mut pack = Packing::from_sol(&inst, &Sol::new(&inst));
+        pack.put(0, 0);
+        let (state, layout) = (pack.state, pack.layout);
+        pack.remove(0);
+        pack.put(1, 0);
+        assert_eq!(pack.state, state, "the same room is free");
+        assert_ne!(pack.layout, layout, "another job holds it: ejecting it loses other weight");
+        pack.remove(1);
+        pack.put(0, 0);
+        assert_eq!(pack.layout, layout);
+    }
+
+    #[test]
     fn a_failed_insert_is_remembered_for_its_shape_in_that_state_only() {
         // All three run in eastus only, one VM's room: x placed, y and j (another priority, the
         // same shape) wait.
@@ -1638,7 +1702,10 @@ pub(crate) mod tests {
         let mut pack = Packing::from_sol(&inst, &Sol::new(&inst));
         assert!(pack.insert(0));
         assert!(!pack.insert(1), "no room for y");
-        assert!(pack.no_room.known(pack.state, inst.shape_of(2)), "nor for j, known without looking");
+        assert!(
+            pack.no_room.known(pack.state, inst.shape_of(2), Look::Insert, 1.0),
+            "nor for j, known without looking"
+        );
         assert!(!pack.insert(2));
         pack.remove(0);
         assert!(pack.insert(2), "x's room is j's once x is out");

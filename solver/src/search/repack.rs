@@ -49,7 +49,7 @@ impl Packing<'_, '_> {
         let offers = inst.p.offers.len();
         // Per offer, the waiting gang jobs with a candidate on it and that candidate.
         let mut waiting: Vec<Vec<(usize, usize)>> = vec![Vec::new(); offers];
-        for &j in &self.order {
+        for &j in &self.frame.order {
             if self.slot[j] == NONE {
                 for (k, c) in inst.cands_of(j).iter().enumerate() {
                     waiting[c.offer].push((j, k));
@@ -68,7 +68,8 @@ impl Packing<'_, '_> {
             let on: Vec<usize> = self.on_offer[o].clone();
             let held: i64 = on.iter().map(|&j| i64::from(self.cand(j, self.slot[j] as usize).vms)).sum();
             // VMs the offer has room for with its own gang jobs taken out.
-            let room = self.offer_res[o].iter().map(|&(r, a)| (self.free[r] + a * held) / a).min().unwrap_or(i64::MAX);
+            let room =
+                self.frame.offer_res[o].iter().map(|&(r, a)| (self.free[r] + a * held) / a).min().unwrap_or(i64::MAX);
             let item = |s: &Self, j: usize, k: usize| {
                 let c = s.cand(j, k);
                 Item { job: j, cand: k, vms: c.vms as usize, weight: weight(inst, j).round() as u64, cost: c.cost }
