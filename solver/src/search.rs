@@ -79,7 +79,7 @@ pub(crate) struct Packing<'i, 'a> {
     /// The fingerprints of `free` and of which jobs and pieces are where (see `no_room`).
     state: u64,
     layout: u64,
-    /// The inserts known to fail, by state and shape.
+    /// The inserts (by `state`), relocations and ejections (by `layout`) known to fail, per shape.
     no_room: NoRoom,
 }
 
