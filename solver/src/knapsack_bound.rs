@@ -39,8 +39,11 @@ pub(crate) struct Priced<'a> {
     pub offer_capacity: Vec<Option<u32>>,
     /// Per offer, its capacity row's multiplier per VM (0 without one).
     pub offer_cap_price: Vec<f64>,
-    /// Per pool, what its price adds to the Lagrangian bound (multiplier × limit).
-    pub pool_value: Vec<f64>,
+    /// Per pool, what its price adds to the Lagrangian bound (multiplier × limit). `None` where
+    /// some job has no multiplier of its own (its items earn more than the prices of the vCPUs
+    /// they take): the prices then bound nothing, every top pool's knapsack must run, and nothing
+    /// clamps it.
+    pub pool_value: Option<Vec<f64>>,
     /// What every other row adds, and the jobs' own multipliers (`u` times their jobs or GPUs).
     pub fixed: f64,
     pub classes: Vec<ClassItems>,
@@ -86,34 +89,7 @@ type SizedItem = (Item, u64);
 /// or on `lowPriorityCores`).
 pub(crate) fn bound(pr: &Priced) -> Option<f64> {
     let pools = pr.pool_limit.len();
-    let mut users = vec![0usize; pools];
-    for l in pr.offer_pools {
-        for &q in l {
-            users[q] += 1;
-        }
-    }
-    let mut parent: Vec<Option<usize>> = vec![None; pools];
-    let mut place: Vec<Option<(usize, Option<usize>)>> = vec![None; pr.offer_pools.len()];
-    for (o, l) in pr.offer_pools.iter().enumerate() {
-        match *l.as_slice() {
-            [] => {}
-            [q] => place[o] = Some((q, None)),
-            [a, b] => {
-                // The pool more offers draw on is the top (`cores` above a family).
-                let key = |q: usize| (users[q], pr.pool_limit[q], std::cmp::Reverse(q));
-                let (top, below) = if key(a) >= key(b) { (a, b) } else { (b, a) };
-                if parent[below].is_some_and(|t| t != top) {
-                    return None;
-                }
-                parent[below] = Some(top);
-                place[o] = Some((top, Some(below)));
-            }
-            _ => return None,
-        }
-    }
-    if (0..pools).any(|q| parent[q].is_some() && parent.contains(&Some(q))) {
-        return None;
-    }
+    let (place, parent) = units(pr.pool_limit, pr.offer_pools)?;
     // Per (top, pool below or none), its items with their vCPUs.
     let mut units: BTreeMap<(usize, Option<usize>), Vec<SizedItem>> = BTreeMap::new();
     for (c, class) in pr.classes.iter().enumerate() {
@@ -142,8 +118,10 @@ pub(crate) fn bound(pr: &Priced) -> Option<f64> {
     tops.sort_unstable();
     tops.dedup();
     for top in tops {
-        let priced_value: f64 =
-            std::iter::once(top).chain((0..pools).filter(|&q| parent[q] == Some(top))).map(|q| pr.pool_value[q]).sum();
+        let priced_value: f64 = match &pr.pool_value {
+            Some(v) => std::iter::once(top).chain((0..pools).filter(|&q| parent[q] == Some(top))).map(|q| v[q]).sum(),
+            None => f64::INFINITY,
+        };
         let mine: Vec<(Option<usize>, &Vec<SizedItem>)> =
             units.range((top, None)..).take_while(|((t, _), _)| *t == top).map(|((_, b), v)| (*b, v)).collect();
         // Every item's vCPUs are a multiple of g: the knapsacks count in units of g.
@@ -172,6 +150,8 @@ pub(crate) fn bound(pr: &Priced) -> Option<f64> {
             })
             .fold(0usize, usize::saturating_add);
         if work > MAX_WORK.min(budget) {
+            // Without the pools' prices there is no bound without this top's knapsack.
+            pr.pool_value.as_ref()?;
             value += priced_value;
             continue;
         }
@@ -216,6 +196,46 @@ pub(crate) fn bound(pr: &Priced) -> Option<f64> {
         value += total[limit].min(priced_value + cap_value) - cap_value;
     }
     Some(value)
+}
+
+/// Per offer, the knapsack unit its VMs fall in: its top pool and the pool below it, if any
+/// (`None` for an offer that draws on no pool); and per pool, its top pool where it is below one.
+/// `None` when the pools do not form a tree of at most two levels.
+#[allow(clippy::type_complexity)]
+pub(crate) fn units(
+    pool_limit: &[u64],
+    offer_pools: &[Vec<usize>],
+) -> Option<(Vec<Option<(usize, Option<usize>)>>, Vec<Option<usize>>)> {
+    let pools = pool_limit.len();
+    let mut users = vec![0usize; pools];
+    for l in offer_pools {
+        for &q in l {
+            users[q] += 1;
+        }
+    }
+    let mut parent: Vec<Option<usize>> = vec![None; pools];
+    let mut place: Vec<Option<(usize, Option<usize>)>> = vec![None; offer_pools.len()];
+    for (o, l) in offer_pools.iter().enumerate() {
+        match *l.as_slice() {
+            [] => {}
+            [q] => place[o] = Some((q, None)),
+            [a, b] => {
+                // The pool more offers draw on is the top (`cores` above a family).
+                let key = |q: usize| (users[q], pool_limit[q], std::cmp::Reverse(q));
+                let (top, below) = if key(a) >= key(b) { (a, b) } else { (b, a) };
+                if parent[below].is_some_and(|t| t != top) {
+                    return None;
+                }
+                parent[below] = Some(top);
+                place[o] = Some((top, Some(below)));
+            }
+            _ => return None,
+        }
+    }
+    if (0..pools).any(|q| parent[q].is_some() && parent.contains(&Some(q))) {
+        return None;
+    }
+    Some((place, parent))
 }
 
 /// One unit's knapsack: per number of units, the most profit in at most that many, each gang job
