@@ -34,7 +34,9 @@
 //!   neighbourhood search runs, the weight search ends with local kicks from its heaviest packing
 //!   instead; last, on up to 400 jobs, each job placed far above its cheapest candidate
 //!   moved to a cheaper one after a chain of moves makes room. The best bound found gives the
-//!   reported `gap`. With `--features highs`: an exact MILP through HiGHS, started from that plan, so
+//!   reported `gap`; at the proven weight, the cost's includes the knapsack bound on the cost
+//!   (`cost_bound::knapsack`: whole jobs in the pools, where the LP and the Lagrangian let fractions
+//!   of cheap jobs fill them). With `--features highs`: an exact MILP through HiGHS, started from that plan, so
 //!   that it is never worse than the default build even when its time limit stops it.
 //! - `Greedy`: priority order, cheapest feasible offer first; also the fallback when the time limit
 //!   hits.
