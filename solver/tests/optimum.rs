@@ -73,6 +73,26 @@ fn open_counterexample_reaches_the_optimum() {
     reaches_the_optimum(&p, "32:2", 10_934.0, 19_662.21);
 }
 
+/// Issue #17's open cost misses among the independent generator's problems (`python3
+/// solver/benches/independent_problems.py DIR --sizes 100 --seed 3` and `--sizes 1000 --seed 1`),
+/// with HiGHS's proven optimum (10 s and 30 s): tiny-100-3 +4.9 % (33 of 100 1-GPU jobs elsewhere
+/// in the optimum; it trades spot quota between jobs that save $4 on it and jobs that save $40),
+/// tiny-1000-1 +8.1 % (the optimum runs 8 other waiting jobs in place of 6 the plan runs, at the
+/// same weight, and moves 35 more). BENCHMARKS.md, "Bounds on whole jobs (session 50)", says what
+/// was tried.
+#[test]
+#[ignore = "issue #17's cost target is not met on them yet"]
+fn open_cost_misses_reach_the_optimum() {
+    let cases = [
+        ("tiny-100-3", include_str!("data/tiny-100-3.json"), 199.0, 4_463.97),
+        ("tiny-1000-1", include_str!("data/tiny-1000-1.json"), 675.0, 2_504.93),
+    ];
+    for (case, json, weight, cost) in cases {
+        let p = Problem::from_json_str(json).expect("a valid problem");
+        reaches_the_optimum(&p, case, weight, cost);
+    }
+}
+
 /// Solves `p` and checks the plan: feasible, the optimum's weight, at most 1 % above its cost.
 fn reaches_the_optimum(p: &Problem, case: &str, weight: f64, cost: f64) {
     let plan = solve_lp_round(p, &SolveOptions::default());
