@@ -159,10 +159,7 @@ pub(crate) fn knapsack(inst: &Instance, weight: f64, at: &Multipliers) -> Option
     for class in &inst.classes {
         let jobs = class.jobs.len() as u32;
         let w = pi * inst.weight[class.rep];
-        let one_unit = class.cands.first().is_some_and(|first| {
-            place[first.offer].is_some() && class.cands.iter().all(|k| place[k.offer] == place[first.offer])
-        });
-        let u = if one_unit {
+        let u = if knapsack_bound::in_one_unit(&place, class.cands.iter().map(|k| k.offer)) {
             0.0
         } else {
             class.cands.iter().map(|k| w - k.cost - f64::from(k.vms) * price[k.offer]).fold(0.0, f64::max)
@@ -180,17 +177,8 @@ pub(crate) fn knapsack(inst: &Instance, weight: f64, at: &Multipliers) -> Option
             .collect();
         classes.push(ClassItems { gang: true, jobs, items });
     }
-    let priced = Priced {
-        pool_limit: &inst.pool_limit,
-        offer_pools: &inst.offer_pools,
-        offer_vcpus: p.offers.iter().map(|o| u64::from(o.vcpus_per_vm)).collect(),
-        offer_capacity: p.offers.iter().map(|o| o.capacity_vms).collect(),
-        offer_cap_price: cap_price,
-        // Jobs without a multiplier earn more than the pools' prices: every pool's knapsack runs.
-        pool_value: None,
-        fixed,
-        classes,
-    };
+    // Jobs without a multiplier earn more than the pools' prices: every pool's knapsack runs.
+    let priced = Priced::of(inst, cap_price, None, fixed, classes);
     let most = knapsack_bound::bound(&priced)?;
     // `π × weight` can be large against the cost: a margin for the sums' rounding, which can only
     // loosen the bound.

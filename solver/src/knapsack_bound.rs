@@ -23,6 +23,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::model::Instance;
+
 /// Item-units of dynamic programming (about a nanosecond each) per top pool above which it stays
 /// priced, and for all of them together: the bound costs 1-12 ms on the independent 1,000-job
 /// problems and 10-70 ms on the 10,000-job ones.
@@ -47,6 +49,41 @@ pub(crate) struct Priced<'a> {
     /// What every other row adds, and the jobs' own multipliers (`u` times their jobs or GPUs).
     pub fixed: f64,
     pub classes: Vec<ClassItems>,
+}
+
+impl<'a> Priced<'a> {
+    /// The bound's input for `inst`'s pools and offers, with these prices and items.
+    pub fn of(
+        inst: &'a Instance,
+        offer_cap_price: Vec<f64>,
+        pool_value: Option<Vec<f64>>,
+        fixed: f64,
+        classes: Vec<ClassItems>,
+    ) -> Self {
+        let offers = &inst.p.offers;
+        Priced {
+            pool_limit: &inst.pool_limit,
+            offer_pools: &inst.offer_pools,
+            offer_vcpus: offers.iter().map(|o| u64::from(o.vcpus_per_vm)).collect(),
+            offer_capacity: offers.iter().map(|o| o.capacity_vms).collect(),
+            offer_cap_price,
+            pool_value,
+            fixed,
+            classes,
+        }
+    }
+}
+
+/// Per offer, the knapsack unit it falls in (see [`units`]).
+pub(crate) type Place = Vec<Option<(usize, Option<usize>)>>;
+
+/// Whether all of `offers` (a job's candidates' offers; at least one) fall in one knapsack unit,
+/// whose knapsack then keeps the job's "at most one candidate" row exactly.
+pub(crate) fn in_one_unit(place: &Place, mut offers: impl Iterator<Item = usize>) -> bool {
+    match offers.next() {
+        Some(first) => place[first].is_some() && offers.all(|o| place[o] == place[first]),
+        None => false,
+    }
 }
 
 /// One class's items: what each of its candidates earns net of `u` and of the prices that stay.
@@ -201,11 +238,7 @@ pub(crate) fn bound(pr: &Priced) -> Option<f64> {
 /// Per offer, the knapsack unit its VMs fall in: its top pool and the pool below it, if any
 /// (`None` for an offer that draws on no pool); and per pool, its top pool where it is below one.
 /// `None` when the pools do not form a tree of at most two levels.
-#[allow(clippy::type_complexity)]
-pub(crate) fn units(
-    pool_limit: &[u64],
-    offer_pools: &[Vec<usize>],
-) -> Option<(Vec<Option<(usize, Option<usize>)>>, Vec<Option<usize>>)> {
+pub(crate) fn units(pool_limit: &[u64], offer_pools: &[Vec<usize>]) -> Option<(Place, Vec<Option<usize>>)> {
     let pools = pool_limit.len();
     let mut users = vec![0usize; pools];
     for l in offer_pools {

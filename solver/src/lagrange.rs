@@ -219,11 +219,9 @@ impl<'i, 'a> Lagrangian<'i, 'a> {
             let w = prio * f64::from(job.gpus);
             let (from, to) = self.gang_range[c];
             let cands = &self.gang_cands[from as usize..to as usize];
-            let one_unit = exact_units.as_ref().is_some_and(|place| {
-                cands.first().is_some_and(|&(o, _)| {
-                    place[o as usize].is_some() && cands.iter().all(|&(x, _)| place[x as usize] == place[o as usize])
-                })
-            });
+            let one_unit = exact_units
+                .as_ref()
+                .is_some_and(|place| knapsack_bound::in_one_unit(place, cands.iter().map(|&(o, _)| o as usize)));
             any_exact |= one_unit;
             let u = if one_unit {
                 0.0
@@ -242,20 +240,12 @@ impl<'i, 'a> Lagrangian<'i, 'a> {
                 .collect();
             classes.push(ClassItems { gang: true, jobs, items });
         }
-        let priced = Priced {
-            pool_limit: &inst.pool_limit,
-            offer_pools: &inst.offer_pools,
-            offer_vcpus: p.offers.iter().map(|o| u64::from(o.vcpus_per_vm)).collect(),
-            offer_capacity: p.offers.iter().map(|o| o.capacity_vms).collect(),
-            offer_cap_price: cap_price,
-            pool_value: if exact_units.is_some() {
-                None
-            } else {
-                Some((0..pools).map(|q| theta[q] * rows.rhs[q] / rows.scale[q]).collect())
-            },
-            fixed,
-            classes,
+        let pool_value = if exact_units.is_some() {
+            None
+        } else {
+            Some((0..pools).map(|q| theta[q] * rows.rhs[q] / rows.scale[q]).collect())
         };
+        let priced = Priced::of(inst, cap_price, pool_value, fixed, classes);
         if exact && !any_exact {
             return None;
         }
