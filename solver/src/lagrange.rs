@@ -22,7 +22,7 @@ use crate::model::{Cand, Instance};
 /// of 1,000 and 10,000 jobs one-pool-1000-1 optimal (gap 0.00033 -> 0) and tight-caps-1000-1's gap
 /// 0.0250 -> 0.0209; at 10,000 jobs they took 30-50 ms more (the knapsacks at the pools' prices
 /// take 70-150 ms there) and tightened the bound by less than 0.03 % of it.
-const EXACT_UNITS_MAX_JOBS: usize = 2_000;
+pub(crate) const EXACT_UNITS_MAX_JOBS: usize = 2_000;
 
 /// A row: its right-hand side and the scale the subgradient is measured in (the right-hand side
 /// itself, so that every row's subgradient is a fraction of its limit).
