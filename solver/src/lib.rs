@@ -78,6 +78,7 @@ mod quota_pools;
 mod recost;
 mod reduced_cost;
 mod search;
+mod slots;
 
 use std::time::Instant;
 
@@ -140,6 +141,15 @@ fn solve_with(problem: &Problem, options: &SolveOptions, search: Search) -> Plan
 /// and why), and the bounds proven on the way. With [`Search::Off`], the whole-LP rounding alone
 /// (the cost phase at the LP's maximum weight, rounded), whatever the problem's size.
 pub(crate) fn lp_round(inst: &Instance, deadline: Option<Instant>, search: Search) -> (Sol, String, Vec<Bound>) {
+    let (sol, label, bounds) = round_and_search(inst, deadline, search);
+    if search == Search::Off || proven(inst, &sol, &bounds) {
+        return (sol, label, bounds);
+    }
+    (slots::reassign(inst, sol, deadline), label, bounds)
+}
+
+/// [`lp_round`] before the last re-assignment of the gang jobs to slots (`slots`).
+fn round_and_search(inst: &Instance, deadline: Option<Instant>, search: Search) -> (Sol, String, Vec<Bound>) {
     let mut greedy = greedy(inst);
     trace(|| "greedy".to_string());
     greedy.improve(inst);
