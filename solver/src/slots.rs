@@ -529,13 +529,14 @@ fn predecessor_cycle(pred: &[usize]) -> Option<Vec<usize>> {
 
 /// Work (queue pops of the shortest-path searches) the re-assignment may take: [`SMALL_WORK`] on up
 /// to [`SMALL_JOBS`] jobs, else [`WORK`] plus [`WORK_PER_JOB`] per job. A pop costs 0.1-0.2 µs at
-/// 1,000 jobs. Most of the gain comes from the cycles, which take little of it (35,000 pops at
-/// 1,000 diverse jobs, 150,000-440,000 at 10,000); the trades take the rest, and find one in a
-/// few dozen tries.
+/// 1,000 jobs, 0.5 µs or more at 10,000 (every change re-prices all nodes). Most of the gain
+/// comes from the cycles, which take little of it (35,000 pops at 1,000 diverse jobs,
+/// 150,000-440,000 at 10,000); the trades take the rest, and find one in a few dozen tries. At 60
+/// per job, 10,000-job plans took up to 1.9 s as the whole process (the target is 2 s).
 const SMALL_JOBS: usize = 300;
 const SMALL_WORK: usize = 1_000_000;
 const WORK: usize = 100_000;
-const WORK_PER_JOB: usize = 60;
+const WORK_PER_JOB: usize = 40;
 
 /// Slots, the dearest per weight first, that a trade may release second.
 const SECOND_RELEASES: usize = 4;
