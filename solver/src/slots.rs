@@ -25,7 +25,7 @@
 //! Split jobs are not slotted: their placements stay as they are.
 //!
 //! Measured (BENCHMARKS.md, "Slots re-filled by min-cost flow (session 51)"): of 167 problems of
-//! 60-10,000 jobs, 67 plans heavier and 37 cheaper at the same weight, none worse; tiny-1000-1
+//! 60-10,000 jobs, 66 plans heavier and 39 cheaper at the same weight, none worse; tiny-1000-1
 //! 3.0 % cheaper, issue-10000-1 32 %.
 //!
 //! Costs are integers (micro-USD) and weights shifted far above them, so the lexicographic
