@@ -104,7 +104,7 @@ impl Flow<'_> {
         2 + self.jobs() + s
     }
 
-    /// Whether one more slot `s` fits in `free`.
+    /// Whether one more slot that uses `uses` fits in `free`.
     fn fits(free: &[i64], uses: &[(usize, i64)]) -> bool {
         uses.iter().all(|&(r, q)| q <= free[r])
     }
@@ -797,5 +797,30 @@ mod tests {
             improved += usize::from(better((w2, c2), (w, c)));
         }
         assert!(improved > 0, "the greedy plan is improved on some seed");
+    }
+
+    /// The same on the independent generator's problems (`tests/data`, from
+    /// `benches/independent_problems.py`: 1-GPU queues, all-spot, budgets, split jobs), from the
+    /// greedy plan: feasible, never worse, and better on every one.
+    #[test]
+    fn independent_problems_stay_feasible_and_get_better() {
+        let cases = [
+            ("tiny-100-3", include_str!("../tests/data/tiny-100-3.json")),
+            ("tiny-1000-1", include_str!("../tests/data/tiny-1000-1.json")),
+            ("all-spot-300-2", include_str!("../tests/data/all-spot-300-2.json")),
+            ("budgets-100-2", include_str!("../tests/data/budgets-100-2.json")),
+            ("split-60-1", include_str!("../tests/data/split-60-1.json")),
+            ("min-gpus-1000-1", include_str!("../tests/data/min-gpus-1000-1.json")),
+        ];
+        for (case, json) in cases {
+            let p = Problem::from_json_str(json).expect("a valid problem");
+            let inst = Instance::new(&p);
+            let sol = crate::greedy(&inst);
+            let (w, c) = (sol.weight(&inst), sol.cost());
+            let out = reassign(&inst, sol, None);
+            let plan = crate::finish(&inst, &out, "slots", &[], Instant::now());
+            crate::check::check(&p, &plan).unwrap_or_else(|e| panic!("{case}: {e:?}"));
+            assert!(better((out.weight(&inst), out.cost()), (w, c)), "{case}: {w} at {c:.2}, still");
+        }
     }
 }
