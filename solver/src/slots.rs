@@ -104,6 +104,17 @@ impl Flow<'_> {
         2 + self.jobs() + s
     }
 
+    /// The slot a slot node stands for.
+    fn node_slot(&self, node: usize) -> usize {
+        node - 2 - self.jobs()
+    }
+
+    /// Takes one slot of `s` away, its resources freed (no job may be left in it).
+    fn drop_slot(&mut self, s: usize) {
+        self.cap[s] -= 1;
+        self.give_back(s, 1);
+    }
+
     /// Whether one more slot that uses `uses` fits in `free`.
     fn fits(free: &[i64], uses: &[(usize, i64)]) -> bool {
         uses.iter().all(|&(r, q)| q <= free[r])
@@ -261,15 +272,22 @@ impl Flow<'_> {
     fn cancel_cycles(&mut self) -> Len {
         let mut gain = 0;
         while let Err(Some(cycle)) = self.refresh() {
-            let length = self.length(&cycle);
-            if length > -MIN_GAIN {
-                break;
-            }
-            self.push(&cycle);
-            gain -= length;
+            let Some(cut) = self.cancel(&cycle) else { break };
+            gain += cut;
         }
         self.trim();
         gain
+    }
+
+    /// Sends one unit around `cycle` when that gains: returns the gain, or `None` (nothing sent)
+    /// where the cycle is negative only by rounding.
+    fn cancel(&mut self, cycle: &[usize]) -> Option<Len> {
+        let length = self.length(cycle);
+        if length > -MIN_GAIN {
+            return None;
+        }
+        self.push(cycle);
+        Some(-length)
     }
 
     /// Makes the potential current: `Err` with a negative cycle where there is one, or without
@@ -352,8 +370,7 @@ impl Flow<'_> {
         self.potential_ok = false;
         for s in 0..self.slots() {
             while self.cap[s] > self.members[s].len() as u32 {
-                self.cap[s] -= 1;
-                self.give_back(s, 1);
+                self.drop_slot(s);
             }
         }
     }
@@ -418,14 +435,7 @@ impl Flow<'_> {
                 if d > -MIN_GAIN || best.as_ref().is_some_and(|(l, _)| d >= *l) {
                     continue;
                 }
-                let mut path = vec![node];
-                let mut u = node;
-                while pred[u] != usize::MAX {
-                    u = pred[u];
-                    path.push(u);
-                }
-                path.reverse();
-                best = Some((d, path));
+                best = Some((d, path_to(&pred, node)));
             }
         }
         Ok(best)
@@ -434,7 +444,7 @@ impl Flow<'_> {
     /// Takes a new slot at the end of `path` (from [`Flow::best_change`]) and moves the jobs along
     /// it; a slot at its root is released.
     fn change(&mut self, path: &[usize]) {
-        let b = path[path.len() - 1] - 2 - self.jobs();
+        let b = self.node_slot(path[path.len() - 1]);
         let root = path[0];
         self.cap[b] += 1;
         self.give_back(b, -1);
@@ -442,9 +452,7 @@ impl Flow<'_> {
         cycle.extend_from_slice(path);
         self.push(&cycle);
         if root != SOURCE {
-            let e = root - 2 - self.jobs();
-            self.cap[e] -= 1;
-            self.give_back(e, 1);
+            self.drop_slot(self.node_slot(root));
         }
     }
 
@@ -458,14 +466,10 @@ impl Flow<'_> {
                     gain -= length;
                 }
                 Ok(None) => break,
-                Err(cycle) => {
-                    let length = self.length(&cycle);
-                    if length > -MIN_GAIN {
-                        break;
-                    }
-                    self.push(&cycle);
-                    gain -= length;
-                }
+                Err(cycle) => match self.cancel(&cycle) {
+                    Some(cut) => gain += cut,
+                    None => break,
+                },
             }
         }
         gain
@@ -479,18 +483,11 @@ impl Flow<'_> {
         if dist[SOURCE] == Len::MAX {
             return None;
         }
-        let mut path = vec![SOURCE];
-        let mut u = SOURCE;
-        while pred[u] != usize::MAX {
-            u = pred[u];
-            path.push(u);
-        }
-        path.reverse();
+        let mut path = path_to(&pred, SOURCE);
         // Closed through the sink: the unit that slot `e` sent to it now comes from the source.
         path.push(SINK);
         self.push(&path);
-        self.cap[e] -= 1;
-        self.give_back(e, 1);
+        self.drop_slot(e);
         Some(dist[SOURCE])
     }
 }
@@ -504,6 +501,18 @@ enum Paths {
     Cycle(Vec<usize>),
     /// The work or the time ran out first.
     OutOfWork,
+}
+
+/// The path from a search's root to `node` along the predecessors, root first.
+fn path_to(pred: &[usize], node: usize) -> Vec<usize> {
+    let mut path = vec![node];
+    let mut u = node;
+    while pred[u] != usize::MAX {
+        u = pred[u];
+        path.push(u);
+    }
+    path.reverse();
+    path
 }
 
 /// The cycle in a predecessor graph, if any, in arc order.
