@@ -22,7 +22,14 @@
 //! to waiting), then change slots into the room they left, and are kept only when the whole gains.
 //!
 //! All of it within a work budget counted in queue pops (deterministic), and the deadline.
-//! Split jobs are not slotted: their placements stay as they are.
+//! A split job waiting, or placed whole on one offer, is a unit like a gang job (all its GPUs on
+//! one offer, or waiting); a split job placed in pieces stays as it is.
+//!
+//! The searches are cheap where they need not look: the potential is updated from the nodes whose
+//! arcs a change touched (not computed again from all nodes), a group of new slots is skipped
+//! where the potential proves no path to them beats the best change so far, and a search stops
+//! once none can: a trade tried takes 5-10 times fewer queue pops for it (tiny-100-3: 4,400 from
+//! 22,000; split-300-1: 23,000 from 240,000).
 //!
 //! Measured (BENCHMARKS.md, "Slots re-filled by min-cost flow (session 51)"): of 167 problems of
 //! 60-10,000 jobs, 66 plans heavier and 39 cheaper at the same weight, none worse; tiny-1000-1
@@ -34,7 +41,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use crate::model::{Assign, Cand, Instance, Sol, better};
+use crate::model::{Assign, Cand, EPS, Instance, Sol, better};
 
 /// A length in the residual graph: weight (scaled by [`WEIGHT_UNIT`]) and micro-USD in one exact
 /// number; less is better.
@@ -76,15 +83,21 @@ struct Flow<'r> {
     work: usize,
     limit: usize,
     deadline: Option<Instant>,
-    /// Per node, a potential under which no residual arc is negative (the lengths from all nodes
-    /// at once), when `potential_ok`: Dijkstra's searches run on it. Any change voids it.
+    /// Per node, a potential under which no residual arc is negative (first the lengths from all
+    /// nodes at once), when `potential_ok`: Dijkstra's searches run on it. A change voids it until
+    /// `refresh` updates it from the `dirty` nodes.
     potential: Vec<Len>,
     potential_ok: bool,
+    /// Nodes whose arcs out changed since the potential was last current: only from them can an
+    /// arc have turned negative under it, so only they start its update.
+    dirty: Vec<usize>,
     /// Slots that changes may not add (those a trade released: adding one back undoes it).
     tabu: Vec<usize>,
     /// Where not empty, the resources a new slot must use one of: those a trade released (no other
     /// new slot gains from the release).
     focus: Vec<usize>,
+    /// Slots new slots may be besides those on `focus`: where the jobs a trade made wait can go.
+    focus_slots: Vec<usize>,
 }
 
 impl Flow<'_> {
@@ -115,14 +128,17 @@ impl Flow<'_> {
         self.give_back(s, 1);
     }
 
-    /// Whether one more slot that uses `uses` fits in `free`.
-    fn fits(free: &[i64], uses: &[(usize, i64)]) -> bool {
-        uses.iter().all(|&(r, q)| q <= free[r])
+    /// Whether one more slot `b` fits once one slot `e` is released.
+    fn fits_after(&self, e: usize, b: usize) -> bool {
+        self.uses[b]
+            .iter()
+            .all(|&(r, q)| q <= self.free[r] + self.uses[e].iter().find(|&&(re, _)| re == r).map_or(0, |&(_, qe)| qe))
     }
 
     /// Adds `sign` times slot `s`'s resources to the free ones.
     fn give_back(&mut self, s: usize, sign: i64) {
         self.potential_ok = false;
+        self.dirty.push(self.slot_node(s));
         for &(r, q) in &self.uses[s] {
             self.free[r] += sign * q;
         }
@@ -174,15 +190,26 @@ impl Flow<'_> {
     /// Bellman-Ford (queue-based) from `roots` at length 0: per node its length and predecessor,
     /// or a negative cycle if one is reachable, or nothing when the work runs out.
     fn bellman_ford(&mut self, roots: &[usize]) -> Paths {
+        let mut dist = vec![Len::MAX; self.nodes()];
+        for &r in roots {
+            dist[r] = 0;
+        }
+        self.label(dist, roots)
+    }
+
+    /// Label-correcting from `dist`, the nodes `start` first: lowers labels until no arc is
+    /// negative under them (a potential, or shortest lengths when `dist` holds only the roots), or
+    /// finds a negative cycle (a cycle of predecessors is one whatever the labels started at).
+    fn label(&mut self, mut dist: Vec<Len>, start: &[usize]) -> Paths {
         let n = self.nodes();
-        let mut dist = vec![Len::MAX; n];
         let mut pred = vec![usize::MAX; n];
         let mut queued = vec![false; n];
         let mut queue = std::collections::VecDeque::new();
-        for &r in roots {
-            dist[r] = 0;
-            queued[r] = true;
-            queue.push_back(r);
+        for &r in start {
+            if !queued[r] {
+                queued[r] = true;
+                queue.push_back(r);
+            }
         }
         let mut relaxed = 0usize;
         let mut updates = Vec::new();
@@ -238,9 +265,12 @@ impl Flow<'_> {
                 moves.push((u - 2, to));
             }
         }
+        self.dirty.extend_from_slice(cycle);
+        self.dirty.extend([SOURCE, SINK]);
         for (i, to) in moves {
             if let Some(s) = self.at[i] {
                 self.members[s].retain(|&m| m != i);
+                self.dirty.push(self.slot_node(s));
             }
             if let Some(s) = to {
                 self.members[s].push(i);
@@ -296,8 +326,16 @@ impl Flow<'_> {
         if self.potential_ok {
             return Ok(());
         }
-        let all: Vec<usize> = (0..self.nodes()).collect();
-        match self.bellman_ford(&all) {
+        // The last potential, updated from the nodes whose arcs changed; the first, from all.
+        let found = if self.potential.len() == self.nodes() {
+            let dirty = std::mem::take(&mut self.dirty);
+            self.label(self.potential.clone(), &dirty)
+        } else {
+            self.dirty.clear();
+            let all: Vec<usize> = (0..self.nodes()).collect();
+            self.bellman_ford(&all)
+        };
+        match found {
             Paths::Tree(dist, _) => {
                 self.potential = dist;
                 self.potential_ok = true;
@@ -312,6 +350,13 @@ impl Flow<'_> {
     /// (each node settled once, where Bellman-Ford would go over nodes again and again): as
     /// [`Flow::bellman_ford`].
     fn shortest(&mut self, roots: &[usize]) -> Paths {
+        self.shortest_below(roots, None)
+    }
+
+    /// [`Flow::shortest`], but where `below` is `(limit, least)` the search stops once no node
+    /// whose potential is at least `least` can be reached shorter than `limit` (those it has not
+    /// settled then are left unreached): a path of length `l` to `v` has key `l - potential[v]`.
+    fn shortest_below(&mut self, roots: &[usize], below: Option<(Len, Len)>) -> Paths {
         match self.refresh() {
             Ok(()) => {}
             Err(Some(cycle)) => return Paths::Cycle(cycle),
@@ -333,6 +378,9 @@ impl Flow<'_> {
             if done[u] || k > key[u] {
                 continue;
             }
+            if below.is_some_and(|(limit, least)| k.saturating_add(least) >= limit) {
+                break;
+            }
             done[u] = true;
             self.work += 1;
             if self.work >= self.limit
@@ -353,8 +401,7 @@ impl Flow<'_> {
                 }
             }
         }
-        let dist =
-            key.iter().zip(&self.potential).map(|(&k, &p)| if k == Len::MAX { Len::MAX } else { k + p }).collect();
+        let dist = (0..n).map(|v| if done[v] { key[v] + self.potential[v] } else { Len::MAX }).collect();
         Paths::Tree(dist, pred)
     }
 
@@ -384,31 +431,37 @@ impl Flow<'_> {
     /// first, `b` last), or a negative cycle found on the way.
     fn best_change(&mut self) -> Result<Option<(Len, Vec<usize>)>, Vec<usize>> {
         let loaded: Vec<usize> = (0..self.slots()).filter(|&s| !self.members[s].is_empty()).collect();
+        // Per resource, the loaded slots that use it: a release makes room for `b` only if it
+        // frees each resource `b` lacks.
+        let mut using: HashMap<usize, Vec<usize>> = HashMap::new();
+        for &e in &loaded {
+            for &(r, _) in &self.uses[e] {
+                using.entry(r).or_default().push(e);
+            }
+        }
         let mut groups: Vec<(Vec<usize>, Vec<usize>)> = vec![(vec![SOURCE], Vec::new())];
         let mut group_of: HashMap<Vec<usize>, usize> = HashMap::new();
-        let mut more = self.free.clone();
         for b in 0..self.slots() {
             if self.tabu.contains(&b)
-                || (!self.focus.is_empty() && !self.uses[b].iter().any(|(r, _)| self.focus.contains(r)))
+                || (!self.focus.is_empty()
+                    && !self.focus_slots.contains(&b)
+                    && !self.uses[b].iter().any(|(r, _)| self.focus.contains(r)))
             {
                 continue;
             }
-            if Self::fits(&self.free, &self.uses[b]) {
-                groups[0].1.push(b);
-            }
-            let roots: Vec<usize> = loaded
-                .iter()
-                .filter(|&&e| {
-                    e != b && {
-                        more.copy_from_slice(&self.free);
-                        for &(r, q) in &self.uses[e] {
-                            more[r] += q;
-                        }
-                        Self::fits(&more, &self.uses[b])
-                    }
-                })
-                .map(|&e| self.slot_node(e))
-                .collect();
+            let short = self.uses[b].iter().find(|&&(r, q)| q > self.free[r]);
+            let roots: Vec<usize> = match short {
+                None => {
+                    groups[0].1.push(b);
+                    loaded.iter().filter(|&&e| e != b).map(|&e| self.slot_node(e)).collect()
+                }
+                Some((r, _)) => using
+                    .get(r)
+                    .map(|es| {
+                        es.iter().filter(|&&e| e != b && self.fits_after(e, b)).map(|&e| self.slot_node(e)).collect()
+                    })
+                    .unwrap_or_default(),
+            };
             if roots.is_empty() {
                 continue;
             }
@@ -419,12 +472,33 @@ impl Flow<'_> {
             }
             groups[g].1.push(b);
         }
+        match self.refresh() {
+            Ok(()) => {}
+            Err(Some(cycle)) => return Err(cycle),
+            Err(None) => return Ok(None),
+        }
+        // A path from root `r` to `v` is at least `potential[v] - potential[r]` long (its reduced
+        // lengths are not negative): groups that cannot beat the best change so far are skipped,
+        // and the searches stop early, the most promising groups first.
+        let mut ranked: Vec<(Len, Len, usize)> = groups
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, targets))| !targets.is_empty())
+            .map(|(g, (roots, targets))| {
+                let least = targets.iter().map(|&b| self.potential[self.slot_node(b)]).min().unwrap_or(Len::MAX);
+                let top = roots.iter().map(|&r| self.potential[r]).max().unwrap_or(0);
+                (least.saturating_sub(top), least, g)
+            })
+            .collect();
+        ranked.sort();
         let mut best: Option<(Len, Vec<usize>)> = None;
-        for (roots, targets) in &groups {
-            if targets.is_empty() {
+        for &(bound, least, g) in &ranked {
+            let (roots, targets) = &groups[g];
+            let limit = best.as_ref().map_or(-MIN_GAIN + 1, |(l, _)| (*l).min(-MIN_GAIN + 1));
+            if bound >= limit {
                 continue;
             }
-            let (dist, pred) = match self.shortest(roots) {
+            let (dist, pred) = match self.shortest_below(roots, Some((limit, least))) {
                 Paths::Tree(dist, pred) => (dist, pred),
                 Paths::Cycle(cycle) => return Err(cycle),
                 Paths::OutOfWork => break,
@@ -475,6 +549,92 @@ impl Flow<'_> {
         gain
     }
 
+    /// Trades, in passes over the plan's slots while a pass keeps one (a trade changes what the
+    /// others can do), the dearest per weight first (what a trade saves is what the released jobs
+    /// cost). Returns the gain.
+    fn trades(&mut self) -> (Len, Trades) {
+        let mut gain = 0;
+        let mut done = Trades { kept: 0, tried: 0, passes: 0 };
+        while self.work < self.limit {
+            done.passes += 1;
+            let kept = done.kept;
+            let dearness = |s: usize| {
+                self.members[s].iter().map(|&i| self.at_cost[i] as f64 / self.weight[i] as f64).fold(0.0, f64::max)
+            };
+            let mut order: Vec<(f64, usize)> =
+                (0..self.slots()).filter(|&s| !self.members[s].is_empty()).map(|s| (dearness(s), s)).collect();
+            order.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+            let order: Vec<usize> = order.into_iter().map(|(_, s)| s).collect();
+            let mut next = 0;
+            while next < order.len() && self.work < self.limit {
+                let e = order[next];
+                if self.members[e].is_empty() {
+                    next += 1;
+                    continue;
+                }
+                done.tried += 1;
+                match self.trade(e, &order) {
+                    // The same slot again: it may have more to give.
+                    Some(total) => {
+                        gain += total;
+                        done.kept += 1;
+                    }
+                    None => next += 1,
+                }
+            }
+            if done.kept == kept {
+                break;
+            }
+        }
+        (gain, done)
+    }
+
+    /// A trade: a slot of `e` released (its job rerouted, perhaps to waiting), then the best changes
+    /// into the room it leaves; where that does not gain, a second slot released too, one of the
+    /// [`SECOND_RELEASES`] first in `order` (two lighter jobs in place of one heavier job of the
+    /// same weight need two slots of the heavier kind released at once). Returns the gain, or
+    /// `None` with the flow as it was.
+    fn trade(&mut self, e: usize, order: &[usize]) -> Option<Len> {
+        let before = self.clone();
+        self.tabu = vec![e];
+        self.focus = self.uses[e].iter().map(|&(r, _)| r).collect();
+        let mut kept = None;
+        if let Some(loss) = self.release(e) {
+            let first = self.improve() - loss;
+            kept = (first >= MIN_GAIN).then_some(first);
+            if kept.is_none() {
+                let after_first = self.clone();
+                let seconds: Vec<usize> = order
+                    .iter()
+                    .copied()
+                    .filter(|&s| s == e || !self.members[s].is_empty())
+                    .take(SECOND_RELEASES)
+                    .collect();
+                for e2 in seconds {
+                    if self.members[e2].is_empty() || self.work >= self.limit {
+                        continue;
+                    }
+                    self.tabu = vec![e, e2];
+                    self.focus.extend(self.uses[e2].iter().map(|&(r, _)| r));
+                    let Some(loss) = self.release(e2) else { break };
+                    let total = first + self.improve() - loss;
+                    if total >= MIN_GAIN {
+                        kept = Some(total);
+                        break;
+                    }
+                    self.restore(&after_first);
+                }
+            }
+        }
+        self.tabu.clear();
+        self.focus.clear();
+        self.focus_slots.clear();
+        if kept.is_none() {
+            self.restore(&before);
+        }
+        kept
+    }
+
     /// Releases one slot of `e`, its job moved along the cheapest chain that ends with a job
     /// waiting. Returns the change's length (a loss).
     fn release(&mut self, e: usize) -> Option<Len> {
@@ -486,10 +646,26 @@ impl Flow<'_> {
         let mut path = path_to(&pred, SOURCE);
         // Closed through the sink: the unit that slot `e` sent to it now comes from the source.
         path.push(SINK);
+        // The job the release made wait: its candidates are where the trade's changes may put it.
+        let waits = path[path.len() - 3] - 2;
         self.push(&path);
         self.drop_slot(e);
+        self.focus_slots.extend(self.arcs[waits].iter().map(|a| a.0));
         Some(dist[SOURCE])
     }
+}
+
+/// What the trades did: how many were kept, tried, and the passes over the slots.
+struct Trades {
+    kept: usize,
+    tried: usize,
+    passes: usize,
+}
+
+/// A gain as weight and USD, for the trace.
+fn show(gain: Len) -> String {
+    let weight = (gain + WEIGHT_UNIT / 2).div_euclid(WEIGHT_UNIT);
+    format!("{weight:+} weight {:+.2} USD", (weight * WEIGHT_UNIT - gain) as f64 / MICRO)
 }
 
 /// What a shortest-path search found.
@@ -562,6 +738,37 @@ const WORK_PER_JOB: usize = 40;
 /// Slots, the dearest per weight first, that a trade may release second.
 const SECOND_RELEASES: usize = 4;
 
+/// A split job's placements as one unit, where it has at most one and that one places it whole:
+/// per candidate, the VMs that hold all its GPUs, within its price cap and budget (`Cand` as for a
+/// gang job). Empty for a split job placed in pieces, whose pieces stay where they are (the
+/// unit's weight is all or nothing, and a piece's is not).
+fn whole(inst: &Instance, sol: &Sol, j: usize) -> Vec<Cand> {
+    let job = inst.job(j);
+    let mut pieces = sol.assigns.iter().filter(|a| a.job == j);
+    let placed = pieces.next();
+    if pieces.next().is_some() || placed.is_some_and(|a| a.gpus < job.gpus) {
+        return Vec::new();
+    }
+    let units: Vec<Cand> = inst
+        .cands_of(j)
+        .iter()
+        .filter_map(|c| {
+            let vms = job.gpus.div_ceil(c.gpus);
+            let offer = &inst.p.offers[c.offer];
+            let cost = f64::from(vms) * c.cost + c.egress_per_gpu * f64::from(job.gpus);
+            let fits = offer.capacity_vms.is_none_or(|cap| cap >= vms)
+                && job.max_price_per_hour.is_none_or(|cap| f64::from(vms) * offer.price_per_hour <= cap + EPS)
+                && job.budget.is_none_or(|b| cost <= b + EPS);
+            fits.then_some(Cand { offer: c.offer, vms, gpus: job.gpus, cost, egress_per_gpu: 0.0 })
+        })
+        .collect();
+    // Placed whole, but not as a unit would be (more VMs than it needs): left where it is.
+    match placed {
+        Some(a) if !units.iter().any(|c| c.offer == a.offer && c.vms == a.vms) => Vec::new(),
+        _ => units,
+    }
+}
+
 /// Re-assigns the gang jobs of `sol` by min-cost flow over slots, changing slots where the pools
 /// allow (see the module's doc). Returns the better plan, or `sol` itself.
 pub(crate) fn reassign(inst: &Instance, sol: Sol, deadline: Option<Instant>) -> Sol {
@@ -576,14 +783,14 @@ pub(crate) fn reassign(inst: &Instance, sol: Sol, deadline: Option<Instant>) -> 
     let mut arcs = Vec::new();
     let mut node_of = vec![usize::MAX; n];
     for (j, node) in node_of.iter_mut().enumerate() {
-        if !inst.job(j).gang || inst.cands_of(j).is_empty() {
+        let units = if inst.job(j).gang { inst.cands_of(j).to_vec() } else { whole(inst, &sol, j) };
+        if units.is_empty() {
             continue;
         }
         *node = job.len();
         job.push(j);
         weight.push(inst.weight[j].round() as Len * WEIGHT_UNIT);
-        let mine: Vec<(usize, Len, Cand)> = inst
-            .cands_of(j)
+        let mine: Vec<(usize, Len, Cand)> = units
             .iter()
             .map(|c| {
                 let next = slots.len();
@@ -634,77 +841,21 @@ pub(crate) fn reassign(inst: &Instance, sol: Sol, deadline: Option<Instant>) -> 
         work: 0,
         potential: Vec::new(),
         potential_ok: false,
+        dirty: Vec::new(),
         limit: if n <= SMALL_JOBS { SMALL_WORK } else { WORK + WORK_PER_JOB * n },
         deadline,
         tabu: Vec::new(),
         focus: Vec::new(),
+        focus_slots: Vec::new(),
     };
     let mut gain = flow.cancel_cycles();
     let cycles = gain;
+    let cycles_work = flow.work;
     gain += flow.improve();
     let single = gain - cycles;
-    // Trades: a slot released (its job rerouted, perhaps to waiting), then the best changes into
-    // the room it leaves; kept when the whole gains. Where that is not enough, a second slot
-    // released too: two lighter jobs in place of one heavier job of the same weight need two
-    // slots of the heavier kind released at once.
-    let mut trades = 0usize;
-    // The dearest slots per weight first: what a trade saves is what the released jobs cost.
-    let dearness = |flow: &Flow, s: usize| {
-        flow.members[s].iter().map(|&i| flow.at_cost[i] as f64 / flow.weight[i] as f64).fold(0.0, f64::max)
-    };
-    let mut order: Vec<(f64, usize)> =
-        (0..flow.slots()).filter(|&s| !flow.members[s].is_empty()).map(|s| (dearness(&flow, s), s)).collect();
-    order.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    let order: Vec<usize> = order.into_iter().map(|(_, s)| s).collect();
-    let mut next = 0;
-    while next < order.len() && flow.work < flow.limit {
-        let e = order[next];
-        if flow.members[e].is_empty() {
-            next += 1;
-            continue;
-        }
-        let before = flow.clone();
-        flow.tabu = vec![e];
-        flow.focus = uses[e].iter().map(|&(r, _)| r).collect();
-        let Some(loss) = flow.release(e) else { break };
-        let first = flow.improve() - loss;
-        let mut kept = (first >= MIN_GAIN).then_some(first);
-        if kept.is_none() {
-            let after_first = flow.clone();
-            let seconds: Vec<usize> = order
-                .iter()
-                .copied()
-                .filter(|&s| s == e || !flow.members[s].is_empty())
-                .take(SECOND_RELEASES)
-                .collect();
-            for e2 in seconds {
-                if flow.members[e2].is_empty() || flow.work >= flow.limit {
-                    continue;
-                }
-                flow.tabu = vec![e, e2];
-                flow.focus.extend(uses[e2].iter().map(|&(r, _)| r));
-                let Some(loss) = flow.release(e2) else { break };
-                let total = first + flow.improve() - loss;
-                if total >= MIN_GAIN {
-                    kept = Some(total);
-                    break;
-                }
-                flow.restore(&after_first);
-            }
-        }
-        flow.tabu.clear();
-        flow.focus.clear();
-        match kept {
-            Some(total) => {
-                gain += total;
-                trades += 1;
-            }
-            None => {
-                flow.restore(&before);
-                next += 1;
-            }
-        }
-    }
+    let single_work = flow.work - cycles_work;
+    let (traded, trades) = flow.trades();
+    gain += traded;
     let mut out = Sol::new(inst);
     for a in &sol.assigns {
         if node_of[a.job] == usize::MAX {
@@ -719,10 +870,14 @@ pub(crate) fn reassign(inst: &Instance, sol: Sol, deadline: Option<Instant>) -> 
     }
     crate::trace(|| {
         format!(
-            "slots: gain {:.2} (cycles {:.2}, single changes {:.2}, {trades} trades), work {}: {} cost {:.2} (was {} cost {:.2})",
-            gain as f64 / MICRO,
-            cycles as f64 / MICRO,
-            single as f64 / MICRO,
+            "slots: gained {} (cycles {} in {cycles_work} pops, single changes {} in {single_work}, {} trades of {} in {} passes {}), work {}: {} cost {:.2} (was {} cost {:.2})",
+            show(gain),
+            show(cycles),
+            show(single),
+            trades.kept,
+            trades.tried,
+            trades.passes,
+            show(traded),
             flow.work,
             out.weight(inst),
             out.cost(),
@@ -785,6 +940,40 @@ mod tests {
         assert_eq!(out.weight(&inst), 2.0);
         assert!((out.cost() - 2.0).abs() < 1e-6, "cost {}", out.cost());
         assert_eq!(out.job_gpus, vec![0, 1, 1]);
+    }
+
+    /// A split job placed whole is a unit in the flow like a gang job: a gang job on eastus's only
+    /// room moves to dearer westus, and the split job, allowed only in eastus, takes its place
+    /// (weight 3 + 15). With split jobs left where they are, the gang job's move gains nothing.
+    #[test]
+    fn a_waiting_split_job_takes_a_gang_jobs_place_as_one_unit() {
+        let offer = |region: &str, price: f64| {
+            format!(
+                r#"{{"region": "{region}", "size": "Standard_V", "priority": "regular", "gpu_model": "V100",
+                    "gpus_per_vm": 1, "vcpus_per_vm": 4, "family": "standardVFamily", "price_per_hour": {price}}}"#
+            )
+        };
+        let json = format!(
+            r#"{{"offers": [{}, {}],
+                "quotas": [{{"region": "eastus", "pool": "cores", "vcpus": 12}},
+                           {{"region": "westus", "pool": "cores", "vcpus": 16}}],
+                "jobs": [{{"id": "gang", "gpus": 3, "gpu_models": ["V100"], "priority": 1, "duration_hours": 1}},
+                         {{"id": "split", "gpus": 3, "gpu_models": ["V100"], "gang": false, "priority": 5,
+                           "duration_hours": 1, "regions": ["eastus"]}}]}}"#,
+            offer("eastus", 1.0),
+            offer("westus", 2.0),
+        );
+        let p = Problem::from_json_str(&json).expect("valid problem");
+        let inst = Instance::new(&p);
+        let mut sol = Sol::new(&inst);
+        sol.place(&inst, 0, inst.cands_of(0));
+        assert_eq!((sol.weight(&inst), sol.cost()), (3.0, 3.0));
+        let out = reassign(&inst, sol, None);
+        let plan = crate::finish(&inst, &out, "slots", &[], Instant::now());
+        crate::check::check(&p, &plan).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(out.job_gpus, vec![3, 3]);
+        assert_eq!(out.weight(&inst), 18.0);
+        assert!((out.cost() - 9.0).abs() < 1e-6, "cost {}", out.cost());
     }
 
     /// On diverse problems, from the greedy plan: the re-assigned plan passes the independent
