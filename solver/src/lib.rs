@@ -34,7 +34,8 @@
 //!   neighbourhood search runs, the weight search ends with local kicks from its heaviest packing
 //!   instead; last, on up to 400 jobs, each job placed far above its cheapest candidate
 //!   moved to a cheaper one after a chain of moves makes room. Then, on every size, the plan's gang
-//!   placements are re-filled as slots (`slots`: which job sits in which of the plan's (offer, VMs)
+//!   placements (and split jobs' placed whole) are re-filled as slots (`slots`: which job sits in
+//!   which of the plan's (offer, VMs)
 //!   slots is a min-cost flow, solved exactly by cancelling negative cycles, so that a chain of any
 //!   length moves at once; then slots changed one at a time along shortest paths, and trades that
 //!   release one or two slots for jobs that fit their room). The best bound found gives the
@@ -338,7 +339,8 @@ fn lagrangian(
     if !proven(inst, &best, &bounds) {
         best = make_room_for_dear_jobs(inst, best, deadline);
     }
-    // Last, the gang jobs re-filled as slots (`slots`), before the cost bound below: where that
+    // Last, the gang jobs (and split jobs placed whole) re-filled as slots (`slots`), before the
+    // cost bound below: where that
     // reaches the proven weight, the gap is the cost's (one-pool-1000-2 reported gap 1 when it ran
     // after).
     if !proven(inst, &best, &bounds) {
