@@ -340,9 +340,8 @@ fn lagrangian(
         best = make_room_for_dear_jobs(inst, best, deadline);
     }
     // Last, the gang jobs (and split jobs placed whole) re-filled as slots (`slots`), before the
-    // cost bound below: where that
-    // reaches the proven weight, the gap is the cost's (one-pool-1000-2 reported gap 1 when it ran
-    // after).
+    // cost bound below: where that reaches the proven weight, the gap is the cost's
+    // (one-pool-1000-2 reported gap 1 when it ran after).
     if !proven(inst, &best, &bounds) {
         best = slots::reassign(inst, best, deadline);
     }
