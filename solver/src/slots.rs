@@ -23,7 +23,8 @@
 //!
 //! All of it within a work budget counted in queue pops (deterministic), and the deadline.
 //! A split job waiting, or placed whole on one offer, is a unit like a gang job (all its GPUs on
-//! one offer, or waiting); a split job placed in pieces stays as it is.
+//! one offer, or waiting); a split job placed in part keeps its pieces, and the rest of it is a
+//! unit; a split job placed whole in pieces stays as it is.
 //!
 //! The searches are cheap where they need not look: the potential is updated from the nodes whose
 //! arcs a change touched (not computed again from all nodes), a group of new slots is skipped
@@ -738,34 +739,40 @@ const WORK_PER_JOB: usize = 40;
 /// Slots, the dearest per weight first, that a trade may release second.
 const SECOND_RELEASES: usize = 4;
 
-/// A split job's placements as one unit, where it has at most one and that one places it whole:
-/// per candidate, the VMs that hold all its GPUs, within its price cap and budget (`Cand` as for a
-/// gang job). Empty for a split job placed in pieces, whose pieces stay where they are (the
-/// unit's weight is all or nothing, and a piece's is not).
-fn whole(inst: &Instance, sol: &Sol, j: usize) -> Vec<Cand> {
+/// A split job as one unit of the flow: per candidate, the VMs that hold all its GPUs not placed
+/// in pieces that stay, within its price cap and budget (`Cand` as for a gang job: `gpus` the
+/// unit's). A job waiting, or placed whole by one placement, is one unit that can move; a job
+/// placed in part keeps its pieces, and its unit is the rest, on offers the pieces are not on (one
+/// placement per offer). A job placed whole in pieces stays as it is (no unit). Returns whether
+/// the job's placements stay, and the unit's candidates.
+fn split_unit(inst: &Instance, sol: &Sol, j: usize) -> (bool, Vec<Cand>) {
     let job = inst.job(j);
-    let mut pieces = sol.assigns.iter().filter(|a| a.job == j);
-    let placed = pieces.next();
-    if pieces.next().is_some() || placed.is_some_and(|a| a.gpus < job.gpus) {
-        return Vec::new();
+    let pieces: Vec<&Assign> = sol.assigns.iter().filter(|a| a.job == j).collect();
+    let placed = sol.job_gpus[j];
+    let movable = pieces.is_empty() || (pieces.len() == 1 && placed >= job.gpus);
+    if !movable && placed >= job.gpus {
+        return (true, Vec::new());
     }
+    let gpus = if movable { job.gpus } else { job.gpus - placed };
+    let (price, spent) = if movable { (0.0, 0.0) } else { (sol.job_price[j], sol.job_cost[j]) };
     let units: Vec<Cand> = inst
         .cands_of(j)
         .iter()
+        .filter(|c| movable || pieces.iter().all(|a| a.offer != c.offer))
         .filter_map(|c| {
-            let vms = job.gpus.div_ceil(c.gpus);
+            let vms = gpus.div_ceil(c.gpus);
             let offer = &inst.p.offers[c.offer];
-            let cost = f64::from(vms) * c.cost + c.egress_per_gpu * f64::from(job.gpus);
+            let cost = f64::from(vms) * c.cost + c.egress_per_gpu * f64::from(gpus);
             let fits = offer.capacity_vms.is_none_or(|cap| cap >= vms)
-                && job.max_price_per_hour.is_none_or(|cap| f64::from(vms) * offer.price_per_hour <= cap + EPS)
-                && job.budget.is_none_or(|b| cost <= b + EPS);
-            fits.then_some(Cand { offer: c.offer, vms, gpus: job.gpus, cost, egress_per_gpu: 0.0 })
+                && job.max_price_per_hour.is_none_or(|cap| price + f64::from(vms) * offer.price_per_hour <= cap + EPS)
+                && job.budget.is_none_or(|b| spent + cost <= b + EPS);
+            fits.then_some(Cand { offer: c.offer, vms, gpus, cost, egress_per_gpu: 0.0 })
         })
         .collect();
-    // Placed whole, but not as a unit would be (more VMs than it needs): left where it is.
-    match placed {
-        Some(a) if !units.iter().any(|c| c.offer == a.offer && c.vms == a.vms) => Vec::new(),
-        _ => units,
+    match pieces.first() {
+        // Placed whole, but not as a unit would be (more VMs than it needs): left where it is.
+        Some(a) if movable && !units.iter().any(|c| c.offer == a.offer && c.vms == a.vms) => (true, Vec::new()),
+        _ => (!movable, units),
     }
 }
 
@@ -782,14 +789,19 @@ pub(crate) fn reassign(inst: &Instance, sol: Sol, deadline: Option<Instant>) -> 
     let mut weight = Vec::new();
     let mut arcs = Vec::new();
     let mut node_of = vec![usize::MAX; n];
+    // Per job, whether its placements stay as they are (not the flow's to move).
+    let mut stays = vec![true; n];
     for (j, node) in node_of.iter_mut().enumerate() {
-        let units = if inst.job(j).gang { inst.cands_of(j).to_vec() } else { whole(inst, &sol, j) };
+        let (stay, units) =
+            if inst.job(j).gang { (false, inst.cands_of(j).to_vec()) } else { split_unit(inst, &sol, j) };
+        stays[j] = stay;
         if units.is_empty() {
+            stays[j] = true;
             continue;
         }
         *node = job.len();
         job.push(j);
-        weight.push(inst.weight[j].round() as Len * WEIGHT_UNIT);
+        weight.push(Len::from(inst.job(j).priority) * Len::from(units[0].gpus) * WEIGHT_UNIT);
         let mine: Vec<(usize, Len, Cand)> = units
             .iter()
             .map(|c| {
@@ -817,7 +829,7 @@ pub(crate) fn reassign(inst: &Instance, sol: Sol, deadline: Option<Instant>) -> 
             free[r] -= q * i64::from(a.vms);
         }
         let i = node_of[a.job];
-        if i == usize::MAX {
+        if stays[a.job] {
             continue;
         }
         let Some(&s) = slot_id.get(&(a.offer, a.vms)) else { return sol };
@@ -858,7 +870,7 @@ pub(crate) fn reassign(inst: &Instance, sol: Sol, deadline: Option<Instant>) -> 
     gain += traded;
     let mut out = Sol::new(inst);
     for a in &sol.assigns {
-        if node_of[a.job] == usize::MAX {
+        if stays[a.job] {
             out.take(inst, *a);
         }
     }
@@ -974,6 +986,47 @@ mod tests {
         assert_eq!(out.job_gpus, vec![3, 3]);
         assert_eq!(out.weight(&inst), 18.0);
         assert!((out.cost() - 9.0).abs() < 1e-6, "cost {}", out.cost());
+    }
+
+    /// A split job placed in part keeps its pieces, and the rest of it is a unit: eastus holds 2
+    /// of its 4 GPUs; the other 2 go to westus once the gang job there moves to dearer centralus
+    /// (weight 2 + 10 -> 2 + 20).
+    #[test]
+    fn the_rest_of_a_split_job_placed_in_part_is_a_unit() {
+        let offer = |region: &str, price: f64, cap: &str| {
+            format!(
+                r#"{{"region": "{region}", "size": "Standard_V", "priority": "regular", "gpu_model": "V100",
+                    "gpus_per_vm": 1, "vcpus_per_vm": 4, "family": "standardVFamily", "price_per_hour": {price}
+                    {cap}}}"#
+            )
+        };
+        let json = format!(
+            r#"{{"offers": [{}, {}, {}],
+                "quotas": [{{"region": "westus", "pool": "cores", "vcpus": 8}},
+                           {{"region": "centralus", "pool": "cores", "vcpus": 8}}],
+                "jobs": [{{"id": "gang", "gpus": 2, "gpu_models": ["V100"], "priority": 1, "duration_hours": 1,
+                           "regions": ["westus", "centralus"]}},
+                         {{"id": "split", "gpus": 4, "gpu_models": ["V100"], "gang": false, "priority": 5,
+                           "duration_hours": 1, "regions": ["eastus", "westus"]}}]}}"#,
+            offer("eastus", 1.0, r#", "capacity_vms": 2"#),
+            offer("westus", 1.0, ""),
+            offer("centralus", 3.0, ""),
+        );
+        let p = Problem::from_json_str(&json).expect("valid problem");
+        let inst = Instance::new(&p);
+        let mut sol = Sol::new(&inst);
+        sol.place(&inst, 0, inst.cands_of(0));
+        sol.place(&inst, 1, inst.cands_of(1));
+        assert_eq!((sol.job_gpus.clone(), sol.weight(&inst)), (vec![2, 2], 12.0));
+        let out = reassign(&inst, sol, None);
+        let plan = crate::finish(&inst, &out, "slots", &[], Instant::now());
+        crate::check::check(&p, &plan).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(out.job_gpus, vec![2, 4]);
+        assert_eq!(out.weight(&inst), 22.0);
+        let mut split: Vec<(&str, u32)> =
+            out.assigns.iter().filter(|a| a.job == 1).map(|a| (p.offers[a.offer].region.as_str(), a.gpus)).collect();
+        split.sort();
+        assert_eq!(split, vec![("eastus", 2), ("westus", 2)]);
     }
 
     /// On diverse problems, from the greedy plan: the re-assigned plan passes the independent
