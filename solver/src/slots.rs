@@ -647,11 +647,15 @@ impl Flow<'_> {
         let mut path = path_to(&pred, SOURCE);
         // Closed through the sink: the unit that slot `e` sent to it now comes from the source.
         path.push(SINK);
-        // The job the release made wait: its candidates are where the trade's changes may put it.
-        let waits = path[path.len() - 3] - 2;
+        // The job the release made wait (the last job on the path): its candidates are where the
+        // trade's changes may put it.
+        let jobs = 2..2 + self.jobs();
+        let waits = path.iter().rev().find(|u| jobs.contains(*u)).map(|&u| u - 2);
         self.push(&path);
         self.drop_slot(e);
-        self.focus_slots.extend(self.arcs[waits].iter().map(|a| a.0));
+        if let Some(i) = waits {
+            self.focus_slots.extend(self.arcs[i].iter().map(|a| a.0));
+        }
         Some(dist[SOURCE])
     }
 }
