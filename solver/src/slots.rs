@@ -29,8 +29,8 @@
 //! The searches are cheap where they need not look: the potential is updated from the nodes whose
 //! arcs a change touched (not computed again from all nodes), a group of new slots is skipped
 //! where the potential proves no path to them beats the best change so far, and a search stops
-//! once none can: a trade tried takes 5-10 times fewer queue pops for it (tiny-100-3: 4,400 from
-//! 22,000; split-300-1: 23,000 from 240,000).
+//! once none can: a trade tried takes 5-10 times fewer queue pops for it (BENCHMARKS.md, "Split
+//! jobs as slots, cheaper trades (session 52)").
 //!
 //! Measured (BENCHMARKS.md, "Slots re-filled by min-cost flow (session 51)"): of 167 problems of
 //! 60-10,000 jobs, 66 plans heavier and 39 cheaper at the same weight, none worse; tiny-1000-1
@@ -798,9 +798,9 @@ pub(crate) fn reassign(inst: &Instance, sol: Sol, deadline: Option<Instant>) -> 
     for (j, node) in node_of.iter_mut().enumerate() {
         let (stay, units) =
             if inst.job(j).gang { (false, inst.cands_of(j).to_vec()) } else { split_unit(inst, &sol, j) };
+        // A job with no unit has no placement to move (`split_unit` says the pieces stay).
         stays[j] = stay;
         if units.is_empty() {
-            stays[j] = true;
             continue;
         }
         *node = job.len();
