@@ -17,7 +17,7 @@
 //!   enforced on whole jobs at the same multipliers) tightens; and local search on the best plans (`search`: insert,
 //!   eject lighter jobs, relocate, drop one for many, then cost moves). On up to 50 jobs the exact
 //!   MILP through microlp (pure Rust; `milp_microlp`) from the best plan, within a node budget
-//!   (on up to 100, a quarter of it where the model is small),
+//!   (on up to 100, where the model is small, a quarter of it for the weight, all for the cost),
 //!   each phase after a root loop of reduced-cost fixing (`reduced_cost`) and cover cuts
 //!   (`cover_cuts`), which proves many of them (the weight, then the cost: 24 of 44 independent
 //!   40-job problems). On up to 40 jobs (100 with

@@ -68,16 +68,23 @@ impl Budget {
         max_variables: MAX_VARIABLES,
     };
 
-    /// 51-100 jobs: a quarter of the work, 10 root rounds, no phase over the plan's own jobs (the
-    /// neighbourhood search and the LP-led moves search the cost after it), and only where the
-    /// model has at most 700 variables. The optima it proves there are proven by the root's loop
-    /// or in a few hundred nodes of models of 150-700 variables; where it does not, a root round
-    /// of a 1,600-variable model took 160 ms. On the 70 independent problems of 60 and 100 jobs
-    /// (seeds 1-5): 13 proven optimal instead of 10 (tight-caps-60-1, tight-caps-60-2,
-    /// budgets-100-2, each in under 0.2 s), the same plans, for 1.10 times the time.
+    /// 51-100 jobs: a quarter of the weight phase's work (the cost phase's whole), 10 root rounds,
+    /// no phase over the plan's own jobs (the neighbourhood search and the LP-led moves search the
+    /// cost after it), and only where the model has at most 700 variables. The optima it proves
+    /// there are proven by the root's loop or in a few hundred nodes of models of 150-700
+    /// variables; where it does not, a root round of a 1,600-variable model took 160 ms. On the 70
+    /// independent problems of 60 and 100 jobs (seeds 1-5): 13 proven optimal instead of 10
+    /// (tight-caps-60-1, tight-caps-60-2, budgets-100-2, each in under 0.2 s), the same plans, for
+    /// 1.10 times the time. The cost phase's whole work instead of a quarter (session 53, against
+    /// fdb0297): 14 proven instead of 13 (tight-caps-60-2 again, in 0.19 s instead of 0.41 s), 11
+    /// cost gaps tighter (huge-gangs-60-3 0.0161 -> 0.0002, tight-caps-100-3 0.0259 -> 0.0139),
+    /// the same plans, mean wall time 669 -> 674 ms. Four times the whole proved 15 but took 759
+    /// ms on average, 22 problems over 1 s instead of 15; the weight phase's whole work placed 6
+    /// more weight on one problem and proved none, for 1.06 times the time; 1,000 variables
+    /// tightened 5 gaps, proved none, 1.06 times (BENCHMARKS.md, session 53).
     const LARGER: Budget = Budget {
         weight_work: WEIGHT_WORK / 4,
-        cost_work: COST_WORK / 4,
+        cost_work: COST_WORK,
         root_rounds: 10,
         fixed_cost: false,
         max_variables: 700,
