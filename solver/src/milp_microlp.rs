@@ -75,13 +75,11 @@ impl Budget {
     /// variables; where it does not, a root round of a 1,600-variable model took 160 ms. On the 70
     /// independent problems of 60 and 100 jobs (seeds 1-5): 13 proven optimal instead of 10
     /// (tight-caps-60-1, tight-caps-60-2, budgets-100-2, each in under 0.2 s), the same plans, for
-    /// 1.10 times the time. The cost phase's whole work instead of a quarter (session 53, against
-    /// fdb0297): 14 proven instead of 13 (tight-caps-60-2 again, in 0.19 s instead of 0.41 s), 11
-    /// cost gaps tighter (huge-gangs-60-3 0.0161 -> 0.0002, tight-caps-100-3 0.0259 -> 0.0139),
-    /// the same plans, mean wall time 669 -> 674 ms. Four times the whole proved 15 but took 759
-    /// ms on average, 22 problems over 1 s instead of 15; the weight phase's whole work placed 6
-    /// more weight on one problem and proved none, for 1.06 times the time; 1,000 variables
-    /// tightened 5 gaps, proved none, 1.06 times (BENCHMARKS.md, session 53).
+    /// 1.10 times the time. The cost phase's whole work instead of a quarter: 14 proven instead of
+    /// 13 (tight-caps-60-2 again), 11 cost gaps tighter, the same plans and times; four times as
+    /// much proved 15 but took 22 problems over 1 s instead of 15, and the weight phase's whole
+    /// work proved none more (BENCHMARKS.md, "The MILP's whole cost budget at 51-100 jobs, and what
+    /// did not pay (session 53)").
     const LARGER: Budget = Budget {
         weight_work: WEIGHT_WORK / 4,
         cost_work: COST_WORK,
