@@ -3,8 +3,9 @@
 //!
 //! The weight LP is solved once (microlp's simplex), then its fractional integer variables are fixed
 //! one at a time, each fix re-solved from the last basis (dual simplex, a few pivots): up to the
-//! ceiling when the rows can still hold it and the variable is at least half way there (or nearer
-//! its ceiling than any other is to its floor), else the least fractional one down to its floor.
+//! ceiling when the rows can still hold it and the variable is far enough there (half way, or 70 %
+//! in a second dive; or nearer its ceiling than any other is to its floor), else the least
+//! fractional one down to its floor.
 //! The point it ends at is integral and replays as a plan. That plan is rarely better than the
 //! searches' own (67-100 % of their weight on the independent 60-100-job problems), but the
 //! searches started from it reach plans the ones started from the LP's rounding do not: the
@@ -30,16 +31,24 @@ const MAX_FIXES: usize = 400;
 /// Variables above which there is no dive: the root LP of a 12,500-variable model took 0.8 s.
 const MAX_VARIABLES: usize = 16_000;
 
-/// The plan the dive ends at, `None` when the model is too large, the time limit passes, or
-/// microlp fails (its numerics panic instead of answering wrongly: caught).
-pub(crate) fn dive(inst: &Instance, deadline: Option<Instant>) -> Option<Sol> {
+/// The plans of one dive per threshold in `up_from` (how far a variable must be towards its
+/// ceiling to be fixed there; see the module's doc): none when the model is too large, and none
+/// for a dive the time limit stops or microlp fails (its numerics panic instead of answering
+/// wrongly: caught).
+pub(crate) fn dives(inst: &Instance, up_from: &[f64], deadline: Option<Instant>) -> Vec<Sol> {
     let m = Model::new(inst);
     if m.is_empty() || m.vars.len() > MAX_VARIABLES {
-        return None;
+        return Vec::new();
     }
-    let d = std::panic::catch_unwind(|| run(inst, &m, deadline)).ok().flatten()?;
-    crate::trace(|| format!("dive: {} at an LP point of {:.1} (finished: {})", d.plan.weight(inst), d.end, d.finished));
-    Some(d.plan)
+    let mut plans = Vec::new();
+    for &up in up_from {
+        let Some(d) = std::panic::catch_unwind(|| run(inst, &m, up, deadline)).ok().flatten() else { continue };
+        crate::trace(|| {
+            format!("dive from {up}: {} at an LP point of {:.1} (finished: {})", d.plan.weight(inst), d.end, d.finished)
+        });
+        plans.push(d.plan);
+    }
+    plans
 }
 
 /// Where a dive ended: the plan, the LP's weight at its last point, and whether every integer
@@ -50,7 +59,7 @@ struct Dive {
     finished: bool,
 }
 
-fn run(inst: &Instance, m: &Model, deadline: Option<Instant>) -> Option<Dive> {
+fn run(inst: &Instance, m: &Model, up_from: f64, deadline: Option<Instant>) -> Option<Dive> {
     let started = Instant::now();
     let mut p = Problem::new(OptimizationDirection::Maximize);
     let vars: Vec<Variable> = m.vars.iter().zip(&m.weight).map(|(v, &w)| p.add_var(w, (0.0, v.max))).collect();
@@ -101,7 +110,7 @@ fn run(inst: &Instance, m: &Model, deadline: Option<Instant>) -> Option<Dive> {
             }
         }
         let (v, value) = match (up, down) {
-            (Some((v, f)), _) if f >= 0.5 || down.is_none_or(|(_, g)| g >= 1.0 - f) => {
+            (Some((v, f)), _) if f >= up_from || down.is_none_or(|(_, g)| g >= 1.0 - f) => {
                 (v, sol.var_value_raw(vars[v]).ceil())
             }
             (_, Some((v, _))) => (v, sol.var_value_raw(vars[v]).floor()),
@@ -155,7 +164,7 @@ mod tests {
         for (i, p) in problems.iter().enumerate() {
             let inst = Instance::new(p);
             let m = Model::new(&inst);
-            let d = run(&inst, &m, None).expect("a small model dives");
+            let d = run(&inst, &m, 0.5, None).expect("a small model dives");
             let plan = crate::finish(&inst, &d.plan, "dive", &[], Instant::now());
             crate::check::check(p, &plan).unwrap_or_else(|e| panic!("problem {i}: {e:?}"));
             if d.finished {

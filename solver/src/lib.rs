@@ -39,9 +39,9 @@
 //!   slots is a min-cost flow, solved exactly by cancelling negative cycles, so that a chain of any
 //!   length moves at once; then slots changed one at a time along shortest paths, and trades that
 //!   release one or two slots for jobs that fit their room). Last, on up to 400 jobs not proven,
-//!   a second start: LP diving on the exact model (`dive`: the weight LP through microlp, its
-//!   fractional variables fixed one at a time, each fix re-solved by dual simplex) ends at a plan
-//!   that the same searches improve, kept when better. The best bound found gives the
+//!   more starts: LP dives on the exact model (`dive`: the weight LP through microlp, its
+//!   fractional variables fixed one at a time, each fix re-solved by dual simplex; two dives on up
+//!   to 100 jobs, one above) end at plans that the same searches improve, kept when better. The best bound found gives the
 //!   reported `gap`; at the proven weight, the cost's includes the knapsack bound on the cost
 //!   (`cost_bound::knapsack`: whole jobs in the pools, where the LP and the Lagrangian let fractions
 //!   of cheap jobs fill them). With `--features highs`: an exact MILP through HiGHS, started from that plan, so
@@ -349,8 +349,8 @@ fn lagrangian(
     if !proven(inst, &best, &bounds) {
         best = slots::reassign(inst, best, deadline);
     }
-    // Last of the searches, a second start: the plan an LP dive ends at, searched as the first was
-    // (see [`MAX_DIVE_JOBS`]).
+    // Last of the searches, more starts: the plans LP dives end at, searched as the first was (see
+    // [`MAX_DIVE_JOBS`]).
     if inst.p.jobs.len() <= MAX_DIVE_JOBS && !expired(deadline) && !proven(inst, &best, &bounds) {
         best = restart_from_dive(inst, best, &prices, &bounds, deadline);
     }
@@ -535,25 +535,32 @@ fn improve(inst: &Instance, mut sol: Sol, prices: &[f64], bounds: &[Bound], dead
     }
 }
 
-/// Jobs above which no LP dive (`dive`) restarts the searches: above, the root LP alone takes too
-/// long (0.8 s for the 12,500 variables of a 300-job split problem), and the searches of a second
-/// start cost more than the time a large problem has. Measured in BENCHMARKS.md, "LP diving as a
-/// second start (session 54)".
+/// Jobs above which no LP dive (`dive`) restarts the searches (see [`restart_from_dive`]): above,
+/// the root LP alone takes too long (0.8 s for the 12,500 variables of a 300-job split problem),
+/// and the searches of another start cost more than the time a large problem has. Measured in
+/// BENCHMARKS.md, "LP dives as further starts (session 54)".
 pub(crate) const MAX_DIVE_JOBS: usize = MAX_KICK_JOBS;
 
-/// The better of `best` and the plan an LP dive (`dive`) ends at, once searched as the first start
-/// was (`improve`): each search ends in its own local optimum, and the dive's plan starts it far
-/// from the first one's, where the LP arranges the jobs. On the 70 independent 60-100-job problems
-/// 6 plans heavier (split-60-3 +1.27 %), none lighter, for 1.25 times the time; on the 35 300-job
-/// ones 12 heavier (split-300-1 +0.78 %), none lighter, for 2.06 times (a lighter search of the
-/// dive's plan, without the room-making kicks: 7 heavier, 1.68 times). Last of the searches, and
-/// picked only when better, so that it never takes the others down another path: run before the
-/// MILP and the polish instead, its plan replaced theirs and 5 of the 70 ended lighter.
+/// The best of `best` and the plans LP dives (`dive`) end at, each searched as the first start was
+/// (`improve`): each search ends in its own local optimum, and a dive's plan starts it far from the
+/// first one's, where the LP arranges the jobs. Two dives on up to `neighbourhood::MAX_JOBS` jobs
+/// (a variable fixed up from half way, and from 70 %: the paths differ, and each finds plans the
+/// other misses), one above. On the 70 independent 60-100-job problems 8 plans heavier (split-60-3
+/// +1.34 %, split-100-3 +0.50 %) and 1 cheaper, none worse, for 1.41 times the time (one dive: 6
+/// heavier); on the 35 300-job ones 12 heavier (split-300-1 +0.78 %), none lighter, for 2.04
+/// times (a lighter search of the dive's plan, without the room-making kicks: 7 heavier). Last of
+/// the searches, and picked only when better, so that it never takes the others down another
+/// path: run before the MILP and the polish instead, its plan replaced theirs and 5 of the 70
+/// ended lighter.
 fn restart_from_dive(inst: &Instance, best: Sol, prices: &[f64], bounds: &[Bound], deadline: Option<Instant>) -> Sol {
-    let Some(dived) = dive::dive(inst, deadline) else { return best };
-    let searched = improve(inst, dived, prices, bounds, deadline);
-    trace(|| format!("after the dive's searches: plan {} cost {:.2}", searched.weight(inst), searched.cost()));
-    pick(inst, best, searched)
+    let up_from: &[f64] = if inst.p.jobs.len() <= neighbourhood::MAX_JOBS { &[0.5, 0.7] } else { &[0.5] };
+    let mut best = best;
+    for dived in dive::dives(inst, up_from, deadline) {
+        let searched = improve(inst, dived, prices, bounds, deadline);
+        trace(|| format!("after the dive's searches: plan {} cost {:.2}", searched.weight(inst), searched.cost()));
+        best = pick(inst, best, searched);
+    }
+    best
 }
 
 /// Local search for cost at the plan's weight. Above [`MAX_KICK_JOBS`] jobs, the weight searches of
