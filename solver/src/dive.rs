@@ -6,14 +6,12 @@
 //! ceiling when the rows can still hold it and the variable is far enough there (half way, or 70 %
 //! in a second dive; or nearer its ceiling than any other is to its floor), else the least
 //! fractional one down to its floor. The point it ends at (after [`MAX_FIXES`], with the rest
-//! rounded down) replays as a plan. That plan is rarely better than the searches' own (67-100 %
-//! of their weight on the independent 60-100-job problems), but the searches started from it
-//! reach plans the ones started from the LP's rounding do not: the rotation of jobs over three
-//! regions that split-60-3 needs, for one (see `restart_from_dive` in `lib.rs`).
+//! rounded down) replays as a plan. That plan is rarely better than the searches' own (66-100 %
+//! of their weight on the 55 independent 60-100-job problems it ran on), but the searches started
+//! from it reach plans the ones started from the LP's rounding do not: on split-60-3, 32,814
+//! against 32,381, for one (see `restart_from_dive` in `lib.rs`).
 
 use std::time::Instant;
-
-use microlp::{ComparisonOp, LinearExpr, OptimizationDirection, Problem, Variable};
 
 use crate::milp::Model;
 use crate::model::{Instance, Sol};
@@ -27,6 +25,11 @@ const TOL: f64 = 1e-6;
 /// the cut dives, the searches reached plans heavier than from the whole ones on 9 of the 35
 /// 300-job problems and lighter on 4 (by at most 0.22 %).
 const MAX_FIXES: usize = 400;
+
+/// How far towards its ceiling a variable must be for a dive to fix it there, per dive: two dives
+/// on small problems (see `restart_from_dive` in `lib.rs`), the first alone on larger ones. The
+/// paths differ, and each finds plans the other misses.
+pub(crate) const UP_FROM: [f64; 2] = [0.5, 0.7];
 
 /// Variables above which there is no dive: the root LP of a 12,500-variable model took 0.8 s.
 const MAX_VARIABLES: usize = 16_000;
@@ -61,18 +64,15 @@ struct Dive {
 
 fn run(inst: &Instance, m: &Model, up_from: f64, deadline: Option<Instant>) -> Option<Dive> {
     let started = Instant::now();
-    let mut p = Problem::new(OptimizationDirection::Maximize);
-    let vars: Vec<Variable> = m.vars.iter().zip(&m.weight).map(|(v, &w)| p.add_var(w, (0.0, v.max))).collect();
+    let max: Vec<f64> = m.vars.iter().map(|v| v.max).collect();
+    let (p, vars) = crate::reduced_cost::lp(&m.weight, &vec![0.0; max.len()], &max, true, &m.rows);
     // Per variable, its rows and coefficients: whether a fix to the ceiling leaves the rows
     // feasible is read off what the fixed variables already take of them.
     let mut var_rows: Vec<Vec<(usize, f64)>> = vec![Vec::new(); m.vars.len()];
     for (r, row) in m.rows.iter().enumerate() {
-        let mut e = LinearExpr::empty();
         for &(v, a) in &row.terms {
-            e.add(vars[v], a);
             var_rows[v].push((r, a));
         }
-        p.add_constraint(e, ComparisonOp::Le, row.rhs);
     }
     let options = crate::reduced_cost::lp_options(deadline)?;
     let mut sol = p.solve_with(options).ok()?.into_solution().ok()?;
@@ -151,8 +151,8 @@ mod tests {
     /// Every fix kept the rows feasible: where the dive finishes, its last LP point is integral and
     /// the plan replayed from it places at least the LP's weight (a fix the rows could not hold
     /// would have failed the re-solve, or left the replay unable to place what the LP placed; the
-    /// replay then fills what the point leaves waiting), and the plan passes the independent check. On gang-only problems (`diverse`) and ones with
-    /// split jobs (`generate`).
+    /// replay then fills what the point leaves waiting), and the plan passes the independent
+    /// check. On gang-only problems (`diverse`) and ones with split jobs (`generate`).
     #[test]
     fn a_finished_dive_replays_as_the_feasible_plan_of_its_lp_point() {
         let mut problems: Vec<_> =
@@ -164,7 +164,7 @@ mod tests {
         for (i, p) in problems.iter().enumerate() {
             let inst = Instance::new(p);
             let m = Model::new(&inst);
-            let d = run(&inst, &m, 0.5, None).expect("a small model dives");
+            let d = run(&inst, &m, UP_FROM[0], None).expect("a small model dives");
             let plan = crate::finish(&inst, &d.plan, "dive", &[], Instant::now());
             crate::check::check(p, &plan).unwrap_or_else(|e| panic!("problem {i}: {e:?}"));
             if d.finished {

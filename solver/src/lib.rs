@@ -41,9 +41,9 @@
 //!   release one or two slots for jobs that fit their room). Last, on up to 400 jobs not proven,
 //!   more starts: LP dives on the exact model (`dive`: the weight LP through microlp, its
 //!   fractional variables fixed one at a time, each fix re-solved by dual simplex; two dives on up
-//!   to 100 jobs, one above) end at plans that the same searches improve, kept when better. The best bound found gives the
-//!   reported `gap`; at the proven weight, the cost's includes the knapsack bound on the cost
-//!   (`cost_bound::knapsack`: whole jobs in the pools, where the LP and the Lagrangian let fractions
+//!   to 100 jobs, one above) end at plans that the same searches improve, kept when better. The
+//!   best bound found gives the reported `gap`; at the proven weight, the cost's includes the
+//!   knapsack bound on the cost (`cost_bound::knapsack`: whole jobs in the pools, where the LP and the Lagrangian let fractions
 //!   of cheap jobs fill them). With `--features highs`: an exact MILP through HiGHS, started from that plan, so
 //!   that it is never worse than the default build even when its time limit stops it.
 //! - `Greedy`: priority order, cheapest feasible offer first; also the fallback when the time limit
@@ -544,8 +544,7 @@ pub(crate) const MAX_DIVE_JOBS: usize = MAX_KICK_JOBS;
 /// The best of `best` and the plans LP dives (`dive`) end at, each searched as the first start was
 /// (`improve`): each search ends in its own local optimum, and a dive's plan starts it far from the
 /// first one's, where the LP arranges the jobs. Two dives on up to `neighbourhood::MAX_JOBS` jobs
-/// (a variable fixed up from half way, and from 70 %: the paths differ, and each finds plans the
-/// other misses), one above. On the 70 independent 60-100-job problems 8 plans heavier (split-60-3
+/// (`dive::UP_FROM`), one above. On the 70 independent 60-100-job problems 8 plans heavier (split-60-3
 /// +1.34 %, split-100-3 +0.50 %) and 1 cheaper, none worse, for 1.41 times the time (one dive: 6
 /// heavier); on the 35 300-job ones 12 heavier (split-300-1 +0.78 %), none lighter, for 2.04
 /// times (a lighter search of the dive's plan, without the room-making kicks: 7 heavier). Last of
@@ -553,11 +552,14 @@ pub(crate) const MAX_DIVE_JOBS: usize = MAX_KICK_JOBS;
 /// path: run before the MILP and the polish instead, its plan replaced theirs and 5 of the 70
 /// ended lighter.
 fn restart_from_dive(inst: &Instance, best: Sol, prices: &[f64], bounds: &[Bound], deadline: Option<Instant>) -> Sol {
-    let up_from: &[f64] = if inst.p.jobs.len() <= neighbourhood::MAX_JOBS { &[0.5, 0.7] } else { &[0.5] };
+    let up_from = if inst.p.jobs.len() <= neighbourhood::MAX_JOBS { &dive::UP_FROM[..] } else { &dive::UP_FROM[..1] };
     let mut best = best;
     for dived in dive::dives(inst, up_from, deadline) {
         let searched = improve(inst, dived, prices, bounds, deadline);
-        trace(|| format!("after the dive's searches: plan {} cost {:.2}", searched.weight(inst), searched.cost()));
+        trace(|| {
+            let (w, c) = (searched.weight(inst), searched.cost());
+            format!("after the dive's searches: plan {w} cost {c:.2} (the best before: {})", best.weight(inst))
+        });
         best = pick(inst, best, searched);
     }
     best

@@ -13,7 +13,7 @@
 
 use std::time::Instant;
 
-use microlp::{ComparisonOp, LinearExpr, OptimizationDirection, Problem, SolveOptions};
+use microlp::{ComparisonOp, LinearExpr, OptimizationDirection, Problem, SolveOptions, Variable};
 
 use crate::milp::{Row, Var};
 
@@ -136,21 +136,34 @@ pub(crate) fn relaxation(
 ) -> Option<Vec<f64>> {
     let options = lp_options(deadline)?;
     let solved = std::panic::catch_unwind(|| {
-        let direction = if maximise { OptimizationDirection::Maximize } else { OptimizationDirection::Minimize };
-        let mut p = Problem::new(direction);
-        let xs: Vec<_> = objective.iter().enumerate().map(|(v, &c)| p.add_var(c, (d.min[v], d.max[v]))).collect();
-        for r in rows {
-            let mut e = LinearExpr::empty();
-            for &(v, a) in &r.terms {
-                e.add(xs[v], a);
-            }
-            p.add_constraint(e, ComparisonOp::Le, r.rhs);
-        }
+        let (p, xs) = lp(objective, &d.min, &d.max, maximise, rows.iter().copied());
         let outcome = p.solve_with(options).ok()?;
         let solution = outcome.solution()?;
         Some(xs.iter().map(|&v| solution.var_value_raw(v)).collect::<Vec<f64>>())
     });
     solved.ok().flatten()
+}
+
+/// The LP over `rows` (each `≤` its right-hand side) and the continuous variables `min[v] ≤ x[v] ≤
+/// max[v]` optimising `objective`, as microlp's problem, with its variables in model order.
+pub(crate) fn lp<'r>(
+    objective: &[f64],
+    min: &[f64],
+    max: &[f64],
+    maximise: bool,
+    rows: impl IntoIterator<Item = &'r Row>,
+) -> (Problem, Vec<Variable>) {
+    let direction = if maximise { OptimizationDirection::Maximize } else { OptimizationDirection::Minimize };
+    let mut p = Problem::new(direction);
+    let xs: Vec<Variable> = objective.iter().enumerate().map(|(v, &c)| p.add_var(c, (min[v], max[v]))).collect();
+    for r in rows {
+        let mut e = LinearExpr::empty();
+        for &(v, a) in &r.terms {
+            e.add(xs[v], a);
+        }
+        p.add_constraint(e, ComparisonOp::Le, r.rhs);
+    }
+    (p, xs)
 }
 
 /// microlp's options under a time limit: what is left of it (an LP the limit stops gives no point,

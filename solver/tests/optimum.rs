@@ -206,13 +206,11 @@ fn proves_optima(cases: &[(&str, &str, f64, f64)]) {
 
 /// The independent generator's split shape at 60 jobs (`python3
 /// solver/benches/independent_problems.py DIR --sizes 60 --seed 3`): HiGHS's best in 10 s places
-/// 32,877 (not proven). The searches stopped at 32,381 (98.5 %): HiGHS's plan takes six jobs
-/// out (1,122 weight) to put two in (1,618): a 32-GPU gang goes where another 32-GPU gang was,
-/// which moves to A100 VMs in another region, and 20 more jobs move, over three regions, more at
-/// once than any kick or neighbourhood moves. Searched from the plans LP dives end at (`dive`),
-/// the plan reaches 32,814 (99.8 %).
+/// 32,877 (not proven). Every search from the LP's rounding (kicks, neighbourhoods, the MILP on
+/// its budget, the LP-led moves, the slots) stopped at 32,381 (98.5 %). Searched from the plans
+/// LP dives end at (`dive`), the plan reaches 32,814 (99.8 %).
 #[test]
-fn a_rotation_over_three_regions_is_reached_from_the_lp_dive() {
+fn a_plan_the_searches_miss_is_reached_from_the_lp_dives() {
     let p = Problem::from_json_str(include_str!("data/split-60-3.json")).expect("a valid problem");
     let plan = solve_lp_round(&p, &SolveOptions::default());
     check(&p, &plan).expect("feasible");
