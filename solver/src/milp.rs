@@ -196,6 +196,19 @@ impl Model {
         rows
     }
 
+    /// The row "one more job of `job`'s class placed than `sol` places", for a gang job; `None`
+    /// for a non-gang one or a job without candidates.
+    pub fn one_more_placed(&self, inst: &Instance, sol: &Sol, job: usize) -> Option<Row> {
+        let c = inst.job_class[job];
+        let ClassVars::Gang(vs) = &self.classes[c] else { return None };
+        if vs.is_empty() {
+            return None;
+        }
+        let class = &inst.classes[c];
+        let placed = sol.assigns.iter().filter(|a| class.jobs.contains(&a.job)).count();
+        Some(Row { terms: vs.iter().map(|&v| (v, -1.0)).collect(), rhs: -(placed as f64 + 1.0) })
+    }
+
     /// The variables' values that describe a plan: a solver's starting incumbent.
     pub fn values_of(&self, inst: &Instance, sol: &Sol) -> Vec<f64> {
         let mut by_job: Vec<Vec<&crate::model::Assign>> = vec![Vec::new(); inst.p.jobs.len()];
