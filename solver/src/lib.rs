@@ -44,11 +44,11 @@
 //!   to 100 jobs, one above; on up to 100 also up to six that first place a heavy waiting job,
 //!   where the LP with it placed is above the plan: `dive::Forced`) end at plans that the same
 //!   searches improve, kept when better; a plan they make heavier gets the dear jobs' room and
-//!   the slots' re-fill again. The
-//!   best bound found gives the reported `gap`; at the proven weight, the cost's includes the
-//!   knapsack bound on the cost (`cost_bound::knapsack`: whole jobs in the pools, where the LP and the Lagrangian let fractions
-//!   of cheap jobs fill them). With `--features highs`: an exact MILP through HiGHS, started from that plan, so
-//!   that it is never worse than the default build even when its time limit stops it.
+//!   the slots' re-fill again. The best bound found gives the reported `gap`; at the proven
+//!   weight, the cost's includes the knapsack bound on the cost (`cost_bound::knapsack`: whole
+//!   jobs in the pools, where the LP and the Lagrangian let fractions of cheap jobs fill them).
+//!   With `--features highs`: an exact MILP through HiGHS, started from that plan, so that it is
+//!   never worse than the default build even when its time limit stops it.
 //! - `Greedy`: priority order, cheapest feasible offer first; also the fallback when the time limit
 //!   hits.
 //!
@@ -343,15 +343,7 @@ fn lagrangian(
     if inst.p.jobs.len() <= neighbourhood::MAX_JOBS && !expired(deadline) && !proven(inst, &best, &bounds) {
         best = polish(inst, best, &lambda, relaxation, deadline);
     }
-    if !proven(inst, &best, &bounds) {
-        best = make_room_for_dear_jobs(inst, best, deadline);
-    }
-    // Last, the gang jobs (and split jobs placed whole) re-filled as slots (`slots`), before the
-    // cost bound below: where that reaches the proven weight, the gap is the cost's
-    // (one-pool-1000-2 reported gap 1 when it ran after).
-    if !proven(inst, &best, &bounds) {
-        best = slots::reassign(inst, best, deadline);
-    }
+    best = last_cost_moves(inst, best, &bounds, deadline);
     // Last of the searches, more starts: the plans LP dives end at, searched as the first was (see
     // [`MAX_DIVE_JOBS`]). A heavier plan from them has had only `improve`'s cost search: it gets the
     // cost moves the first start's plan got after it (on the 70 independent 60-100-job problems
@@ -360,11 +352,8 @@ fn lagrangian(
     if inst.p.jobs.len() <= MAX_DIVE_JOBS && !expired(deadline) && !proven(inst, &best, &bounds) {
         let before = best.weight(inst);
         best = restart_from_dive(inst, best, &prices, &bounds, deadline);
-        if best.weight(inst) > before + 0.5 && !proven(inst, &best, &bounds) {
-            best = make_room_for_dear_jobs(inst, best, deadline);
-            if !proven(inst, &best, &bounds) {
-                best = slots::reassign(inst, best, deadline);
-            }
+        if best.weight(inst) > before + 0.5 {
+            best = last_cost_moves(inst, best, &bounds, deadline);
         }
     }
     // The weight is proven the most there is (the knapsack bound often proves it where the LP's
@@ -548,6 +537,20 @@ fn improve(inst: &Instance, mut sol: Sol, prices: &[f64], bounds: &[Bound], dead
     }
 }
 
+/// The moves after the searches, on a plan not proven: room made for dear jobs, then the gang jobs
+/// (and split jobs placed whole) re-filled as slots (`slots`), before the cost bound that follows
+/// them in `lagrangian`: where that reaches the proven weight, the gap is the cost's
+/// (one-pool-1000-2 reported gap 1 when it ran after).
+fn last_cost_moves(inst: &Instance, mut best: Sol, bounds: &[Bound], deadline: Option<Instant>) -> Sol {
+    if !proven(inst, &best, bounds) {
+        best = make_room_for_dear_jobs(inst, best, deadline);
+    }
+    if !proven(inst, &best, bounds) {
+        best = slots::reassign(inst, best, deadline);
+    }
+    best
+}
+
 /// Jobs above which no LP dive (`dive`) restarts the searches (see [`restart_from_dive`]): above,
 /// the root LP alone takes too long (0.8 s for the 12,500 variables of a 300-job split problem),
 /// and the searches of another start cost more than the time a large problem has. Measured in
@@ -580,8 +583,8 @@ fn restart_from_dive(inst: &Instance, best: Sol, prices: &[f64], bounds: &[Bound
 /// the best plan's weight (else no plan that places it is heavier). Placing a job first moves the
 /// whole LP point, so each such dive starts the searches somewhere new: on split-100-2 the fifth
 /// such dive (the seventh job tried; the LP ruled out two) gives 47,480 where every other start
-/// stops at 47,315 (HiGHS's best in 20 s: 47,864). Measured in BENCHMARKS.md, "Dives that place a waiting job first
-/// (session 55)".
+/// stops at 47,315 (HiGHS's best in 20 s: 47,864). Measured in BENCHMARKS.md, "Dives that place
+/// a waiting job first (session 55)".
 fn restart_from_forced_dives(
     inst: &Instance,
     best: Sol,
