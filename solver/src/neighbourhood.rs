@@ -146,6 +146,79 @@ pub(crate) fn improve(inst: &Instance, sol: &mut Sol, lambda: &[f64], work_limit
     }
 }
 
+/// Re-solves, exactly, up to `size` jobs with each of `seeds` that `sol` leaves short of `want`
+/// GPUs, one seed after the other: per offer of the seed's list, the jobs holding most of what it
+/// lacks there ([`holding`]), then a chain grown from it ([`blocking`]), until it has its GPUs. The
+/// repair of a plan that moved many jobs at once (`recost::follow_lp_whole`) and left a few
+/// without room, which the weight search would give room anywhere, at any cost. Returns whether
+/// `sol` changed.
+pub(crate) fn repair(
+    inst: &Instance,
+    sol: &mut Sol,
+    seeds: &[(usize, u32, Vec<usize>)],
+    size: usize,
+    work: usize,
+    deadline: Option<Instant>,
+) -> bool {
+    let jobs: Vec<usize> = (0..inst.p.jobs.len()).filter(|&j| !inst.cands_of(j).is_empty()).collect();
+    let resources = inst.resources();
+    let mut next = xorshift(0x9E37_79B9_7F4A_7C15);
+    let mut changed_any = false;
+    for (seed, want, offers) in seeds {
+        let (seed, want) = (*seed, *want);
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
+        let mut subsets: Vec<Vec<usize>> =
+            offers.iter().map(|&o| holding(inst, sol, &resources, seed, o, size)).collect();
+        subsets.push(blocking(inst, sol, &jobs, &resources, Some(seed), size, &mut next));
+        for mut subset in subsets {
+            if sol.job_gpus[seed] >= want {
+                break;
+            }
+            subset.sort_unstable();
+            let (changed, _) = exact::resolve_subset(inst, sol, &subset, &resources, &[], work, deadline);
+            changed_any |= changed;
+        }
+    }
+    changed_any
+}
+
+/// `seed` and up to `size` − 1 jobs holding the resources `seed` lacks to be placed on `offer`
+/// (its whole gang, or one VM of a split job), those holding most of them first.
+fn holding(inst: &Instance, sol: &Sol, resources: &Resources, seed: usize, offer: usize, size: usize) -> Vec<usize> {
+    let (free0, offer_res) = resources;
+    let mut free = free0.clone();
+    for a in &sol.assigns {
+        for &(r, q) in &offer_res[a.offer] {
+            free[r] -= q * i64::from(a.vms);
+        }
+    }
+    let vms = inst
+        .cands_of(seed)
+        .iter()
+        .find(|c| c.offer == offer)
+        .map_or(1, |c| if inst.job(seed).gang { c.vms } else { 1 });
+    let lacking: Vec<usize> =
+        offer_res[offer].iter().filter(|&&(r, q)| q * i64::from(vms) > free[r]).map(|&(r, _)| r).collect();
+    let mut held: Vec<(i64, usize)> = Vec::new();
+    for a in &sol.assigns {
+        if a.job == seed {
+            continue;
+        }
+        let amount: i64 =
+            offer_res[a.offer].iter().filter(|(r, _)| lacking.contains(r)).map(|&(_, q)| q * i64::from(a.vms)).sum();
+        if amount > 0 {
+            match held.iter_mut().find(|(_, j)| *j == a.job) {
+                Some(h) => h.0 += amount,
+                None => held.push((amount, a.job)),
+            }
+        }
+    }
+    held.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    std::iter::once(seed).chain(held.iter().map(|&(_, j)| j)).take(size).collect()
+}
+
 /// Jobs in the neighbourhoods [`follow_relaxation`] takes where the plan and the LP differ most, one
 /// after the other, and the work each may take. A 16-job neighbourhood of 60-100-job problems took
 /// 1-20 million (up to 60 ms); 20 and 24 jobs rarely finished in 20 million and changed nothing more.

@@ -295,6 +295,18 @@ fn fix_decided(
 /// grown from one job find a few (all-spot-60-3: +8.6 % -> HiGHS's proven optimum). Returns whether
 /// `sol` changed.
 pub(crate) fn follow_lp(inst: &Instance, sol: &mut Sol, deadline: Option<Instant>) -> bool {
+    follow(inst, sol, false, deadline)
+}
+
+/// [`follow_lp`] with the split jobs moved too, where the LP spreads them otherwise (its VMs
+/// rounded up, all or nothing), and the jobs that move leaves short given room by re-solving,
+/// exactly, the jobs holding what each lacks (`neighbourhood::repair`) before the weight search.
+/// Returns whether `sol` changed.
+pub(crate) fn follow_lp_whole(inst: &Instance, sol: &mut Sol, deadline: Option<Instant>) -> bool {
+    follow(inst, sol, true, deadline)
+}
+
+fn follow(inst: &Instance, sol: &mut Sol, split: bool, deadline: Option<Instant>) -> bool {
     let p = inst.p;
     let left: Vec<(usize, u32)> =
         (0..p.jobs.len()).filter(|&j| sol.job_gpus[j] > 0).map(|j| (j, sol.job_gpus[j])).collect();
@@ -314,11 +326,37 @@ pub(crate) fn follow_lp(inst: &Instance, sol: &mut Sol, deadline: Option<Instant
     crate::trace(|| format!("follow the LP: its cost {lp_cost:.2}, the plan's {:.2}", sol.cost()));
     let mut elsewhere: Vec<(f64, usize)> = Vec::new();
     let mut lp_offer: Vec<Option<usize>> = vec![None; p.jobs.len()];
+    // Per split job the LP spreads otherwise than the plan: its offers and VMs there, most first.
+    let mut lp_split: Vec<Vec<(usize, u32)>> = vec![Vec::new(); p.jobs.len()];
     for (class, vals) in si.classes.iter().zip(&values) {
-        if !si.job(class.rep).gang || class.jobs.len() != 1 {
+        if class.jobs.len() != 1 {
             continue;
         }
         let j = left[class.jobs[0]].0;
+        if !si.job(class.rep).gang {
+            if !split {
+                continue;
+            }
+            let mut spread: Vec<(usize, u32, f64)> = class
+                .cands
+                .iter()
+                .zip(vals)
+                .filter(|(_, v)| **v > 0.05)
+                .map(|(c, v)| (c.offer, (v - 1e-6).ceil() as u32, *v * c.cost))
+                .collect();
+            spread.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            let mut planned: Vec<(usize, u32)> =
+                sol.assigns.iter().filter(|a| a.job == j).map(|a| (a.offer, a.vms)).collect();
+            planned.sort_unstable();
+            let mut wanted: Vec<(usize, u32)> = spread.iter().map(|&(o, n, _)| (o, n)).collect();
+            wanted.sort_unstable();
+            if wanted != planned && !wanted.is_empty() {
+                let lp_cost: f64 = spread.iter().map(|&(_, _, c)| c).sum();
+                elsewhere.push((sol.job_cost[j] - lp_cost, j));
+                lp_split[j] = spread.iter().map(|&(o, n, _)| (o, n)).collect();
+            }
+            continue;
+        }
         let Some((k, _)) = vals.iter().enumerate().filter(|(_, v)| **v > 0.5).max_by(|a, b| a.1.total_cmp(b.1)) else {
             continue;
         };
@@ -340,15 +378,35 @@ pub(crate) fn follow_lp(inst: &Instance, sol: &mut Sol, deadline: Option<Instant
     }
     elsewhere.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
     for &(_, j) in &elsewhere {
+        if !inst.job(j).gang {
+            for &(o, vms) in &lp_split[j] {
+                let c = *inst.cands_of(j).iter().find(|c| c.offer == o).expect("an LP candidate");
+                trial.fill(inst, j, &c, vms);
+            }
+            // All or nothing: a split job the LP's VMs do not complete goes back where it was.
+            if trial.job_gpus[j] < sol.job_gpus[j] {
+                while let Some(i) = trial.assigns.iter().rposition(|a| a.job == j) {
+                    trial.release(inst, i);
+                }
+            }
+            continue;
+        }
         let c = *inst.cands_of(j).iter().find(|c| lp_offer[j] == Some(c.offer)).expect("an LP candidate");
         trial.try_gang(inst, j, &c);
     }
     // Those that do not fit there back where they were, if they still fit.
     for a in sol.assigns.iter().filter(|a| moving.contains(&a.job)) {
         let c = *inst.cands_of(a.job).iter().find(|c| c.offer == a.offer).expect("its candidate");
-        trial.try_gang(inst, a.job, &c);
+        if inst.job(a.job).gang {
+            trial.try_gang(inst, a.job, &c);
+        } else if trial.job_gpus[a.job] == 0 || trial.assigns.iter().any(|b| b.job == a.job && b.offer == a.offer) {
+            trial.fill(inst, a.job, &c, a.vms);
+        }
     }
     let target = sol.weight(inst);
+    if split {
+        repair(inst, sol, &mut trial, &lp_offer, &lp_split, deadline);
+    }
     let mut pack = Packing::from_sol(inst, &trial);
     pack.improve_weight(deadline);
     let mut trial = pack.to_plan();
@@ -369,6 +427,61 @@ pub(crate) fn follow_lp(inst: &Instance, sol: &mut Sol, deadline: Option<Instant
     changed
 }
 
+/// Rounds of the repair in [`follow_lp_whole`]: the jobs re-solved with each job left short, at
+/// most, and the work each re-solve may take.
+const REPAIR_SIZES: [usize; 6] = [12, 16, 16, 20, 20, 24];
+const CHAIN_WORK: usize = 2_000_000;
+
+/// Gives the jobs `trial` leaves shorter than `sol` had them room: waiting jobs placed where they
+/// fit, then per such job the jobs holding what it lacks on the offers the LP puts it on, where it
+/// was, and its other candidates, re-solved together exactly.
+fn repair(
+    inst: &Instance,
+    sol: &Sol,
+    trial: &mut Sol,
+    lp_offer: &[Option<usize>],
+    lp_split: &[Vec<(usize, u32)>],
+    deadline: Option<Instant>,
+) {
+    trial.improve(inst);
+    for size in REPAIR_SIZES {
+        // The re-solves trade lighter jobs for the short ones: those traded out are short next.
+        let short: Vec<(usize, u32, Vec<usize>)> = (0..inst.p.jobs.len())
+            .filter(|&j| trial.job_gpus[j] < sol.job_gpus[j])
+            .map(|j| {
+                let mut offers: Vec<usize> =
+                    lp_offer[j].into_iter().chain(lp_split[j].iter().map(|&(o, _)| o)).collect();
+                offers.extend(sol.assigns.iter().filter(|a| a.job == j).map(|a| a.offer));
+                offers.extend(inst.cands_of(j).iter().map(|c| c.offer));
+                let mut seen = Vec::new();
+                offers.retain(|o| {
+                    !seen.contains(o) && {
+                        seen.push(*o);
+                        true
+                    }
+                });
+                offers.truncate(8);
+                (j, sol.job_gpus[j], offers)
+            })
+            .collect();
+        if short.is_empty() {
+            break;
+        }
+        crate::neighbourhood::repair(inst, trial, &short, size, CHAIN_WORK, deadline);
+        crate::trace(|| {
+            let s: Vec<String> =
+                short.iter().map(|&(j, w, _)| format!("{} {}/{w}", inst.p.jobs[j].id, trial.job_gpus[j])).collect();
+            format!(
+                "follow the LP: {} short re-solved ({size}): {} cost {:.2}; {}",
+                short.len(),
+                trial.weight(inst),
+                trial.cost(),
+                s.join(" ")
+            )
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -384,5 +497,43 @@ mod tests {
         assert!((sol.cost() - 15.0).abs() < 1e-6);
         assert_eq!(sol.weight(&inst), 3.0);
         assert!(!follow_lp(&inst, &mut sol, None), "nothing left to move");
+    }
+
+    /// The dear-job chain with `x` and `y` split jobs of two GPUs (each region's quota two 1-GPU
+    /// VMs) and `j` a two-GPU gang: only moving the split jobs too frees eastus for `j`.
+    #[test]
+    fn split_jobs_move_where_the_cost_lp_spreads_them() {
+        let json = serde_json::to_string(&{
+            let mut v: serde_json::Value =
+                serde_json::to_value(crate::search::tests::dear_job_behind_a_chain()).unwrap();
+            for q in v["quotas"].as_array_mut().unwrap() {
+                q["vcpus"] = 8.into();
+            }
+            for (k, job) in v["jobs"].as_array_mut().unwrap().iter_mut().enumerate() {
+                job["gpus"] = 2.into();
+                job["gang"] = (k == 2).into();
+            }
+            v
+        })
+        .unwrap();
+        let p = Problem::from_json_str(&json).expect("a valid problem");
+        let inst = Instance::new(&p);
+        let mut sol = Sol::new(&inst);
+        for j in 0..3 {
+            sol.place(&inst, j, inst.cands_of(j));
+        }
+        let region = |sol: &Sol, j: usize| {
+            let on: Vec<&str> =
+                sol.assigns.iter().filter(|a| a.job == j).map(|a| p.offers[a.offer].region.as_str()).collect();
+            on.join(",")
+        };
+        assert_eq!([region(&sol, 0), region(&sol, 1), region(&sol, 2)], ["eastus", "westus", "northeurope"]);
+        assert!((sol.cost() - 206.0).abs() < 1e-6, "x 2, y 4, j 200");
+        let mut gang_only = sol.clone();
+        assert!(!follow_lp(&inst, &mut gang_only, None), "j cannot move while x holds eastus");
+        assert!(follow_lp_whole(&inst, &mut sol, None));
+        assert_eq!([region(&sol, 0), region(&sol, 1), region(&sol, 2)], ["westus", "centralus", "eastus"]);
+        assert!((sol.cost() - 30.0).abs() < 1e-6, "x 4, y 6, j 20: {}", sol.cost());
+        assert_eq!(sol.weight(&inst), 6.0);
     }
 }
