@@ -75,6 +75,7 @@ mod cover_cuts;
 mod dive;
 mod exact;
 mod explain;
+mod force_in;
 pub mod generate;
 mod knapsack_bound;
 mod lagrange;
@@ -358,6 +359,15 @@ fn lagrangian(
         if best.weight(inst) > before + 0.5 {
             best = last_cost_moves(inst, best, &bounds, deadline);
         }
+    }
+    // Then heavy waiting jobs forced in, the jobs in their way re-placed together (`force_in`):
+    // more starts, on up to 100 jobs (BENCHMARKS.md, "Heavy waiting jobs forced in (session 56)").
+    if inst.p.jobs.len() <= neighbourhood::MAX_JOBS
+        && !expired(deadline)
+        && !proven(inst, &best, &bounds)
+        && force_in::force_in(inst, &mut best, |s| improve(inst, s, &prices, &bounds, deadline), deadline)
+    {
+        best = last_cost_moves(inst, best, &bounds, deadline);
     }
     // Last on small problems: the jobs moved where the cost LP over them puts them, split jobs
     // too (`recost::follow_lp_whole`). Last, because a plan it makes better starts the searches

@@ -1,0 +1,183 @@
+//! Heavy waiting jobs forced in, as further starts for the searches: a gang job the plan leaves
+//! waiting placed on one of its candidates after the lightest jobs holding what it lacks there are
+//! taken out, those given room again by exact re-solves of the jobs holding what each then lacks
+//! (`neighbourhood::repair`), the rest placed by the weight search. The searches' own moves that
+//! force a job in re-place what they take out one move at a time, and their kicks take the plan
+//! back where it came from; a plan with the job forced in and the others re-placed together starts
+//! them elsewhere. The heaviest of a job's forced plans is searched as the first start was (the
+//! caller's `search`), and kept only when heavier than the plan.
+
+use std::time::Instant;
+
+use crate::model::{Assign, Cand, Instance, Sol};
+use crate::search::Packing;
+
+/// Waiting gang jobs tried at most, heaviest first, and candidates per job, cheapest first.
+const JOBS: usize = 6;
+const CANDIDATES: usize = 4;
+
+/// Jobs re-solved with each job taken out, at most, and the work each re-solve may take.
+const REPAIR_SIZE: usize = 16;
+const REPAIR_WORK: usize = 2_000_000;
+
+/// Candidates per job taken out, cheapest first, on which room is made for it (a re-solve each).
+const REPAIR_OFFERS: usize = 8;
+
+/// Jobs taken out at most: where the room needs more, the candidate is skipped.
+const MAX_TAKEN_OUT: usize = 24;
+
+/// Forces in, one after the other, up to [`JOBS`] of the heaviest gang jobs `sol` leaves waiting,
+/// each on up to [`CANDIDATES`] of its candidates ([`forced`]); the first forced plan heavier than
+/// `sol` replaces it, else the heaviest is searched (`search`) and replaces it when heavier.
+/// Returns whether `sol` changed.
+pub(crate) fn force_in(inst: &Instance, sol: &mut Sol, search: impl Fn(Sol) -> Sol, deadline: Option<Instant>) -> bool {
+    let mut waiting: Vec<usize> = (0..inst.p.jobs.len())
+        .filter(|&j| inst.job(j).gang && sol.job_gpus[j] == 0 && !inst.cands_of(j).is_empty())
+        .collect();
+    waiting.sort_by(|&a, &b| inst.weight[b].total_cmp(&inst.weight[a]).then(a.cmp(&b)));
+    let mut changed = false;
+    for &j in waiting.iter().take(JOBS) {
+        if sol.job_gpus[j] > 0 {
+            continue;
+        }
+        let mut heaviest: Option<Sol> = None;
+        for c in inst.cands_of(j).iter().take(CANDIDATES) {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return changed;
+            }
+            let Some(trial) = forced(inst, sol, j, c, deadline) else { continue };
+            crate::trace(|| {
+                let (w, cost) = (trial.weight(inst), trial.cost());
+                format!("force in {} on offer {}: {w} cost {cost:.2}", inst.p.jobs[j].id, c.offer)
+            });
+            if trial.weight(inst) > sol.weight(inst) + 0.5 {
+                *sol = trial;
+                changed = true;
+                heaviest = None;
+                break;
+            }
+            heaviest = Some(match heaviest {
+                Some(h) => crate::pick(inst, h, trial),
+                None => trial,
+            });
+        }
+        if let Some(h) = heaviest {
+            let searched = search(h);
+            crate::trace(|| {
+                let (w, cost) = (searched.weight(inst), searched.cost());
+                format!("force in {}: searched {w} cost {cost:.2} (the plan {})", inst.p.jobs[j].id, sol.weight(inst))
+            });
+            if searched.weight(inst) > sol.weight(inst) + 0.5 {
+                *sol = searched;
+                changed = true;
+            }
+        }
+    }
+    changed
+}
+
+/// `sol` with the waiting gang job `j` on its candidate `c`: the placed jobs holding a pool (or
+/// the offer's capacity) that lacks room for it taken out, the lightest first, until it fits; then
+/// waiting jobs placed where they fit, the jobs taken out given room again, each by re-solving it
+/// exactly with the jobs holding what it lacks on its candidates, and the weight search; the cost
+/// search when that made it heavier than `sol`. `None` when the room needs more than
+/// [`MAX_TAKEN_OUT`] jobs taken out.
+fn forced(inst: &Instance, sol: &Sol, j: usize, c: &Cand, deadline: Option<Instant>) -> Option<Sol> {
+    let p = inst.p;
+    let o = c.offer;
+    let offer = &p.offers[o];
+    let need = u64::from(offer.vcpus_per_vm) * u64::from(c.vms);
+    let mut trial = sol.clone();
+    let mut out: Vec<(usize, u32)> = Vec::new();
+    while trial.room(inst, o) < c.vms {
+        if out.len() == MAX_TAKEN_OUT {
+            return None;
+        }
+        let short_pools: Vec<usize> = inst.offer_pools[o]
+            .iter()
+            .copied()
+            .filter(|&q| inst.pool_limit[q].saturating_sub(trial.pool_used[q]) < need)
+            .collect();
+        let short_cap = offer.capacity_vms.is_some_and(|cap| cap.saturating_sub(trial.cap_used[o]) < c.vms);
+        let holds = |a: &Assign| {
+            (short_cap && a.offer == o) || inst.offer_pools[a.offer].iter().any(|q| short_pools.contains(q))
+        };
+        let placed_weight = |k: usize| f64::from(p.jobs[k].priority) * f64::from(trial.job_gpus[k]);
+        let lightest = trial
+            .assigns
+            .iter()
+            .filter(|a| holds(a))
+            .map(|a| a.job)
+            .min_by(|&a, &b| placed_weight(a).total_cmp(&placed_weight(b)).then(a.cmp(&b)))?;
+        out.push((lightest, trial.job_gpus[lightest]));
+        while let Some(i) = trial.assigns.iter().rposition(|a| a.job == lightest) {
+            trial.release(inst, i);
+        }
+    }
+    trial.try_gang(inst, j, c);
+    trial.improve(inst);
+    let seeds: Vec<(usize, u32, Vec<usize>)> = out
+        .iter()
+        .map(|&(k, gpus)| (k, gpus, inst.cands_of(k).iter().take(REPAIR_OFFERS).map(|c| c.offer).collect()))
+        .collect();
+    crate::neighbourhood::repair(inst, &mut trial, &seeds, REPAIR_SIZE, REPAIR_WORK, deadline);
+    let mut pack = Packing::from_sol(inst, &trial);
+    pack.improve_weight(deadline);
+    let trial = crate::pick(inst, trial, pack.to_plan());
+    if trial.weight(inst) > sol.weight(inst) + 0.5 {
+        Some(crate::cost_search(inst, trial, None, deadline))
+    } else {
+        Some(trial)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Problem;
+
+    /// One region's T4 quota holds two 1-GPU VMs, taken by two priority-1 jobs that could run in a
+    /// second region; a priority-10 two-GPU job that runs only in the first waits. Forced in, it
+    /// takes their room and both move to the second region.
+    #[test]
+    fn a_heavy_waiting_job_takes_the_room_of_light_jobs_that_move() {
+        let offer = |region: &str| {
+            format!(
+                r#"{{"region": "{region}", "size": "Standard_NC4as_T4_v3", "priority": "regular",
+                    "gpu_model": "T4", "gpus_per_vm": 1, "vcpus_per_vm": 4,
+                    "family": "standardNCASv3_T4Family", "price_per_hour": 1.0}}"#
+            )
+        };
+        let quota = |region: &str| format!(r#"{{"region": "{region}", "pool": "cores", "vcpus": 8}}"#);
+        let job = |id: &str, gpus: u32, priority: u32, regions: &str| {
+            format!(
+                r#"{{"id": "{id}", "gpus": {gpus}, "priority": {priority}, "gpu_models": ["T4"],
+                    "duration_hours": 1, "regions": [{regions}]}}"#
+            )
+        };
+        let json = format!(
+            r#"{{"offers": [{}, {}], "quotas": [{}, {}], "jobs": [{}, {}, {}]}}"#,
+            offer("eastus"),
+            offer("westus"),
+            quota("eastus"),
+            quota("westus"),
+            job("x", 1, 1, r#""eastus", "westus""#),
+            job("y", 1, 1, r#""eastus", "westus""#),
+            job("j", 2, 10, r#""eastus""#),
+        );
+        let p = Problem::from_json_str(&json).expect("a valid problem");
+        let inst = Instance::new(&p);
+        let mut sol = Sol::new(&inst);
+        let eastus = |j: usize| *inst.cands_of(j).iter().find(|c| p.offers[c.offer].region == "eastus").unwrap();
+        assert!(sol.try_gang(&inst, 0, &eastus(0)) && sol.try_gang(&inst, 1, &eastus(1)));
+        assert_eq!(sol.weight(&inst), 2.0, "x and y in eastus, j waiting");
+        assert!(force_in(&inst, &mut sol, |s| s, None));
+        assert_eq!(sol.weight(&inst), 22.0);
+        let region = |j: usize| {
+            let a = sol.assigns.iter().find(|a| a.job == j).expect("placed");
+            p.offers[a.offer].region.as_str()
+        };
+        assert_eq!([region(0), region(1), region(2)], ["westus", "westus", "eastus"]);
+        crate::check::check(&p, &crate::finish(&inst, &sol, "force in", &[], Instant::now())).expect("feasible");
+    }
+}
