@@ -44,10 +44,11 @@
 //!   to 100 jobs, one above; on up to 100 also up to six that first place a heavy waiting job,
 //!   where the LP with it placed is above the plan: `dive::Forced`) end at plans that the same
 //!   searches improve, kept when better; a plan they make heavier gets the dear jobs' room and
-//!   the slots' re-fill again. After them, on up to 100 jobs, the plan's jobs moved where the
-//!   cost LP over them puts them once more, split jobs too (`recost::follow_lp_whole`: the jobs
-//!   that leaves short get room by re-solving, exactly, the jobs holding what each lacks), kept
-//!   when better. The best bound found gives the reported `gap`; at the proven
+//!   the slots' re-fill again. After them, on up to 100 jobs, heavy waiting jobs forced in, the
+//!   jobs in their way re-placed together, more starts for the same searches (`force_in`); then
+//!   the plan's jobs moved where the cost LP over them puts them once more, split jobs too
+//!   (`recost::follow_lp_whole`: the jobs that leaves short get room by re-solving, exactly, the
+//!   jobs holding what each lacks), kept when better. The best bound found gives the reported `gap`; at the proven
 //!   weight, the cost's includes the knapsack bound on the cost (`cost_bound::knapsack`: whole
 //!   jobs in the pools, where the LP and the Lagrangian let fractions of cheap jobs fill them).
 //!   With `--features highs`: an exact MILP through HiGHS, started from that plan, so that it is
