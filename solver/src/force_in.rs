@@ -20,9 +20,6 @@ const CANDIDATES: usize = 4;
 const REPAIR_SIZE: usize = 16;
 const REPAIR_WORK: usize = 2_000_000;
 
-/// Candidates per job taken out, cheapest first, on which room is made for it (a re-solve each).
-const REPAIR_OFFERS: usize = 8;
-
 /// Jobs taken out at most: where the room needs more, the candidate is skipped.
 const MAX_TAKEN_OUT: usize = 24;
 
@@ -116,10 +113,9 @@ fn forced(inst: &Instance, sol: &Sol, j: usize, c: &Cand, deadline: Option<Insta
     }
     trial.try_gang(inst, j, c);
     trial.improve(inst);
-    let seeds: Vec<(usize, u32, Vec<usize>)> = out
-        .iter()
-        .map(|&(k, gpus)| (k, gpus, inst.cands_of(k).iter().take(REPAIR_OFFERS).map(|c| c.offer).collect()))
-        .collect();
+    // Room made for each job taken out on its cheapest candidates.
+    let seeds: Vec<(usize, u32, Vec<usize>)> =
+        out.iter().map(|&(k, gpus)| (k, gpus, inst.cands_of(k).iter().map(|c| c.offer).collect())).collect();
     crate::neighbourhood::repair(inst, &mut trial, &seeds, REPAIR_SIZE, REPAIR_WORK, deadline);
     let mut pack = Packing::from_sol(inst, &trial);
     pack.improve_weight(deadline);

@@ -146,8 +146,12 @@ pub(crate) fn improve(inst: &Instance, sol: &mut Sol, lambda: &[f64], work_limit
     }
 }
 
+/// Offers of a seed's list that [`repair`] makes room on, at most, the first first (a re-solve each).
+const REPAIR_OFFERS: usize = 8;
+
 /// Re-solves, exactly, up to `size` jobs with each of `seeds` that `sol` leaves short of `want`
-/// GPUs, one seed after the other: per offer of the seed's list, the jobs holding most of what it
+/// GPUs, one seed after the other: per offer of the first [`REPAIR_OFFERS`] of the seed's list (the
+/// offers it is best placed on first), the jobs holding most of what it
 /// lacks there ([`holding`]), then a chain grown from it ([`blocking`]), until it has its GPUs. The
 /// repair of a plan that moved many jobs at once (`recost::follow_lp_whole`) and left a few
 /// without room, which the weight search would give room anywhere, at any cost. Returns whether
@@ -170,7 +174,7 @@ pub(crate) fn repair(
             break;
         }
         let mut subsets: Vec<Vec<usize>> =
-            offers.iter().map(|&o| holding(inst, sol, &resources, seed, o, size)).collect();
+            offers.iter().take(REPAIR_OFFERS).map(|&o| holding(inst, sol, &resources, seed, o, size)).collect();
         subsets.push(blocking(inst, sol, &jobs, &resources, Some(seed), size, &mut next));
         for mut subset in subsets {
             if sol.job_gpus[seed] >= want {

@@ -337,23 +337,20 @@ fn follow(inst: &Instance, sol: &mut Sol, split: bool, deadline: Option<Instant>
             if !split {
                 continue;
             }
-            let mut spread: Vec<(usize, u32, f64)> = class
-                .cands
-                .iter()
-                .zip(vals)
-                .filter(|(_, v)| **v > 0.05)
-                .map(|(c, v)| (c.offer, (v - 1e-6).ceil() as u32, *v * c.cost))
-                .collect();
+            let on: Vec<(&Cand, f64)> =
+                class.cands.iter().zip(vals.iter().copied()).filter(|&(_, v)| v > 0.05).collect();
+            // The LP's VMs rounded up, per offer, most first.
+            let mut spread: Vec<(usize, u32)> = on.iter().map(|&(c, v)| (c.offer, (v - 1e-6).ceil() as u32)).collect();
             spread.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
             let mut planned: Vec<(usize, u32)> =
                 sol.assigns.iter().filter(|a| a.job == j).map(|a| (a.offer, a.vms)).collect();
             planned.sort_unstable();
-            let mut wanted: Vec<(usize, u32)> = spread.iter().map(|&(o, n, _)| (o, n)).collect();
+            let mut wanted = spread.clone();
             wanted.sort_unstable();
             if wanted != planned && !wanted.is_empty() {
-                let lp_cost: f64 = spread.iter().map(|&(_, _, c)| c).sum();
+                let lp_cost: f64 = on.iter().map(|&(c, v)| v * c.cost).sum();
                 elsewhere.push((sol.job_cost[j] - lp_cost, j));
-                lp_split[j] = spread.iter().map(|&(o, n, _)| (o, n)).collect();
+                lp_split[j] = spread;
             }
             continue;
         }
@@ -453,14 +450,8 @@ fn repair(
                     lp_offer[j].into_iter().chain(lp_split[j].iter().map(|&(o, _)| o)).collect();
                 offers.extend(sol.assigns.iter().filter(|a| a.job == j).map(|a| a.offer));
                 offers.extend(inst.cands_of(j).iter().map(|c| c.offer));
-                let mut seen = Vec::new();
-                offers.retain(|o| {
-                    !seen.contains(o) && {
-                        seen.push(*o);
-                        true
-                    }
-                });
-                offers.truncate(8);
+                let mut seen = std::collections::HashSet::new();
+                offers.retain(|&o| seen.insert(o));
                 (j, sol.job_gpus[j], offers)
             })
             .collect();
