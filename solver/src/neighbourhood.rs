@@ -59,6 +59,20 @@ const DEAR_SEEDS: usize = 3;
 /// exact search, as in `exact`) is spent, neighbourhoods of [`MAX_SIZE`] change nothing either, or
 /// the deadline passes; then from the dearest job ([`DEAR_SHARE`]). Deterministic.
 pub(crate) fn improve(inst: &Instance, sol: &mut Sol, lambda: &[f64], work_limit: usize, deadline: Option<Instant>) {
+    improve_drawn(inst, sol, lambda, work_limit, 0, deadline);
+}
+
+/// [`improve`] with the neighbourhoods drawn otherwise: `draw` picks the sequence (0 is
+/// [`improve`]'s). A plan no neighbourhood of one draw improves is often improved by another's: the
+/// jobs a cheaper plan moves together are few of the many subsets of a size.
+pub(crate) fn improve_drawn(
+    inst: &Instance,
+    sol: &mut Sol,
+    lambda: &[f64],
+    work_limit: usize,
+    draw: u64,
+    deadline: Option<Instant>,
+) {
     let jobs: Vec<usize> = (0..inst.p.jobs.len()).filter(|&j| !inst.cands_of(j).is_empty()).collect();
     if jobs.len() < 2 {
         return;
@@ -75,7 +89,7 @@ pub(crate) fn improve(inst: &Instance, sol: &mut Sol, lambda: &[f64], work_limit
             r
         })
         .collect();
-    let mut next = xorshift(0xD1B5_4A32_D192_ED03);
+    let mut next = xorshift(0xD1B5_4A32_D192_ED03 ^ draw.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let mut work = 0;
     let mut idle = 0;
     let mut tried: HashSet<Vec<usize>> = HashSet::new();
