@@ -47,12 +47,12 @@
 //!   the slots' re-fill again. After them, on up to 100 jobs, heavy waiting jobs forced in, the
 //!   jobs in their way re-placed together, more starts for the same searches (`force_in`); a plan
 //!   these starts made heavier than the first start's gets that one's neighbourhood search and
-//!   LP-led moves (`polish`) too; then the plan's jobs moved where the cost LP over them puts them once more, split jobs too
-//!   (`recost::follow_lp_whole`: the jobs that leaves short get room by re-solving, exactly, the
-//!   jobs holding what each lacks), kept when better; last, on up to 100 jobs, the neighbourhood
-//!   search six times more from the final plan, its neighbourhoods drawn otherwise
-//!   (`neighbourhood::improve_drawn`). The best bound found gives the reported `gap`; at the proven
-//!   weight, the cost's includes the knapsack bound on the cost (`cost_bound::knapsack`: whole
+//!   LP-led moves (`polish`) too; then the plan's jobs moved where the cost LP over them puts them
+//!   once more, split jobs too (`recost::follow_lp_whole`: the jobs that leaves short get room by
+//!   re-solving, exactly, the jobs holding what each lacks), kept when better; last, on up to 100
+//!   jobs, the neighbourhood search six times more from the final plan, its neighbourhoods drawn
+//!   otherwise (`neighbourhood::improve_drawn`). The best bound found gives the reported `gap`; at
+//!   the proven weight, the cost's includes the knapsack bound on the cost (`cost_bound::knapsack`: whole
 //!   jobs in the pools, where the LP and the Lagrangian let fractions of cheap jobs fill them).
 //!   With `--features highs`: an exact MILP through HiGHS, started from that plan, so that it is
 //!   never worse than the default build even when its time limit stops it.
@@ -409,6 +409,8 @@ fn lagrangian(
         best = last_cost_moves(inst, best, &bounds, deadline);
     }
     phase(inst, "follow lp whole", &best);
+    // Last of all on small problems: the neighbourhood search from the final plan, its
+    // neighbourhoods drawn otherwise.
     if inst.p.jobs.len() <= neighbourhood::MAX_JOBS {
         best = more_neighbourhoods(inst, best, &lambda, &bounds, deadline);
     }
@@ -503,8 +505,8 @@ fn polish(
 /// one `polish` ran (see [`more_neighbourhoods`]). On the 114 independent problems of 60-100 jobs,
 /// three: 12 plans heavier and 32 cheaper, none worse, for 1.15 times the time; six instead of
 /// three: 10 heavier and 17 cheaper (two 100-job plans 15 % cheaper), none worse, for 1.12 times
-/// (BENCHMARKS.md, "Other draws of neighbourhoods, last (session 57)"). Each draw still improved
-/// 15-23 of the 89 plans that get them.
+/// (BENCHMARKS.md, "Other draws of neighbourhoods, last (session 57)"). In a trace of six, the
+/// first improved 36 of the 89 plans that get them, each later one still 15-23.
 const MORE_DRAWS: u64 = 6;
 
 /// Last on small problems: the neighbourhood search from the final plan again, with the
@@ -875,11 +877,13 @@ const NEIGHBOURHOOD_WORK: usize = 30_000_000;
 /// 400 (100 leave it 3 % above).
 const SUBGRADIENT_STEPS: usize = 400;
 
-/// Development tracing to stderr, on when `SPILLWAY_SOLVER_TRACE` is set.
+/// The plan's weight and cost after a step of the search (`name`), traced: which steps make the
+/// final plan, and what each costs in time.
 fn phase(inst: &Instance, name: &str, sol: &Sol) {
     trace(|| format!("phase {name}: {} {:.2}", sol.weight(inst), sol.cost()));
 }
 
+/// Development tracing to stderr, on when `SPILLWAY_SOLVER_TRACE` is set.
 pub(crate) fn trace(message: impl FnOnce() -> String) {
     if std::env::var_os("SPILLWAY_SOLVER_TRACE").is_some() {
         thread_local!(static T0: Instant = Instant::now());
