@@ -41,7 +41,7 @@ use std::sync::{Mutex, PoisonError};
 use serde::{Deserialize, Serialize};
 
 use crate::model::{EPS, gang_vms, mismatch, run_cost};
-use crate::parallel::par_map;
+use crate::parallel::{cores, par_map};
 use crate::priority::Priority;
 use crate::problem::{Problem, QuotaLimit, normalize_pool};
 use crate::quota_pools::QuotaPool;
@@ -224,11 +224,6 @@ impl Advice {
 /// lists *free* vCPUs; limits are free + in use); pools it does not list have none in use.
 pub fn advise(problem: &Problem, in_use: &[QuotaLimit], options: &AdviseOptions) -> Advice {
     Advisor::new(problem, in_use, options).run()
-}
-
-/// The machine's cores: the advice's options run on all of them.
-fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// The fewest grant steps in `0..=most` for which `holds` (the weight is kept), by bisection: the

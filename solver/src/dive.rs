@@ -41,26 +41,20 @@ pub(crate) const UP_FROM: [f64; 2] = [0.5, 0.7];
 const MAX_VARIABLES: usize = 16_000;
 
 /// The plans of one dive per threshold in `up_from` (how far a variable must be towards its
-/// ceiling to be fixed there; see the module's doc): none when the model is too large, and none
+/// ceiling to be fixed there; see the module's doc), the dives side by side: none when the model is too large, and none
 /// for a dive the time limit stops or microlp fails (its numerics panic instead of answering
 /// wrongly: caught).
 pub(crate) fn dives(inst: &Instance, up_from: &[f64], deadline: Option<Instant>) -> Vec<Sol> {
     let Some(m) = model(inst) else { return Vec::new() };
-    let mut plans = Vec::new();
-    for &up in up_from {
-        if let Some(d) = dive(inst, &m, up, None, deadline) {
-            crate::trace(|| {
-                format!(
-                    "dive from {up}: {} at an LP point of {:.1} (finished: {})",
-                    d.plan.weight(inst),
-                    d.end,
-                    d.finished
-                )
-            });
-            plans.push(d.plan);
-        }
-    }
-    plans
+    // Side by side: each dive is its own sequence of LPs on the same model.
+    let dived = crate::parallel::par_map(up_from, crate::parallel::cores(), |&up| {
+        let d = dive(inst, &m, up, None, deadline)?;
+        crate::trace(|| {
+            format!("dive from {up}: {} at an LP point of {:.1} (finished: {})", d.plan.weight(inst), d.end, d.finished)
+        });
+        Some(d.plan)
+    });
+    dived.into_iter().flatten().collect()
 }
 
 /// Dives that each start by placing a job `plan` leaves waiting ([`Forced::dive`]): other starts
@@ -81,20 +75,13 @@ impl Forced {
     /// fixed first. `None` when `job` is a split job or has no candidate, when the LP with it placed
     /// is not above `above` (no plan that places it is heavier: its weight bounds them), or when
     /// the dive fails as in [`dives`].
-    pub fn dive(
-        &mut self,
-        inst: &Instance,
-        plan: &Sol,
-        job: usize,
-        above: f64,
-        deadline: Option<Instant>,
-    ) -> Option<Sol> {
+    pub fn dive(&self, inst: &Instance, plan: &Sol, job: usize, above: f64, deadline: Option<Instant>) -> Option<Sol> {
         let row = self.model.one_more_placed(inst, plan, job)?;
         let vars: Vec<usize> = row.terms.iter().map(|&(v, _)| v).collect();
-        self.model.rows.push(row);
-        let d = dive(inst, &self.model, UP_FROM[0], Some(Force { vars: &vars, above }), deadline);
-        self.model.rows.pop();
-        let d = d?;
+        // A model of its own: dives for other jobs run beside this one.
+        let mut model = self.model.clone();
+        model.rows.push(row);
+        let d = dive(inst, &model, UP_FROM[0], Some(Force { vars: &vars, above }), deadline)?;
         crate::trace(|| format!("forced dive: {} at an LP point of {:.1}", d.plan.weight(inst), d.end));
         Some(d.plan)
     }
@@ -273,7 +260,7 @@ mod tests {
             let waiting = |c: &&crate::model::Class| {
                 !c.cands.is_empty() && !plain.assigns.iter().any(|a| c.jobs.contains(&a.job))
             };
-            let mut forced = Forced::new(&inst).expect("a small model");
+            let forced = Forced::new(&inst).expect("a small model");
             for class in inst.classes.iter().filter(waiting).take(3) {
                 let j = class.rep;
                 let Some(plan) = forced.dive(&inst, plain, j, 0.0, None) else { continue };

@@ -23,54 +23,78 @@ const REPAIR_WORK: usize = 2_000_000;
 /// Jobs taken out at most: where the room needs more, the candidate is skipped.
 const MAX_TAKEN_OUT: usize = 24;
 
-/// Forces in, one after the other, up to [`JOBS`] of the heaviest gang jobs `sol` leaves waiting,
-/// each on up to [`CANDIDATES`] of its candidates ([`forced`]); the first forced plan heavier than
-/// `sol` replaces it, else the heaviest is searched (`search`) and replaces it when heavier.
-/// Returns whether `sol` changed.
-pub(crate) fn force_in(inst: &Instance, sol: &mut Sol, search: impl Fn(Sol) -> Sol, deadline: Option<Instant>) -> bool {
+/// Forces in, one after the other, up to [`JOBS`] of the heaviest gang jobs `sol` leaves waiting
+/// ([`attempt`]); a job's plan that is heavier than `sol` replaces it. As many jobs side by side as
+/// there are cores, each from `sol`: a job's plan counts only when the jobs before it changed
+/// nothing (one after the other would have started it from the same plan, so the plan does not
+/// depend on the cores); after one that changes `sol`, the jobs after it start again from the new
+/// plan. Returns whether `sol` changed.
+pub(crate) fn force_in(
+    inst: &Instance,
+    sol: &mut Sol,
+    search: impl Fn(Sol) -> Sol + Sync,
+    deadline: Option<Instant>,
+) -> bool {
     let mut waiting: Vec<usize> = (0..inst.p.jobs.len())
         .filter(|&j| inst.job(j).gang && sol.job_gpus[j] == 0 && !inst.cands_of(j).is_empty())
         .collect();
     waiting.sort_by(|&a, &b| inst.weight[b].total_cmp(&inst.weight[a]).then(a.cmp(&b)));
+    waiting.truncate(JOBS);
+    let cores = crate::parallel::cores();
     let mut changed = false;
-    for &j in waiting.iter().take(JOBS) {
-        if sol.job_gpus[j] > 0 {
-            continue;
-        }
-        let mut heaviest: Option<Sol> = None;
-        for c in inst.cands_of(j).iter().take(CANDIDATES) {
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return changed;
-            }
-            let Some(trial) = forced(inst, sol, j, c, deadline) else { continue };
-            crate::trace(|| {
-                let (w, cost) = (trial.weight(inst), trial.cost());
-                format!("force in {} on offer {}: {w} cost {cost:.2}", inst.p.jobs[j].id, c.offer)
-            });
-            if trial.weight(inst) > sol.weight(inst) + 0.5 {
-                *sol = trial;
+    let mut next = 0;
+    while next < waiting.len() && deadline.is_none_or(|d| Instant::now() < d) {
+        // A job the plan has placed since (the one that changed it moved it in) is not forced in.
+        let ahead: Vec<usize> = waiting[next..].iter().copied().filter(|&j| sol.job_gpus[j] == 0).take(cores).collect();
+        let Some(&last) = ahead.last() else { break };
+        let plans = crate::parallel::par_map(&ahead, cores, |&j| attempt(inst, sol, j, &search, deadline));
+        next = waiting.iter().position(|&j| j == last).map_or(waiting.len(), |i| i + 1);
+        for (&j, plan) in ahead.iter().zip(plans) {
+            if let Some(plan) = plan {
+                *sol = plan;
                 changed = true;
-                heaviest = None;
+                next = waiting.iter().position(|&k| k == j).map_or(waiting.len(), |i| i + 1);
                 break;
-            }
-            heaviest = Some(match heaviest {
-                Some(h) => crate::pick(inst, h, trial),
-                None => trial,
-            });
-        }
-        if let Some(h) = heaviest {
-            let searched = search(h);
-            crate::trace(|| {
-                let (w, cost) = (searched.weight(inst), searched.cost());
-                format!("force in {}: searched {w} cost {cost:.2} (the plan {})", inst.p.jobs[j].id, sol.weight(inst))
-            });
-            if searched.weight(inst) > sol.weight(inst) + 0.5 {
-                *sol = searched;
-                changed = true;
             }
         }
     }
     changed
+}
+
+/// The plan with the waiting gang job `j` forced in, when heavier than `sol`: on each of up to
+/// [`CANDIDATES`] of its candidates ([`forced`]), the first such plan heavier than `sol`, else the
+/// heaviest of them searched (`search`) when that is heavier.
+fn attempt(
+    inst: &Instance,
+    sol: &Sol,
+    j: usize,
+    search: &impl Fn(Sol) -> Sol,
+    deadline: Option<Instant>,
+) -> Option<Sol> {
+    let mut heaviest: Option<Sol> = None;
+    for c in inst.cands_of(j).iter().take(CANDIDATES) {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return None;
+        }
+        let Some(trial) = forced(inst, sol, j, c, deadline) else { continue };
+        crate::trace(|| {
+            let (w, cost) = (trial.weight(inst), trial.cost());
+            format!("force in {} on offer {}: {w} cost {cost:.2}", inst.p.jobs[j].id, c.offer)
+        });
+        if trial.weight(inst) > sol.weight(inst) + 0.5 {
+            return Some(trial);
+        }
+        heaviest = Some(match heaviest {
+            Some(h) => crate::pick(inst, h, trial),
+            None => trial,
+        });
+    }
+    let searched = search(heaviest?);
+    crate::trace(|| {
+        let (w, cost) = (searched.weight(inst), searched.cost());
+        format!("force in {}: searched {w} cost {cost:.2} (the plan {})", inst.p.jobs[j].id, sol.weight(inst))
+    });
+    (searched.weight(inst) > sol.weight(inst) + 0.5).then_some(searched)
 }
 
 /// `sol` with the waiting gang job `j` on its candidate `c`: the placed jobs holding a pool (or

@@ -51,7 +51,12 @@
 //!   once more, split jobs too (`recost::follow_lp_whole`: the jobs that leaves short get room by
 //!   re-solving, exactly, the jobs holding what each lacks), kept when better; last, on up to 100
 //!   jobs, the neighbourhood search six times more from the final plan, its neighbourhoods drawn
-//!   otherwise (`neighbourhood::improve_drawn`). The best bound found gives the reported `gap`; at
+//!   otherwise (`neighbourhood::improve_drawn`). Searches that are independent of each other run
+//!   side by side on the machine's cores (`parallel`): the first starts, the dives and the
+//!   searches from them, the candidates a waiting job is forced in on, the draws of
+//!   neighbourhoods, and on up to 40 jobs the plan's and the recosted plan's neighbourhood
+//!   searches. Their plans are taken in a fixed order, as one after the other would take them, so
+//!   the plan does not depend on the cores. The best bound found gives the reported `gap`; at
 //!   the proven weight, the cost's includes the knapsack bound on the cost (`cost_bound::knapsack`: whole
 //!   jobs in the pools, where the LP and the Lagrangian let fractions of cheap jobs fill them).
 //!   With `--features highs`: an exact MILP through HiGHS, started from that plan, so that it is
@@ -309,11 +314,8 @@ fn lagrangian(
         return (a, label.to_string(), bounds);
     }
     let close = b.weight(inst) >= 0.99 * a.weight(inst) && !many_placed(&a);
-    let mut best = improve(inst, a, &prices, &bounds, deadline);
-    if close {
-        let other = improve(inst, b, &prices, &bounds, deadline);
-        best = pick(inst, best, other);
-    }
+    let starts = if close { vec![a, b] } else { vec![a] };
+    let mut best = best_searched(inst, &starts, |s| improve(inst, s.clone(), &prices, &bounds, deadline));
     phase(inst, "starts", &best);
     let lambda = lag.unit_multipliers(&dual);
     // Small problems: the MILP from the best plan, which proves many of them (then nothing is left
@@ -478,27 +480,28 @@ fn lagrangian(
 /// unlike it re-solved together (`neighbourhood::follow_relaxation`).
 fn polish(
     inst: &Instance,
-    mut best: Sol,
+    best: Sol,
     lambda: &[f64],
     relaxation: Option<&[Vec<f64>]>,
     deadline: Option<Instant>,
 ) -> Sol {
     let recosted = if inst.p.jobs.len() <= RECOST_MAX_JOBS { recost::recost(inst, &best, deadline) } else { None };
-    neighbourhood::improve(inst, &mut best, lambda, NEIGHBOURHOOD_WORK, deadline);
-    // Once more when it moved the plan: the LP over the jobs the new plan places differs.
-    if recost::follow_lp(inst, &mut best, deadline) {
-        recost::follow_lp(inst, &mut best, deadline);
-    }
-    if let Some(values) = relaxation {
-        neighbourhood::follow_relaxation(inst, &mut best, values, lambda, deadline);
-    }
-    match recosted {
-        Some(mut other) => {
-            neighbourhood::improve(inst, &mut other, lambda, NEIGHBOURHOOD_WORK, deadline);
-            pick(inst, best, other)
+    // The plan's own path and the recosted plan's, side by side.
+    let starts: Vec<(Sol, bool)> = std::iter::once((best, true)).chain(recosted.map(|r| (r, false))).collect();
+    best_searched(inst, &starts, |(start, own)| {
+        let mut sol = start.clone();
+        neighbourhood::improve(inst, &mut sol, lambda, NEIGHBOURHOOD_WORK, deadline);
+        if *own {
+            // Once more when it moved the plan: the LP over the jobs the new plan places differs.
+            if recost::follow_lp(inst, &mut sol, deadline) {
+                recost::follow_lp(inst, &mut sol, deadline);
+            }
+            if let Some(values) = relaxation {
+                neighbourhood::follow_relaxation(inst, &mut sol, values, lambda, deadline);
+            }
         }
-        None => best,
-    }
+        sol
+    })
 }
 
 /// Draws of neighbourhoods the plan gets last, on up to `neighbourhood::MAX_JOBS` jobs, after the
@@ -521,16 +524,30 @@ fn more_neighbourhoods(
     bounds: &[Bound],
     deadline: Option<Instant>,
 ) -> Sol {
-    for draw in 1..=MORE_DRAWS {
-        if expired(deadline) || proven(inst, &best, bounds) {
-            break;
+    let cores = parallel::cores();
+    let mut draw = 1;
+    while draw <= MORE_DRAWS && !expired(deadline) && !proven(inst, &best, bounds) {
+        // The next draws side by side, each from the best plan: a draw counts only when those
+        // before it changed nothing, as one after the other would have started it from the same
+        // plan (so the plan does not depend on the cores); after one that changes the plan, the
+        // draws after it start again from the new plan.
+        let ahead: Vec<u64> = (draw..=MORE_DRAWS).take(cores).collect();
+        let drawn = parallel::par_map(&ahead, cores, |&draw| {
+            let mut other = best.clone();
+            neighbourhood::improve_drawn(inst, &mut other, lambda, NEIGHBOURHOOD_WORK, draw, deadline);
+            other
+        });
+        for (&d, other) in ahead.iter().zip(drawn) {
+            draw = d + 1;
+            let improved = better((other.weight(inst), other.cost()), (best.weight(inst), best.cost()));
+            if improved {
+                best = last_cost_moves(inst, other, bounds, deadline);
+            }
+            phase(inst, "another draw of neighbourhoods", &best);
+            if improved {
+                break;
+            }
         }
-        let mut other = best.clone();
-        neighbourhood::improve_drawn(inst, &mut other, lambda, NEIGHBOURHOOD_WORK, draw, deadline);
-        if better((other.weight(inst), other.cost()), (best.weight(inst), best.cost())) {
-            best = last_cost_moves(inst, other, bounds, deadline);
-        }
-        phase(inst, "another draw of neighbourhoods", &best);
     }
     best
 }
@@ -662,10 +679,8 @@ pub(crate) const MAX_DIVE_JOBS: usize = MAX_KICK_JOBS;
 fn restart_from_dive(inst: &Instance, best: Sol, prices: &[f64], bounds: &[Bound], deadline: Option<Instant>) -> Sol {
     let small = inst.p.jobs.len() <= neighbourhood::MAX_JOBS;
     let up_from = if small { &dive::UP_FROM[..] } else { &dive::UP_FROM[..1] };
-    let mut best = best;
-    for dived in dive::dives(inst, up_from, deadline) {
-        best = search_dive(inst, best, dived, prices, bounds, deadline);
-    }
+    let dived = dive::dives(inst, up_from, deadline);
+    let best = search_dives(inst, best, &dived, prices, bounds, deadline);
     phase(inst, "plain dives", &best);
     if small { restart_from_forced_dives(inst, best, prices, bounds, deadline) } else { best }
 }
@@ -685,7 +700,7 @@ fn restart_from_forced_dives(
     bounds: &[Bound],
     deadline: Option<Instant>,
 ) -> Sol {
-    let Some(mut forced) = dive::Forced::new(inst) else { return best };
+    let Some(forced) = dive::Forced::new(inst) else { return best };
     let base = best.clone();
     let mut placed = vec![false; inst.p.jobs.len()];
     for a in &base.assigns {
@@ -701,18 +716,25 @@ fn restart_from_forced_dives(
         .map(|j| (u64::from(inst.job(j).priority) * u64::from(inst.job(j).gpus), j))
         .collect();
     waiting.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-    let mut best = best;
-    let mut dived = 0;
-    for &(_, j) in waiting.iter().take(FORCED_DIVE_TRIES) {
-        if dived == FORCED_DIVES || expired(deadline) {
+    waiting.truncate(FORCED_DIVE_TRIES);
+    // As many jobs' dives and their searches side by side as there are cores, the first
+    // `FORCED_DIVES` that dive taken in the jobs' order (so the plan does not depend on the
+    // cores), each dive asked to beat the plan they all start from.
+    let above = base.weight(inst);
+    let cores = parallel::cores();
+    let mut searched = Vec::new();
+    for together in waiting.chunks(cores) {
+        if searched.len() == FORCED_DIVES || expired(deadline) {
             break;
         }
-        let Some(plan) = forced.dive(inst, &base, j, best.weight(inst), deadline) else { continue };
-        dived += 1;
-        trace(|| format!("a dive placing {} first", inst.p.jobs[j].id));
-        best = search_dive(inst, best, plan, prices, bounds, deadline);
+        let found = parallel::par_map(together, cores, |&(_, j)| {
+            let plan = forced.dive(inst, &base, j, above, deadline)?;
+            trace(|| format!("a dive placing {} first", inst.p.jobs[j].id));
+            Some(improve(inst, plan, prices, bounds, deadline))
+        });
+        searched.extend(found.into_iter().flatten().take(FORCED_DIVES - searched.len()));
     }
-    best
+    searched.into_iter().fold(best, |a, b| pick(inst, a, b))
 }
 
 /// Dives that first place a waiting job, at most, on up to `neighbourhood::MAX_JOBS` jobs (see
@@ -726,21 +748,35 @@ const FORCED_DIVES: usize = 6;
 /// Waiting jobs tried at most for [`FORCED_DIVES`] (a job the LP rules out costs one LP solve).
 const FORCED_DIVE_TRIES: usize = 3 * FORCED_DIVES;
 
-/// The better of `best` and `dived` searched as the first start was (`improve`).
-fn search_dive(
+/// The best of `best` and the plans of `dived` searched as the first start was (`improve`), the
+/// searches on as many cores as there are.
+fn search_dives(
     inst: &Instance,
     best: Sol,
-    dived: Sol,
+    dived: &[Sol],
     prices: &[f64],
     bounds: &[Bound],
     deadline: Option<Instant>,
 ) -> Sol {
-    let searched = improve(inst, dived, prices, bounds, deadline);
-    trace(|| {
-        let (w, c) = (searched.weight(inst), searched.cost());
-        format!("after the dive's searches: plan {w} cost {c:.2} (the best before: {})", best.weight(inst))
+    if dived.is_empty() {
+        return best;
+    }
+    let searched = best_searched(inst, dived, |d| {
+        let searched = improve(inst, d.clone(), prices, bounds, deadline);
+        trace(|| format!("after a dive's searches: plan {} cost {:.2}", searched.weight(inst), searched.cost()));
+        searched
     });
     pick(inst, best, searched)
+}
+
+/// The best of the plans `search` makes from `starts`, the searches on as many cores as there are
+/// (`parallel::cores`). The searches are independent and the best is picked in the starts' order,
+/// so the plan does not depend on the cores. `starts` must not be empty.
+fn best_searched<T: Sync>(inst: &Instance, starts: &[T], search: impl Fn(&T) -> Sol + Sync) -> Sol {
+    parallel::par_map(starts, parallel::cores(), search)
+        .into_iter()
+        .reduce(|a, b| pick(inst, a, b))
+        .expect("a start to search from")
 }
 
 /// Local search for cost at the plan's weight. Above [`MAX_KICK_JOBS`] jobs, the weight searches of
@@ -886,8 +922,8 @@ fn phase(inst: &Instance, name: &str, sol: &Sol) {
 /// Development tracing to stderr, on when `SPILLWAY_SOLVER_TRACE` is set.
 pub(crate) fn trace(message: impl FnOnce() -> String) {
     if std::env::var_os("SPILLWAY_SOLVER_TRACE").is_some() {
-        thread_local!(static T0: Instant = Instant::now());
-        let ms = T0.with(|t| t.elapsed().as_secs_f64() * 1e3);
+        static T0: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        let ms = T0.get_or_init(Instant::now).elapsed().as_secs_f64() * 1e3;
         eprintln!("solver {ms:.1} ms: {}", message());
     }
 }

@@ -18,12 +18,14 @@ pub(crate) struct Var {
 }
 
 /// A row: Σ coefficient × variable ≤ `rhs`.
+#[derive(Clone)]
 pub(crate) struct Row {
     pub terms: Vec<(usize, f64)>,
     pub rhs: f64,
 }
 
 /// The variables of one class (indices into [`Model::vars`]).
+#[derive(Clone)]
 enum ClassVars {
     Gang(Vec<usize>),
     /// Per job of the class: per candidate (VMs, GPUs).
@@ -31,6 +33,7 @@ enum ClassVars {
 }
 
 /// The model: every variable non-negative, up to its `max`.
+#[derive(Clone)]
 pub(crate) struct Model {
     pub vars: Vec<Var>,
     /// The objectives, per variable.

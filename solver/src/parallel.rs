@@ -1,13 +1,30 @@
 //! An ordered parallel map on scoped threads: the quota advice screens a step's options with it,
-//! and the what-if advisor (which depends on this crate) simulates a week's variants with it.
+//! the what-if advisor (which depends on this crate) simulates a week's variants with it, and a
+//! solve runs its independent searches (the starts, the dives, the draws of neighbourhoods) with it.
+//!
+//! A map inside another map's worker runs on the worker's own thread: the outer map already keeps
+//! every core busy (the advice solves a problem per option), and threads spawned under it would
+//! only contend for them.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+thread_local! {
+    /// Whether this thread is a worker of [`par_map`].
+    static WORKER: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The threads a solve's own searches may use: the machine's cores, or one inside a worker of
+/// [`par_map`] (see the module doc).
+pub fn cores() -> usize {
+    if WORKER.with(Cell::get) { 1 } else { std::thread::available_parallelism().map_or(1, |n| n.get()) }
+}
 
 /// `f` over `items`, results in the items' order, on at most `threads` threads (one per item at
 /// most). Each thread takes the next item when it finishes one, so uneven items keep every thread
-/// busy. A panic in `f` is resumed on the caller's thread.
+/// busy. A panic in `f` is resumed on the caller's thread. Inside another map's worker, one thread.
 pub fn par_map<T: Sync, R: Send>(items: &[T], threads: usize, f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let threads = threads.min(items.len());
+    let threads = if WORKER.with(Cell::get) { 1 } else { threads.min(items.len()) };
     if threads <= 1 {
         return items.iter().map(f).collect();
     }
@@ -16,6 +33,7 @@ pub fn par_map<T: Sync, R: Send>(items: &[T], threads: usize, f: impl Fn(&T) -> 
         let workers: Vec<_> = (0..threads)
             .map(|_| {
                 s.spawn(|| {
+                    WORKER.with(|w| w.set(true));
                     let mut mine = Vec::new();
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);

@@ -1,0 +1,30 @@
+//! A plan does not depend on the cores it was solved on: a solve runs its independent searches
+//! side by side (`solver::parallel::cores`), and takes their plans in a fixed order, so one core
+//! and many give byte-identical plans (apart from `solve_ms`), as the plan's doc promises.
+
+use solver::parallel::par_map;
+use solver::{Plan, Problem, SolveOptions, solve_lp_round};
+
+/// The plan with its only varying field cleared.
+fn without_time(mut plan: Plan) -> Plan {
+    plan.solve_ms = 0.0;
+    plan
+}
+
+/// An independent 60-job problem that no step proves, so that every search a solve runs side by
+/// side runs (the starts, the dives, the waiting jobs forced in, the draws of neighbourhoods). On
+/// all cores, and inside a worker of `par_map`, where a solve keeps to its own thread.
+#[test]
+fn the_plan_is_the_same_on_one_core_as_on_all() {
+    let p = Problem::from_json_str(include_str!("data/min-gpus-60-8.json")).expect("a valid problem");
+    let all = without_time(solve_lp_round(&p, &SolveOptions::default()));
+    assert!(!all.optimal, "the case must leave every search to run");
+    // Two items, so that the map spawns workers (one item runs on the caller's thread).
+    let one = par_map(&[(), ()], 2, |()| {
+        assert_eq!(solver::parallel::cores(), 1, "a worker's solve keeps to its own thread");
+        without_time(solve_lp_round(&p, &SolveOptions::default()))
+    });
+    for plan in one {
+        assert_eq!(plan, all, "the plan on one core differs from the plan on all");
+    }
+}
