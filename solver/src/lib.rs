@@ -688,7 +688,7 @@ fn restart_from_dive(inst: &Instance, best: Sol, prices: &[f64], bounds: &[Bound
 /// The best of `best` and the plans of dives that each first place a gang job `best` leaves
 /// waiting (`dive::Forced`), searched as in [`restart_from_dive`]: the heaviest such jobs first,
 /// one per class, [`FORCED_DIVES`] dives at most, and only where the LP with the job placed is above
-/// the best plan's weight (else no plan that places it is heavier). Placing a job first moves the
+/// `best`'s weight (else no plan that places it is heavier). Placing a job first moves the
 /// whole LP point, so each such dive starts the searches somewhere new: on split-100-2 the fifth
 /// such dive (the seventh job tried; the LP ruled out two) gives 47,480 where every other start
 /// stops at 47,315 (HiGHS's best in 20 s: 47,864). Measured in BENCHMARKS.md, "Dives that place
