@@ -41,9 +41,9 @@ pub(crate) const UP_FROM: [f64; 2] = [0.5, 0.7];
 const MAX_VARIABLES: usize = 16_000;
 
 /// The plans of one dive per threshold in `up_from` (how far a variable must be towards its
-/// ceiling to be fixed there; see the module's doc), the dives side by side: none when the model is too large, and none
-/// for a dive the time limit stops or microlp fails (its numerics panic instead of answering
-/// wrongly: caught).
+/// ceiling to be fixed there; see the module's doc), the dives side by side: none when the model
+/// is too large, and none for a dive the time limit stops or microlp fails (its numerics panic
+/// instead of answering wrongly: caught).
 pub(crate) fn dives(inst: &Instance, up_from: &[f64], deadline: Option<Instant>) -> Vec<Sol> {
     let Some(m) = model(inst) else { return Vec::new() };
     // Side by side: each dive is its own sequence of LPs on the same model.
