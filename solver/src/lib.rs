@@ -51,9 +51,11 @@
 //!   once more, split jobs too (`recost::follow_lp_whole`: the jobs that leaves short get room by
 //!   re-solving, exactly, the jobs holding what each lacks), kept when better; last, on up to 100
 //!   jobs, the neighbourhood search six times more from the final plan, its neighbourhoods drawn
-//!   otherwise (`neighbourhood::improve_drawn`). Searches that are independent of each other run
+//!   otherwise (`neighbourhood::improve_drawn`), and the placed jobs that cost most above their
+//!   cheapest candidate forced onto cheaper ones, the jobs in their way re-placed by the same
+//!   searches (`force_in::force_cheaper`). Searches that are independent of each other run
 //!   side by side on the machine's cores (`parallel`): the first starts, the dives and the
-//!   searches from them, the candidates a waiting job is forced in on, the draws of
+//!   searches from them, the candidates a waiting or dear job is forced onto, the draws of
 //!   neighbourhoods, and on up to 40 jobs the plan's and the recosted plan's neighbourhood
 //!   searches. Their plans are taken in a fixed order, as one after the other would take them, so
 //!   the plan does not depend on the cores. The best bound found gives the reported `gap`; at
@@ -416,6 +418,26 @@ fn lagrangian(
     if inst.p.jobs.len() <= neighbourhood::MAX_JOBS {
         best = more_neighbourhoods(inst, best, &lambda, &bounds, deadline);
     }
+    // Then the dearest jobs forced onto cheaper candidates, the jobs in their way re-placed
+    // (`force_in::force_cheaper`): the rotations that make room for them move more jobs than
+    // any neighbourhood holds.
+    if inst.p.jobs.len() <= neighbourhood::MAX_JOBS
+        && !expired(deadline)
+        && !proven(inst, &best, &bounds)
+        && force_in::force_cheaper(
+            inst,
+            &mut best,
+            |s| improve(inst, s, &prices, &bounds, deadline),
+            |mut s| {
+                neighbourhood::improve(inst, &mut s, &lambda, NEIGHBOURHOOD_WORK, deadline);
+                s
+            },
+            deadline,
+        )
+    {
+        best = last_cost_moves(inst, best, &bounds, deadline);
+    }
+    phase(inst, "force cheaper", &best);
     // The weight is proven the most there is (the knapsack bound often proves it where the LP's
     // cannot): a bound on its least cost, without which the gap would say nothing (a plan of the
     // proven weight would report 1). First the knapsack bound on the cost (`cost_bound::knapsack`:
