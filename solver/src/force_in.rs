@@ -14,7 +14,8 @@
 //! where two 4-GPU A10 VMs cost 284, and the cheaper plan moved 16 jobs across four regions:
 //! neither the neighbourhood search's exact re-solve nor the MILP found it on exactly those 16
 //! jobs (10^9 units of work, 30 times the MILP's budget), while one forcing, the weight search
-//! and one neighbourhood search reach within 0.8 % of HiGHS's plan.
+//! and one neighbourhood search reach within 0.8 % of HiGHS's best in 11 s (BENCHMARKS.md, "Dear
+//! jobs forced onto cheaper candidates (session 59)").
 
 use std::time::Instant;
 
@@ -165,12 +166,12 @@ pub(crate) fn force_cheaper(
     changed
 }
 
-/// `sol` with the waiting gang job `j` on its candidate `c`: the placed jobs holding a pool (or
-/// the offer's capacity) that lacks room for it taken out, the lightest first, until it fits; then
-/// waiting jobs placed where they fit, the jobs taken out given room again, each by re-solving it
-/// exactly with the jobs holding what it lacks on its candidates, and the weight search; the cost
-/// search when that made it heavier than `sol`. `None` when the room needs more than
-/// [`MAX_TAKEN_OUT`] jobs taken out.
+/// `sol` with the waiting gang job `j` (for [`force_cheaper`], a placed one taken out first) on
+/// its candidate `c`: the placed jobs holding a pool (or the offer's capacity) that lacks room for
+/// it taken out, the lightest first, until it fits; then waiting jobs placed where they fit, the
+/// jobs taken out given room again, each by re-solving it exactly with the jobs holding what it
+/// lacks on its candidates, and the weight search; the cost search when that made it heavier than
+/// `sol`. `None` when the room needs more than [`MAX_TAKEN_OUT`] jobs taken out.
 fn forced(inst: &Instance, sol: &Sol, j: usize, c: &Cand, deadline: Option<Instant>) -> Option<Sol> {
     let p = inst.p;
     let o = c.offer;
