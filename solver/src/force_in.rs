@@ -128,10 +128,7 @@ pub(crate) fn force_cheaper(
 ) -> bool {
     let mut dear: Vec<(f64, usize)> = (0..inst.p.jobs.len())
         .filter(|&j| inst.job(j).gang && sol.job_gpus[j] > 0)
-        .map(|j| {
-            let cheapest = inst.cands_of(j).iter().map(|c| c.cost).fold(f64::INFINITY, f64::min);
-            (sol.job_cost[j] - cheapest, j)
-        })
+        .map(|j| (sol.job_cost[j] - crate::neighbourhood::cheapest(inst, j), j))
         .filter(|&(excess, _)| excess >= DEAR_SHARE * sol.cost())
         .collect();
     dear.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));

@@ -344,7 +344,7 @@ fn whole_cost(inst: &Instance, j: usize, c: &Cand) -> f64 {
 }
 
 /// What the whole of job `j` costs on its cheapest candidate.
-fn cheapest(inst: &Instance, j: usize) -> f64 {
+pub(crate) fn cheapest(inst: &Instance, j: usize) -> f64 {
     inst.cands_of(j).iter().map(|c| whole_cost(inst, j, c)).fold(f64::INFINITY, f64::min)
 }
 
