@@ -264,6 +264,18 @@ fn a_dear_job_forced_onto_a_cheaper_candidate_reaches_1_percent() {
     reaches_the_optimum(&p, "split-60-8", 22_028.0, 13_181.63);
 }
 
+/// The independent generator's tiny shape at 100 jobs, held out of all tuning until session 60
+/// (`--sizes 100 --seed 8`): HiGHS's proven optimum places 193 at $3,336.43. The searches and
+/// three dear jobs forced onto cheaper candidates stopped at $3,372.61 (+1.08 %). Forcing five
+/// (`force_in::DEAR_JOBS`) reaches it: the fourth dearest job forced onto an A10 spot VM, the jobs
+/// in its way re-placed, starts the searches elsewhere, and the plan they end at has 15 jobs placed
+/// otherwise, across regions and between regular and spot VMs (the forced job back where it was).
+#[test]
+fn the_fifth_dear_job_forced_onto_a_cheaper_candidate_reaches_a_proven_optimum() {
+    let p = Problem::from_json_str(include_str!("data/tiny-100-8.json")).expect("a valid problem");
+    reaches_the_optimum(&p, "tiny-100-8", 193.0, 3_336.43);
+}
+
 /// The independent generator's tiny shape at 100 jobs (`python3
 /// solver/benches/independent_problems.py DIR --sizes 100 --seed 1`): a hundred 1-GPU jobs of
 /// priority 1-3 over regions whose `cores` hold 59-202 vCPUs. HiGHS's proven optimum places one
