@@ -29,9 +29,9 @@ const CANDIDATES: usize = 4;
 /// Placed gang jobs [`force_cheaper`] tries at most, those costing most above their cheapest
 /// candidate first, and the least that excess must be, as a share of the plan's cost. Five, not
 /// three: on the 114 independent problems of 60-100 jobs 2 plans heavier and 4 cheaper (tiny-100-8
-/// reaches HiGHS's proven optimum from +1.08 %), 1 dearer by 0.19 %, for 1.17 times the time
-/// (BENCHMARKS.md, "Five dear jobs forced (session 60)"). Split jobs forced whole onto one offer,
-/// after these, changed none of the 114 plans.
+/// reaches HiGHS's proven optimum from +1.08 %), 1 dearer by 0.19 %, for 1.18 times the time
+/// (median; BENCHMARKS.md, "Five dear jobs forced (session 60)"). Split jobs forced whole onto one
+/// offer, after these, changed none of the 114 plans: only gang jobs are tried.
 const DEAR_JOBS: usize = 5;
 const DEAR_SHARE: f64 = 0.01;
 

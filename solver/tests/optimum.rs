@@ -268,10 +268,10 @@ fn a_dear_job_forced_onto_a_cheaper_candidate_reaches_1_percent() {
 /// (`--sizes 100 --seed 8`): HiGHS's proven optimum places 193 at $3,336.43. The searches and
 /// three dear jobs forced onto cheaper candidates stopped at $3,372.61 (+1.08 %). Forcing five
 /// (`force_in::DEAR_JOBS`) reaches it: the fourth dearest job forced onto an A10 spot VM, the jobs
-/// in its way re-placed, starts the searches elsewhere, and the plan they end at has 15 jobs placed
-/// otherwise, across regions and between regular and spot VMs (the forced job back where it was).
+/// in its way re-placed, starts the searches elsewhere, and the plan they end at moves jobs across
+/// regions and between regular and spot VMs (the forced job itself back where it was).
 #[test]
-fn the_fifth_dear_job_forced_onto_a_cheaper_candidate_reaches_a_proven_optimum() {
+fn five_dear_jobs_forced_onto_cheaper_candidates_reach_a_proven_optimum() {
     let p = Problem::from_json_str(include_str!("data/tiny-100-8.json")).expect("a valid problem");
     reaches_the_optimum(&p, "tiny-100-8", 193.0, 3_336.43);
 }
