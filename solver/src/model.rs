@@ -371,6 +371,9 @@ pub(crate) struct Assign {
 /// amount, and per offer the resources one VM uses and how much of each.
 pub(crate) type Resources = (Vec<i64>, Vec<Vec<(usize, i64)>>);
 
+/// A plan's placements, (job, offer, VMs, GPUs) each (see [`Sol::placements_in_order`]).
+pub(crate) type Placements = Vec<(usize, usize, u32, u32)>;
+
 /// A partial plan and the resources it uses.
 #[derive(Clone)]
 pub(crate) struct Sol {
@@ -498,6 +501,12 @@ impl Sol {
 
     pub fn cost(&self) -> f64 {
         self.assigns.iter().map(|a| a.cost).sum()
+    }
+
+    /// The placements (job, offer, VMs, GPUs) in the order they were made: two plans equal in
+    /// this are equal for every search, which are deterministic and follow that order.
+    pub fn placements_in_order(&self) -> Placements {
+        self.assigns.iter().map(|a| (a.job, a.offer, a.vms, a.gpus)).collect()
     }
 
     /// Moves gang placements to cheaper offers that have room, most expensive first, then gives any

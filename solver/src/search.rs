@@ -1533,7 +1533,7 @@ impl<'i, 'a> Packing<'i, 'a> {
 
 /// A fixed-seed pseudo-random sequence (xorshift64): the kicks' choices, the same on every run so that
 /// solving twice gives the same plan.
-pub(crate) fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+pub(crate) fn xorshift(seed: u64) -> impl FnMut() -> u64 + Clone {
     let mut state = seed;
     move || {
         state ^= state << 13;
