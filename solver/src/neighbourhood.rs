@@ -44,11 +44,12 @@ const SUBSET_WORK: usize = 1_000_000;
 /// Neighbourhoods of one size tried in a row without a change before the size grows.
 const PATIENCE: usize = 20;
 
-/// Steps of [`improve_drawn`]'s loop drawn ahead per core, their re-solves side by side: about
-/// 1 % of re-solves change the plan, so most steps drawn ahead are steps the loop takes. A
-/// re-solve takes about a millisecond at 60-100 jobs, against tens of microseconds to start the
-/// threads. The plan is the one the loop finds one step after the other; on two cores the loop
-/// took 75-79 ms instead of 118-128 on an independent 100-job problem (issue-100-10).
+/// Steps of [`improve_drawn`]'s loop drawn ahead per core (less one: seven on two cores), their
+/// re-solves side by side: about 1 % of re-solves change the plan, so most steps drawn ahead are
+/// steps the loop takes. A re-solve takes about a millisecond at 60-100 jobs, against tens of
+/// microseconds to start the threads. The plan is the one the loop finds one step after the
+/// other; on two cores the loop took 75-79 ms instead of 118-128 on an independent 100-job
+/// problem (issue-100-10).
 const AHEAD: usize = 4;
 
 /// A step of [`improve_drawn`]'s loop drawn ahead: its neighbourhood (`None` when searched before
@@ -116,8 +117,8 @@ pub(crate) fn improve_drawn(
     while work < work_limit && size <= MAX_SIZE && deadline.is_none_or(|d| Instant::now() < d) {
         // The next steps drawn as the loop would draw them if none changed the plan (the draws
         // depend on the plan only through what it holds), and their re-solves run side by side
-        // (see [`AHEAD`]). Only while each has its whole budget, so that its re-solve does what it
-        // would one after the other.
+        // (see [`AHEAD`]). Only as many as have their whole budget with one to spare (a re-solve
+        // may overrun its budget by a node), so that each does what it would one after the other.
         let ahead = if cores > 1 { (cores * AHEAD).min((work_limit - work) / SUBSET_WORK).max(2) - 1 } else { 1 };
         let mut steps: Vec<Step<_>> = Vec::with_capacity(ahead);
         while steps.len() < ahead && size <= MAX_SIZE {
