@@ -17,6 +17,7 @@
 //! and one neighbourhood search reach within 0.8 % of HiGHS's best in 11 s (BENCHMARKS.md, "Dear
 //! jobs forced onto cheaper candidates (session 59)").
 
+use std::collections::HashMap;
 use std::time::Instant;
 
 use crate::model::{Assign, Cand, Instance, Placements, Sol};
@@ -122,8 +123,8 @@ fn attempt(
 /// cores, the job taken out and forced in there ([`forced`]), each such plan searched (`search`:
 /// the weight search gives back what the forcing left waiting; a forced plan equal to one searched
 /// before is not searched again); the best of them searched further (`then`), kept when better
-/// than `sol`. The jobs are chosen from `sol` as it is at the start, and
-/// each starts from the plan the ones before left. Returns whether `sol` changed.
+/// than `sol`. The jobs are chosen from `sol` as it is at the start, and each starts from the plan
+/// the ones before left. Returns whether `sol` changed.
 pub(crate) fn force_cheaper(
     inst: &Instance,
     sol: &mut Sol,
@@ -142,9 +143,9 @@ pub(crate) fn force_cheaper(
     // The searched plan of each forced plan searched so far. The forcing often gives back a plan
     // searched before (the same plan on two candidates, where the job went back, or one an earlier
     // job's forcing gave too), and the searches are deterministic: they would only repeat
-    // themselves. On the 44 independent problems of 60-100 jobs of seeds 10 and 11, 129 of the 453
-    // searches here repeated one, a quarter of their time.
-    let mut searched: Vec<(Placements, Sol)> = Vec::new();
+    // themselves. On the 44 independent problems of 60-100 jobs of seeds 10 and 11, 148 of the 453
+    // forced plans were repeats (`SPILLWAY_SOLVER_TRACE=1` prints the count per job).
+    let mut searched: HashMap<Placements, Sol> = HashMap::new();
     let mut changed = false;
     for (_, j) in dear {
         if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -157,35 +158,36 @@ pub(crate) fn force_cheaper(
         let mut cheaper: Vec<Cand> = inst.cands_of(j).iter().copied().filter(|c| c.cost < sol.job_cost[j]).collect();
         cheaper.sort_by(|a, b| a.cost.total_cmp(&b.cost).then(a.offer.cmp(&b.offer)));
         cheaper.truncate(CANDIDATES);
-        let forced: Vec<Option<Sol>> =
-            crate::parallel::par_map(&cheaper, cores, |c| forced(inst, &base, j, c, deadline));
-        let keys: Vec<Option<Placements>> = forced.iter().map(|f| f.as_ref().map(Sol::placements_in_order)).collect();
-        // The first of each plan not searched yet, searched side by side.
-        let fresh: Vec<usize> = (0..forced.len())
-            .filter(|&i| {
-                keys[i].as_ref().is_some_and(|k| {
-                    !searched.iter().any(|(s, _)| s == k) && !keys[..i].iter().any(|e| e.as_ref() == Some(k))
-                })
-            })
-            .collect();
-        let found = crate::parallel::par_map(&fresh, cores, |&i| search(forced[i].clone().expect("a forced plan")));
-        for (&i, plan) in fresh.iter().zip(found) {
-            searched.push((keys[i].clone().expect("a forced plan"), plan));
+        let forced: Vec<Option<(Placements, Sol)>> = crate::parallel::par_map(&cheaper, cores, |c| {
+            forced(inst, &base, j, c, deadline).map(|plan| (plan.placements_in_order(), plan))
+        });
+        // Each plan not searched yet, once, the searches side by side.
+        let mut fresh: Vec<&(Placements, Sol)> = Vec::new();
+        for plan in forced.iter().flatten() {
+            if !searched.contains_key(&plan.0) && fresh.iter().all(|f| f.0 != plan.0) {
+                fresh.push(plan);
+            }
         }
-        let plans: Vec<&Sol> = keys
-            .iter()
-            .zip(&cheaper)
-            .filter_map(|(k, c)| {
-                let k = k.as_ref()?;
-                let plan = &searched.iter().find(|(s, _)| s == k).expect("searched").1;
-                crate::trace(|| {
-                    let (w, cost) = (plan.weight(inst), plan.cost());
-                    format!("force cheaper {} on offer {}: {w} cost {cost:.2}", inst.p.jobs[j].id, c.offer)
-                });
-                Some(plan)
-            })
-            .collect();
-        let Some(best) = plans.into_iter().cloned().reduce(|a, b| crate::pick(inst, a, b)) else { continue };
+        crate::trace(|| {
+            let all = forced.iter().flatten().count();
+            format!(
+                "force cheaper {}: {} forced plans searched, {} repeats",
+                inst.p.jobs[j].id,
+                fresh.len(),
+                all - fresh.len()
+            )
+        });
+        let found = crate::parallel::par_map(&fresh, cores, |(_, plan)| search(plan.clone()));
+        searched.extend(fresh.into_iter().map(|(key, _)| key.clone()).zip(found));
+        let plans = forced.iter().zip(&cheaper).filter_map(|(plan, c)| {
+            let plan = &searched[&plan.as_ref()?.0];
+            crate::trace(|| {
+                let (w, cost) = (plan.weight(inst), plan.cost());
+                format!("force cheaper {} on offer {}: {w} cost {cost:.2}", inst.p.jobs[j].id, c.offer)
+            });
+            Some(plan.clone())
+        });
+        let Some(best) = plans.reduce(|a, b| crate::pick(inst, a, b)) else { continue };
         let best = then(best);
         if crate::model::better((best.weight(inst), best.cost()), (sol.weight(inst), sol.cost())) {
             *sol = best;

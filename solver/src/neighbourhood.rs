@@ -45,11 +45,12 @@ const SUBSET_WORK: usize = 1_000_000;
 const PATIENCE: usize = 20;
 
 /// Steps of [`improve_drawn`]'s loop drawn ahead per core (less one: seven on two cores), their
-/// re-solves side by side: about 1 % of re-solves change the plan, so most steps drawn ahead are
-/// steps the loop takes. A re-solve takes about a millisecond at 60-100 jobs, against tens of
-/// microseconds to start the threads. The plan is the one the loop finds one step after the
-/// other; on two cores the loop took 75-79 ms instead of 118-128 on an independent 100-job
-/// problem (issue-100-10).
+/// re-solves side by side: 1.5 % of re-solves change the plan (972 of 66,237 on the 44 independent
+/// problems of 60-100 jobs of seeds 10 and 11), so most steps drawn ahead are steps the loop takes.
+/// A re-solve takes about a millisecond at 60-100 jobs, against tens of microseconds to start the
+/// threads. The plan is the one the loop finds one step after the other; on issue-100-10 the
+/// polish's loop (167 re-solves) took 84 ms on two cores, 119 ms on one (`taskset -c 0`;
+/// `SPILLWAY_SOLVER_TRACE=1` prints each loop's re-solves, changes and time).
 const AHEAD: usize = 4;
 
 /// A step of [`improve_drawn`]'s loop drawn ahead: its neighbourhood (`None` when searched before
@@ -114,12 +115,14 @@ pub(crate) fn improve_drawn(
     let mut size = FIRST_SIZE;
     let mut round = 0usize;
     let cores = crate::parallel::cores();
+    let (began, mut resolves, mut changes) = (Instant::now(), 0, 0);
     while work < work_limit && size <= MAX_SIZE && deadline.is_none_or(|d| Instant::now() < d) {
         // The next steps drawn as the loop would draw them if none changed the plan (the draws
         // depend on the plan only through what it holds), and their re-solves run side by side
         // (see [`AHEAD`]). Only as many as have their whole budget with one to spare (a re-solve
         // may overrun its budget by a node), so that each does what it would one after the other.
-        let ahead = if cores > 1 { (cores * AHEAD).min((work_limit - work) / SUBSET_WORK).max(2) - 1 } else { 1 };
+        let whole_budgets = (work_limit - work) / SUBSET_WORK;
+        let ahead = if cores > 1 { (cores * AHEAD).min(whole_budgets).saturating_sub(1).max(1) } else { 1 };
         let mut steps: Vec<Step<_>> = Vec::with_capacity(ahead);
         while steps.len() < ahead && size <= MAX_SIZE {
             let mut subset = if round.is_multiple_of(2) {
@@ -139,7 +142,7 @@ pub(crate) fn improve_drawn(
                 size += 2;
             }
         }
-        let budget = if steps.len() > 1 { SUBSET_WORK } else { SUBSET_WORK.min(work_limit - work) };
+        let budget = SUBSET_WORK.min(work_limit - work);
         let resolved = crate::parallel::par_map(&steps, cores, |step| {
             let subset = step.subset.as_ref()?;
             let mut trial = sol.clone();
@@ -152,7 +155,9 @@ pub(crate) fn improve_drawn(
         for (step, outcome) in steps.into_iter().zip(resolved) {
             let Some((changed, spent)) = outcome else { continue };
             work += spent;
+            resolves += 1;
             if let Some(better) = changed {
+                changes += 1;
                 *sol = better;
                 (next, round, size, idle) = (step.next, step.round, step.size, 0);
                 tried.clear();
@@ -168,6 +173,12 @@ pub(crate) fn improve_drawn(
             }
         }
     }
+    crate::trace(|| {
+        let ms = began.elapsed().as_secs_f64() * 1e3;
+        format!(
+            "neighbourhood loop: {resolves} re-solves, {changes} changed the plan, work {work}, {ms:.1} ms on {cores} cores"
+        )
+    });
     for _ in 0..DEAR_SEEDS {
         let Some(seed) = dearest(inst, sol) else { return };
         let mut changed = false;
