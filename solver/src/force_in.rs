@@ -17,7 +17,7 @@
 //! and one neighbourhood search reach within 0.8 % of HiGHS's best in 11 s (BENCHMARKS.md, "Dear
 //! jobs forced onto cheaper candidates (session 59)").
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use crate::model::{Assign, Cand, Instance, Placements, Sol};
@@ -44,8 +44,8 @@ const REPAIR_WORK: usize = 2_000_000;
 const MAX_TAKEN_OUT: usize = 24;
 
 /// Forces in, one after the other, up to [`JOBS`] of the heaviest gang jobs `sol` leaves waiting
-/// ([`attempt`]); a job's plan that is heavier than `sol` replaces it. As many jobs side by side as
-/// there are cores, each from `sol`: a job's plan counts only when the jobs before it changed
+/// ([`attempt`]); a job's plan that is heavier than `sol` replaces it. The jobs side by side on the
+/// cores, each from `sol`: a job's plan counts only when the jobs before it changed
 /// nothing (one after the other would have started it from the same plan, so the plan does not
 /// depend on the cores); after one that changes `sol`, the jobs after it start again from the new
 /// plan. Returns whether `sol` changed.
@@ -65,18 +65,12 @@ pub(crate) fn force_in(
     let mut next = 0;
     while next < waiting.len() && deadline.is_none_or(|d| Instant::now() < d) {
         // A job the plan has placed since (the one that changed it moved it in) is not forced in.
-        let ahead: Vec<usize> = waiting[next..].iter().copied().filter(|&j| sol.job_gpus[j] == 0).take(cores).collect();
-        let Some(&last) = ahead.last() else { break };
-        let plans = crate::parallel::par_map(&ahead, cores, |&j| attempt(inst, sol, j, &search, deadline));
-        next = waiting.iter().position(|&j| j == last).map_or(waiting.len(), |i| i + 1);
-        for (&j, plan) in ahead.iter().zip(plans) {
-            if let Some(plan) = plan {
-                *sol = plan;
-                changed = true;
-                next = waiting.iter().position(|&k| k == j).map_or(waiting.len(), |i| i + 1);
-                break;
-            }
-        }
+        let ahead: Vec<usize> = waiting[next..].iter().copied().filter(|&j| sol.job_gpus[j] == 0).collect();
+        let first = crate::parallel::par_first(&ahead, cores, 1, |&j| attempt(inst, sol, j, &search, deadline));
+        let Some((k, plan)) = first.into_iter().next() else { break };
+        *sol = plan;
+        changed = true;
+        next = waiting.iter().position(|&j| j == ahead[k]).map_or(waiting.len(), |i| i + 1);
     }
     changed
 }
@@ -146,6 +140,10 @@ pub(crate) fn force_cheaper(
     // themselves. On the 44 independent problems of 60-100 jobs of seeds 10 and 11, 148 of the 453
     // forced plans were repeats (`SPILLWAY_SOLVER_TRACE=1` prints the count per job).
     let mut searched: HashMap<Placements, Sol> = HashMap::new();
+    // The best plans searched further so far: `then` is deterministic too, and what it gave for
+    // one was no better than the plan then (or the plan changed to it), so no better than the
+    // plan now, which only gets better.
+    let mut furthered: HashSet<Placements> = HashSet::new();
     let mut changed = false;
     for (_, j) in dear {
         if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -188,6 +186,10 @@ pub(crate) fn force_cheaper(
             Some(plan.clone())
         });
         let Some(best) = plans.reduce(|a, b| crate::pick(inst, a, b)) else { continue };
+        if !furthered.insert(best.placements_in_order()) {
+            crate::trace(|| format!("force cheaper {}: its best plan searched further before", inst.p.jobs[j].id));
+            continue;
+        }
         let best = then(best);
         if crate::model::better((best.weight(inst), best.cost()), (sol.weight(inst), sol.cost())) {
             *sol = best;

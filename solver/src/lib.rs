@@ -739,24 +739,19 @@ fn restart_from_forced_dives(
         .collect();
     waiting.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     waiting.truncate(FORCED_DIVE_TRIES);
-    // As many jobs' dives and their searches side by side as there are cores, the first
-    // `FORCED_DIVES` that dive taken in the jobs' order (so the plan does not depend on the
-    // cores), each dive asked to beat the plan they all start from.
+    // The jobs' dives and their searches side by side on the cores, the first `FORCED_DIVES` that
+    // dive taken in the jobs' order (so the plan does not depend on the cores), each dive asked to
+    // beat the plan they all start from.
     let above = base.weight(inst);
-    let cores = parallel::cores();
-    let mut searched = Vec::new();
-    for together in waiting.chunks(cores) {
-        if searched.len() == FORCED_DIVES || expired(deadline) {
-            break;
+    let searched = parallel::par_first(&waiting, parallel::cores(), FORCED_DIVES, |&(_, j)| {
+        if expired(deadline) {
+            return None;
         }
-        let found = parallel::par_map(together, cores, |&(_, j)| {
-            let plan = forced.dive(inst, &base, j, above, deadline)?;
-            trace(|| format!("a dive placing {} first", inst.p.jobs[j].id));
-            Some(improve(inst, plan, prices, bounds, deadline))
-        });
-        searched.extend(found.into_iter().flatten().take(FORCED_DIVES - searched.len()));
-    }
-    searched.into_iter().fold(best, |a, b| pick(inst, a, b))
+        let plan = forced.dive(inst, &base, j, above, deadline)?;
+        trace(|| format!("a dive placing {} first", inst.p.jobs[j].id));
+        Some(improve(inst, plan, prices, bounds, deadline))
+    });
+    searched.into_iter().map(|(_, plan)| plan).fold(best, |a, b| pick(inst, a, b))
 }
 
 /// Dives that first place a waiting job, at most, on up to `neighbourhood::MAX_JOBS` jobs (see

@@ -1,6 +1,8 @@
 //! An ordered parallel map on scoped threads: the quota advice screens a step's options with it,
 //! the what-if advisor (which depends on this crate) simulates a week's variants with it, and a
 //! solve runs its independent searches (the starts, the dives, the draws of neighbourhoods) with it.
+//! Its variant `par_first` returns the first results in the items' order, as a loop that stops
+//! at them would (the waiting jobs forced in, the forced dives).
 //!
 //! A map inside another map's worker runs on the worker's own thread: the outer map already keeps
 //! every core busy (the advice solves a problem per option), and threads spawned under it would
@@ -8,6 +10,7 @@
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 thread_local! {
     /// Whether this thread is a worker of [`par_map`].
@@ -57,6 +60,33 @@ pub fn par_map<T: Sync, R: Send>(items: &[T], threads: usize, f: impl Fn(&T) -> 
     out.into_iter().map(|(_, r)| r).collect()
 }
 
+/// The first `need` items for which `f` gives a result, with their indices, in the items' order:
+/// what calling `f` on one item after the other until `need` results are in would return, on at
+/// most `threads` threads. Each thread takes the next item when it finishes one (as [`par_map`]),
+/// so an item that gives nothing at once does not leave a thread idle while its neighbour's runs;
+/// an item is skipped once `need` items before it have given a result (it cannot be among the
+/// first), and a result after the first `need` is dropped.
+pub fn par_first<T: Sync, R: Send>(
+    items: &[T],
+    threads: usize,
+    need: usize,
+    f: impl Fn(&T) -> Option<R> + Sync,
+) -> Vec<(usize, R)> {
+    // The indices of the items that gave a result so far.
+    let given: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+    let indices: Vec<usize> = (0..items.len()).collect();
+    let found = par_map(&indices, threads, |&i| {
+        let before = given.lock().unwrap_or_else(PoisonError::into_inner).iter().filter(|&&k| k < i).count();
+        if before >= need {
+            return None;
+        }
+        let result = f(&items[i])?;
+        given.lock().unwrap_or_else(PoisonError::into_inner).push(i);
+        Some(result)
+    });
+    found.into_iter().enumerate().filter_map(|(i, r)| Some((i, r?))).take(need).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,5 +100,33 @@ mod tests {
         for threads in [1, 2, 3, 64] {
             assert_eq!(par_map(&items, threads, work), expected, "{threads} threads");
         }
+    }
+
+    #[test]
+    fn the_first_results_are_those_one_after_the_other_gives() {
+        // Every third item gives a result; the items before the results take longest, so that
+        // later items finish first on several threads.
+        let items: Vec<u64> = (0..30).collect();
+        let calls = AtomicUsize::new(0);
+        let work = |&i: &u64| {
+            calls.fetch_add(1, Ordering::Relaxed);
+            std::hint::black_box((0..(30 - i) * 20_000).fold(i, |a, x| a ^ x.wrapping_mul(31)));
+            (i % 3 == 2).then_some(i * 10)
+        };
+        let one_by_one: Vec<(usize, u64)> =
+            items.iter().enumerate().filter_map(|(i, x)| Some((i, work(x)?))).take(4).collect();
+        assert_eq!(one_by_one, [(2, 20), (5, 50), (8, 80), (11, 110)]);
+        for threads in [1, 2, 3, 64] {
+            calls.store(0, Ordering::Relaxed);
+            assert_eq!(par_first(&items, threads, 4, work), one_by_one, "{threads} threads");
+            // One thread stops at the fourth result; more threads may run items past it.
+            let called = calls.load(Ordering::Relaxed);
+            assert!(called >= 12, "{threads} threads called f {called} times");
+            if threads == 1 {
+                assert_eq!(called, 12);
+            }
+        }
+        assert!(par_first(&items, 2, 0, work).is_empty());
+        assert_eq!(par_first(&items, 2, 100, work).len(), 10);
     }
 }
