@@ -116,8 +116,8 @@ fn attempt(
 /// up to [`CANDIDATES`] candidates cheaper than where it is, cheapest first and side by side on the
 /// cores, the job taken out and forced in there ([`forced`]), each such plan searched (`search`:
 /// the weight search gives back what the forcing left waiting; a forced plan equal to one searched
-/// before is not searched again); the best of them searched further (`then`), kept when better
-/// than `sol`. The jobs are chosen from `sol` as it is at the start, and each starts from the plan
+/// before is not searched again); the best of them searched further (`then`; not again when an
+/// earlier job's best was the same plan), kept when better than `sol`. The jobs are chosen from `sol` as it is at the start, and each starts from the plan
 /// the ones before left. Returns whether `sol` changed.
 pub(crate) fn force_cheaper(
     inst: &Instance,

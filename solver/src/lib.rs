@@ -931,9 +931,23 @@ const NEIGHBOURHOOD_WORK: usize = 30_000_000;
 const SUBGRADIENT_STEPS: usize = 400;
 
 /// The plan's weight and cost after a step of the search (`name`), traced: which steps make the
-/// final plan, and what each costs in time.
+/// final plan, and what each costs in time; with the process's processor time so far where Linux
+/// tells it, so that a step's processor time against its wall time says how busy it kept the cores.
 fn phase(inst: &Instance, name: &str, sol: &Sol) {
-    trace(|| format!("phase {name}: {} {:.2}", sol.weight(inst), sol.cost()));
+    trace(|| {
+        let cpu = process_cpu_ms().map_or_else(String::new, |ms| format!(" cpu {ms} ms"));
+        format!("phase {name}: {} {:.2}{cpu}", sol.weight(inst), sol.cost())
+    });
+}
+
+/// The processor time of every thread of this process so far, in milliseconds: `utime` plus
+/// `stime` of `/proc/self/stat`, in Linux's fixed 100 ticks a second. `None` off Linux.
+fn process_cpu_ms() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command name (which may hold spaces), from the third: utime is the 14th.
+    let mut after_name = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
+    let ticks = after_name.next()?.parse::<u64>().ok()? + after_name.next()?.parse::<u64>().ok()?;
+    Some(ticks * 10)
 }
 
 /// Development tracing to stderr, on when `SPILLWAY_SOLVER_TRACE` is set.
