@@ -1154,17 +1154,37 @@ impl<'i, 'a> Packing<'i, 'a> {
     /// [`Packing::kick`], each kick's weight search over only the jobs near what it moved when
     /// `local` > 0 (see [`Packing::near_changes`]; split jobs stay as they are): on 1,000-10,000
     /// jobs a whole search per kick costs 10-150 ms, a local one 1-4 ms. `more`: after the
-    /// `kicks`, up to `more.0` more while the best placed weight is below `more.1`.
-    pub fn kick_local(&mut self, kicks: usize, more: Option<(usize, f64)>, local: usize, deadline: Option<Instant>) {
-        let (extra, enough) = more.unwrap_or((0, 0.0));
+    /// `kicks`, rounds of `more.0` more while the best placed weight is below `more.1`, a round
+    /// only after one that placed more, at most `more.2` rounds.
+    pub fn kick_local(
+        &mut self,
+        kicks: usize,
+        more: Option<(usize, f64, usize)>,
+        local: usize,
+        deadline: Option<Instant>,
+    ) {
+        let (extra, enough, rounds) = more.unwrap_or((0, 0.0, 0));
         let mut best_weight = self.placed_weight();
+        let mut round_from = best_weight;
         let mut cur = self.clone();
         let mut cur_weight = best_weight;
         // Local kicks draw other jobs than the whole-search kicks that come before them.
         let mut next = xorshift(if local > 0 { 0x2F7A_3C91_55D4_E8B1 } else { 0x9E37_79B9_7F4A_7C15 });
-        for n in 0..kicks + extra {
+        for n in 0..kicks + extra * rounds {
             if deadline.is_some_and(|d| Instant::now() >= d) || (n >= kicks && best_weight >= enough) {
                 return;
+            }
+            // Another round of the extra kicks only where the last one found weight: where it did
+            // not, the search is stuck and more kicks rarely help (tiny-1000-4: 120 more kicks,
+            // 132 ms, nothing placed).
+            if n > kicks && (n - kicks).is_multiple_of(extra) {
+                if best_weight <= round_from + 0.5 {
+                    return;
+                }
+                round_from = best_weight;
+            }
+            if n == kicks {
+                round_from = best_weight;
             }
             let placed: Vec<usize> = cur.frame.order.iter().copied().filter(|&j| cur.slot[j] != NONE).collect();
             if placed.is_empty() {
@@ -1205,6 +1225,37 @@ impl<'i, 'a> Packing<'i, 'a> {
             if w >= cur_weight - 0.5 {
                 cur_weight = w;
                 cur = trial;
+            }
+        }
+    }
+
+    /// The first `jobs` waiting jobs in the guided order (the most worth placing at the prices
+    /// [`Packing::guide`] took) forced onto their first candidate one after the other, each trial's
+    /// weight search over the jobs near what the forcing moved (`local`, see [`Packing::near_changes`]);
+    /// a trial heavier than the plan replaces it. The kicks force a waiting job drawn at random,
+    /// among hundreds on a large problem: the heavy gang jobs an optimum places are rarely drawn.
+    pub fn force_waiting(&mut self, jobs: usize, local: usize, deadline: Option<Instant>) {
+        let waiting: Vec<usize> = self
+            .frame
+            .order
+            .iter()
+            .copied()
+            .filter(|&j| self.slot[j] == NONE && !self.frame.tried[j].is_empty())
+            .take(jobs)
+            .collect();
+        for u in waiting {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return;
+            }
+            if self.slot[u] != NONE {
+                continue;
+            }
+            let mut trial = self.clone();
+            trial.force(u, self.frame.tried[u][0] as usize);
+            let mask = self.near_changes(&trial, local);
+            trial.improve_weight_in(deadline, Some(&mask));
+            if trial.placed_weight() > self.placed_weight() + 0.5 {
+                *self = trial;
             }
         }
     }

@@ -337,6 +337,19 @@ fn a_1000_job_plan_far_from_its_bound_is_searched_further() {
     assert!(plan.gap <= 0.02, "weight {} at gap {} from its own bound", plan.placed_weight, plan.gap);
 }
 
+/// The independent generator's tight-caps shape at 1,000 jobs (`python3
+/// solver/benches/independent_problems.py DIR --sizes 1000 --seed 1`): the weight and cost
+/// searches left the plan 2.04 % below the bound the solver proves (108,760 against 111,024; HiGHS
+/// reached 109,356 in 30 s), where issue #17 asks for 2 % at most. Such a plan gets the waiting
+/// jobs most worth placing forced in, and more kicks, after the cost search.
+#[test]
+fn a_1000_job_plan_far_from_its_bound_after_the_cost_search_is_searched_further() {
+    let p = Problem::from_json_str(include_str!("data/tight-caps-1000-1.json")).expect("a valid problem");
+    let plan = solve_lp_round(&p, &SolveOptions::default());
+    check(&p, &plan).expect("feasible");
+    assert!(plan.gap <= 0.02, "weight {} at gap {} from its own bound", plan.placed_weight, plan.gap);
+}
+
 /// One pool, one offer, 2,000 jobs of one priority: the most weight is as many GPUs as the pool has
 /// room for, and the cheapest plan of that weight is a subset-sum over the jobs' GPUs, which the
 /// test solves itself by dynamic programming. The search's moves change a job or two at a time, and
