@@ -62,7 +62,8 @@ enum Command {
         /// Solver method.
         #[arg(long = "solver", value_enum, default_value_t)]
         method: cli::plan::SolverArg,
-        /// Stop optimising after this many milliseconds and fall back to the greedy plan.
+        /// Time limit of the whole command, in milliseconds (reading the problem and writing the
+        /// plan included): the best plan found by then, its gap against the bound proven by then.
         #[arg(long)]
         time_limit_ms: Option<u64>,
         /// Server to ask when no --problem is given.

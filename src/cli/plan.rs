@@ -22,6 +22,7 @@ pub enum SolverArg {
 /// Exit 0 with the plan (also when some jobs cannot be placed: the plan says why), or exit 2 when the
 /// file cannot be read or the problem is malformed, with the error naming the bad field.
 pub fn run(problem: &Path, output: Output, method: SolverArg, time_limit_ms: Option<u64>) -> ExitCode {
+    let started = std::time::Instant::now();
     let path = problem.display().to_string();
     let content = match std::fs::read_to_string(problem) {
         Ok(c) => c,
@@ -43,6 +44,7 @@ pub fn run(problem: &Path, output: Output, method: SolverArg, time_limit_ms: Opt
         SolverArg::Best => solver::Method::Best,
         SolverArg::Greedy => solver::Method::Greedy,
     };
+    let time_limit_ms = time_limit_ms.map(|limit| solve_budget_ms(limit, started.elapsed()));
     let mut plan = solver::solve(&problem, &solver::SolveOptions { method, time_limit_ms });
     // Sums of zero-cost placements can come out as -0.0, which prints as "-0"; no cost is negative.
     let clean = |v: f64| if v == 0.0 { 0.0 } else { v };
@@ -55,6 +57,16 @@ pub fn run(problem: &Path, output: Output, method: SolverArg, time_limit_ms: Opt
         Output::Table => print!("{}", render(&plan)),
     }
     ExitCode::SUCCESS
+}
+
+/// The solve's share of the command's `--time-limit-ms`, `read` having gone to reading and parsing
+/// the problem: the limit is the whole command's, so the solve gets what is left after the reading
+/// and after as long again for writing the plan out, which takes about as long (1,000 jobs: 1.8 ms
+/// to read, 1.5 to write; 10,000: 13 and 12). Before, the solve had the whole limit and the
+/// command overran it by the reading and writing (58 ms for `--time-limit-ms 50` at 1,000 jobs).
+fn solve_budget_ms(limit_ms: u64, read: std::time::Duration) -> u64 {
+    let read_ms = u64::try_from(read.as_millis()).unwrap_or(u64::MAX);
+    limit_ms.saturating_sub(read_ms.saturating_mul(2))
 }
 
 pub fn render(plan: &solver::Plan) -> String {
@@ -101,4 +113,22 @@ pub fn render(plan: &solver::Plan) -> String {
         plan.solve_ms
     ));
     out
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use std::time::Duration;
+
+    use super::solve_budget_ms;
+
+    /// The reading and the writing (as long again) come out of the command's limit, and a limit
+    /// the reading used up leaves the solve nothing (it then returns its first plan) rather than
+    /// wrapping around.
+    #[test]
+    fn the_solve_gets_the_limit_less_the_reading_and_the_writing() {
+        assert_eq!(solve_budget_ms(100, Duration::from_millis(13)), 74);
+        assert_eq!(solve_budget_ms(100, Duration::from_micros(1_800)), 98);
+        assert_eq!(solve_budget_ms(20, Duration::from_millis(13)), 0);
+        assert_eq!(solve_budget_ms(0, Duration::ZERO), 0);
+    }
 }
