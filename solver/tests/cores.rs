@@ -30,3 +30,17 @@ fn the_plan_is_the_same_on_one_core_as_on_all() {
         assert_eq!(plan, all, "the plan on one core differs from the plan on all");
     }
 }
+
+/// A 1,000-job problem (the independent generator's tight-caps shape, seed 1): a job class each, so
+/// the instance's candidates are found on every core, and hundreds of jobs left waiting, so their
+/// explanations are too; the plan, reasons and all, is the one a single core gives.
+#[test]
+fn a_large_plan_and_its_reasons_are_the_same_on_one_core_as_on_all() {
+    let p = Problem::from_json_str(include_str!("data/tight-caps-1000-1.json")).expect("a valid problem");
+    let all = without_time(solve_lp_round(&p, &SolveOptions::default()));
+    assert!(all.unplaced.len() >= 200, "the case must leave enough jobs waiting to explain them on all cores");
+    let one = par_map(&[(), ()], 2, |()| without_time(solve_lp_round(&p, &SolveOptions::default())));
+    for plan in one {
+        assert_eq!(plan, all, "the plan on one core differs from the plan on all");
+    }
+}
