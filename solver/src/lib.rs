@@ -1201,8 +1201,10 @@ fn finish(inst: &Instance, sol: &Sol, solver: &str, bounds: &[Bound], start: Ins
     }
     let threads = if explain_jobs.len() >= PARALLEL_EXPLANATIONS { parallel::cores() } else { 1 };
     // In chunks, a few per thread so that uneven ones even out, each with its own holders (whose
-    // caches are not shared; building them is one pass over the placements).
-    let chunks: Vec<&[usize]> = explain_jobs.chunks(explain_jobs.len().div_ceil(4 * threads).max(1)).collect();
+    // caches are not shared; building them is one pass over the placements); on one thread one
+    // chunk, whose holders' caches serve every job.
+    let chunk = if threads > 1 { explain_jobs.len().div_ceil(4 * threads) } else { explain_jobs.len() };
+    let chunks: Vec<&[usize]> = explain_jobs.chunks(chunk.max(1)).collect();
     let reasons: Vec<Vec<String>> = parallel::par_map(&chunks, threads, |chunk| {
         let holders = explain::Holders::new(inst, sol);
         chunk.iter().map(|&j| explain::reasons(inst, sol, &holders, j)).collect::<Vec<_>>()

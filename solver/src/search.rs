@@ -1177,13 +1177,10 @@ impl<'i, 'a> Packing<'i, 'a> {
             // Another round of the extra kicks only where the last one found weight: where it did
             // not, the search is stuck and more kicks rarely help (tiny-1000-4: 120 more kicks,
             // 132 ms, nothing placed).
-            if n > kicks && (n - kicks).is_multiple_of(extra) {
-                if best_weight <= round_from + 0.5 {
+            if n >= kicks && (n - kicks).is_multiple_of(extra) {
+                if n > kicks && best_weight <= round_from + 0.5 {
                     return;
                 }
-                round_from = best_weight;
-            }
-            if n == kicks {
                 round_from = best_weight;
             }
             let placed: Vec<usize> = cur.frame.order.iter().copied().filter(|&j| cur.slot[j] != NONE).collect();
@@ -1191,13 +1188,7 @@ impl<'i, 'a> Packing<'i, 'a> {
                 return;
             }
             let mut trial = cur.clone();
-            let unplaced: Vec<usize> = cur
-                .frame
-                .order
-                .iter()
-                .copied()
-                .filter(|&j| cur.slot[j] == NONE && !cur.frame.tried[j].is_empty())
-                .collect();
+            let unplaced: Vec<usize> = cur.waiting_in_order().collect();
             if n % 2 == 1 && !unplaced.is_empty() {
                 let u = unplaced[(next() % unplaced.len() as u64) as usize];
                 let tried = &cur.frame.tried[u];
@@ -1229,20 +1220,18 @@ impl<'i, 'a> Packing<'i, 'a> {
         }
     }
 
+    /// The waiting jobs that have candidates to be forced onto, in the search's order.
+    fn waiting_in_order(&self) -> impl Iterator<Item = usize> + '_ {
+        self.frame.order.iter().copied().filter(|&j| self.slot[j] == NONE && !self.frame.tried[j].is_empty())
+    }
+
     /// The first `jobs` waiting jobs in the guided order (the most worth placing at the prices
     /// [`Packing::guide`] took) forced onto their first candidate one after the other, each trial's
     /// weight search over the jobs near what the forcing moved (`local`, see [`Packing::near_changes`]);
     /// a trial heavier than the plan replaces it. The kicks force a waiting job drawn at random,
     /// among hundreds on a large problem: the heavy gang jobs an optimum places are rarely drawn.
     pub fn force_waiting(&mut self, jobs: usize, local: usize, deadline: Option<Instant>) {
-        let waiting: Vec<usize> = self
-            .frame
-            .order
-            .iter()
-            .copied()
-            .filter(|&j| self.slot[j] == NONE && !self.frame.tried[j].is_empty())
-            .take(jobs)
-            .collect();
+        let waiting: Vec<usize> = self.waiting_in_order().take(jobs).collect();
         for u in waiting {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return;
