@@ -677,10 +677,11 @@ fn improve(inst: &Instance, mut sol: Sol, prices: &[f64], bounds: &[Bound], dead
     }
 }
 
-/// Jobs above which no plan gets [`far_kicks`]: at 1,000 jobs they took up to 73 ms (budgets-1000-6,
-/// 160 kicks and a cost search), where the whole solve has 250; at 10,000 jobs the cost search
-/// alone takes a few hundred of the 2,000, and none of the 11 10,000-job plans measured was that
-/// far from its bound.
+/// Jobs above which no plan gets [`far_kicks`]: at 1,000 jobs they added up to 73 ms to the whole
+/// process (budgets-1000-6, 160 kicks and a cost search: 109 -> 182 ms), where it has 250; at
+/// 10,000 jobs the cost search alone takes 120-180 ms (issue-10000-1, `SPILLWAY_SOLVER_TRACE=1`)
+/// in a solve of 0.9-1.5 s of the 2,000, and none of the 11 10,000-job plans measured was that far
+/// from its bound.
 const MAX_FAR_KICK_JOBS: usize = 2_000;
 
 /// Waiting jobs [`far_kicks`] forces in, the most worth placing at the prices first
