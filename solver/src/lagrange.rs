@@ -11,6 +11,7 @@
 //! method (Polyak steps towards the best plan's weight, deflected directions), and their per-VM
 //! prices of every offer rank candidates for the Lagrangian heuristic in `search`.
 
+use std::sync::mpsc;
 use std::time::Instant;
 
 use crate::knapsack_bound::{self, ClassItem, ClassItems, Priced};
@@ -349,14 +350,19 @@ impl<'i, 'a> Lagrangian<'i, 'a> {
     /// and with the best multipliers at the end; `visit` returns the best plan weight it knows, which
     /// becomes the new target. Stops early once the bound is within 1 of the target (weights are
     /// integers, so the target is then proven optimal).
+    ///
+    /// With `beside`, a visit's weight becomes the target at the next visit, `visit_every` steps
+    /// later, and the visits run on a thread of their own beside the steps (in line on one core,
+    /// and inside a worker of `parallel::par_map`, whose solve keeps to its thread): the steps, the
+    /// visits and the bound are the same whatever the cores or the timing (see [`Visits`]).
     pub fn descend(
         &mut self,
         start: Option<&Dual>,
         mut target: f64,
         iterations: usize,
         deadline: Option<Instant>,
-        visit_every: usize,
-        mut visit: impl FnMut(&[f64]) -> f64,
+        (visit_every, beside): (usize, bool),
+        mut visit: impl FnMut(&[f64]) -> f64 + Send,
     ) -> Dual {
         let m = self.rows.rhs.len();
         let mut theta = start.map_or_else(|| vec![0.0; m], |d| d.theta.clone());
@@ -365,47 +371,124 @@ impl<'i, 'a> Lagrangian<'i, 'a> {
         let mut best = Dual { theta: theta.clone(), bound: f64::INFINITY };
         let mut step = 1.0;
         let mut since_better = 0;
-        for it in 0..iterations {
-            let value = self.evaluate(&theta, &mut grad);
-            if value < best.bound {
-                if value < best.bound - 1e-9 * best.bound.abs().max(1.0) {
-                    since_better = 0;
-                }
-                best = Dual { theta: theta.clone(), bound: value };
+        std::thread::scope(|scope| {
+            let mut visits = if beside && crate::parallel::cores() == 1 {
+                Visits::Late(&mut visit, None)
+            } else if beside {
+                let (prices, to_visit) = mpsc::channel::<Vec<f64>>();
+                let (weights, visited) = mpsc::channel::<f64>();
+                let visit = &mut visit;
+                scope.spawn(move || {
+                    for price in to_visit {
+                        if weights.send(visit(&price)).is_err() {
+                            break;
+                        }
+                    }
+                });
+                Visits::Beside { prices, weights: visited, pending: false }
             } else {
-                since_better += 1;
-                if since_better >= 12 {
-                    step *= 0.6;
-                    since_better = 0;
+                Visits::InLine(&mut visit)
+            };
+            for it in 0..iterations {
+                let value = self.evaluate(&theta, &mut grad);
+                if value < best.bound {
+                    if value < best.bound - 1e-9 * best.bound.abs().max(1.0) {
+                        since_better = 0;
+                    }
+                    best = Dual { theta: theta.clone(), bound: value };
+                } else {
+                    since_better += 1;
+                    if since_better >= 12 {
+                        step *= 0.6;
+                        since_better = 0;
+                    }
+                }
+                if visit_every > 0
+                    && it % visit_every == visit_every - 1
+                    && let Some(weight) = visits.visit(&self.price)
+                {
+                    target = target.max(weight);
+                }
+                if proven(best.bound, target) || step < 1e-5 || deadline.is_some_and(|d| Instant::now() >= d) {
+                    break;
+                }
+                // Deflected subgradient: damps the zigzag between rows that bind alternately.
+                for (d, g) in dir.iter_mut().zip(&grad) {
+                    *d = 0.6 * g + 0.4 * *d;
+                }
+                // Only rows that can move count towards the step length.
+                let norm: f64 =
+                    dir.iter().zip(&theta).map(|(d, t)| if *t <= 0.0 && *d > 0.0 { 0.0 } else { d * d }).sum();
+                if norm <= 1e-18 {
+                    break;
+                }
+                let gap = (value - target).max(1e-3 * value.abs().max(1.0) * 0.01);
+                let t = step * gap / norm;
+                for (th, d) in theta.iter_mut().zip(&dir) {
+                    *th = (*th - t * d).max(0.0);
                 }
             }
-            if visit_every > 0 && it % visit_every == visit_every - 1 {
-                target = target.max(visit(&self.price));
+            // The best multipliers' prices for the caller's last heuristic pass.
+            let mut grad = vec![0.0; m];
+            let value = self.evaluate(&best.theta, &mut grad);
+            best.bound = best.bound.min(value);
+            visits.visit(&self.price);
+            visits.wait();
+        });
+        best
+    }
+}
+
+/// Where [`Lagrangian::descend`]'s visits run. A visit (a plan constructed at the prices) takes
+/// longer than the steps between two (1.5 ms against 1 ms at 1,000 diverse jobs), and in line the
+/// two take turns on one core; beside the steps, 0.94 times the time at 1,000 jobs and 0.89 at
+/// 10,000, but a target one visit late is another descent, whose plans differ: on small problems,
+/// where the descent is a few milliseconds of seconds, a plan of the regression corpus lost what
+/// the old descent found (BENCHMARKS.md, "Lagrangian visits beside the steps (session 64)").
+enum Visits<'v, F> {
+    InLine(&'v mut F),
+    /// As `Beside`, each visit's weight taken at the next, but the visits run in line, each when
+    /// the next is due: the prices of the visit still to run.
+    Late(&'v mut F, Option<Vec<f64>>),
+    /// The prices sent to the visiting thread, its answers, and whether one is still to come.
+    Beside {
+        prices: mpsc::Sender<Vec<f64>>,
+        weights: mpsc::Receiver<f64>,
+        pending: bool,
+    },
+}
+
+impl<F: FnMut(&[f64]) -> f64> Visits<'_, F> {
+    /// Visits `price`; returns the weight the target takes now: in line, the visit's own; beside,
+    /// the one before's (if there was one), waited for.
+    fn visit(&mut self, price: &[f64]) -> Option<f64> {
+        match self {
+            Visits::InLine(visit) => return Some(visit(price)),
+            Visits::Late(visit, pending) => {
+                let before = pending.take().map(|p| visit(&p));
+                *pending = Some(price.to_vec());
+                return before;
             }
-            if proven(best.bound, target) || step < 1e-5 || deadline.is_some_and(|d| Instant::now() >= d) {
-                break;
-            }
-            // Deflected subgradient: damps the zigzag between rows that bind alternately.
-            for (d, g) in dir.iter_mut().zip(&grad) {
-                *d = 0.6 * g + 0.4 * *d;
-            }
-            // Only rows that can move count towards the step length.
-            let norm: f64 = dir.iter().zip(&theta).map(|(d, t)| if *t <= 0.0 && *d > 0.0 { 0.0 } else { d * d }).sum();
-            if norm <= 1e-18 {
-                break;
-            }
-            let gap = (value - target).max(1e-3 * value.abs().max(1.0) * 0.01);
-            let t = step * gap / norm;
-            for (th, d) in theta.iter_mut().zip(&dir) {
-                *th = (*th - t * d).max(0.0);
+            Visits::Beside { .. } => {}
+        }
+        let before = self.wait();
+        if let Visits::Beside { prices, pending, .. } = self {
+            prices.send(price.to_vec()).expect("the visiting thread runs until the descent ends");
+            *pending = true;
+        }
+        before
+    }
+
+    /// The weight of the visit still to come, once it has run (`None` in line, or with none to
+    /// come).
+    fn wait(&mut self) -> Option<f64> {
+        match self {
+            Visits::InLine(_) => None,
+            Visits::Late(visit, pending) => pending.take().map(|p| visit(&p)),
+            Visits::Beside { weights, pending, .. } => {
+                std::mem::take(pending).then(|| weights.recv().expect("the visiting thread answers every visit"))
             }
         }
-        // The best multipliers' prices for the caller's last heuristic pass.
-        let mut grad = vec![0.0; m];
-        let value = self.evaluate(&best.theta, &mut grad);
-        best.bound = best.bound.min(value);
-        visit(&self.price);
-        best
     }
 }
 
@@ -449,7 +532,7 @@ mod tests {
             let plan = solve_lp_round(p, &SolveOptions::default());
             let inst = Instance::new(p);
             let mut lag = Lagrangian::new(&inst);
-            let dual = lag.descend(None, plan.placed_weight, 400, None, 0, |_| plan.placed_weight);
+            let dual = lag.descend(None, plan.placed_weight, 400, None, (0, false), |_| plan.placed_weight);
             let bound = lag.knapsack_bound(&dual);
             assert!(bound >= plan.placed_weight - 1e-6, "bound {bound} below a plan of {}", plan.placed_weight);
             assert!(bound <= dual.bound + 1e-6);
@@ -476,7 +559,7 @@ mod tests {
             let plan = solve_lp_round(&p, &SolveOptions::default());
             let inst = Instance::new(&p);
             let mut lag = Lagrangian::new(&inst);
-            let dual = lag.descend(None, plan.placed_weight, 400, None, 0, |_| plan.placed_weight);
+            let dual = lag.descend(None, plan.placed_weight, 400, None, (0, false), |_| plan.placed_weight);
             let priced = lag.knapsack_bound_with(&dual, false).expect("a tree of pools");
             let exact = lag.knapsack_bound_with(&dual, true);
             assert!(priced >= plan.placed_weight - 1e-6, "problem {i}: priced {priced} below {}", plan.placed_weight);
@@ -524,7 +607,7 @@ mod tests {
         let inst = Instance::new(&p);
         let mut lag = Lagrangian::new(&inst);
         let optimum = 16.0 * (100.0 + 99.0);
-        let dual = lag.descend(None, optimum, 400, None, 0, |_| optimum);
+        let dual = lag.descend(None, optimum, 400, None, (0, false), |_| optimum);
         let bound = lag.knapsack_bound(&dual);
         assert!(dual.bound > 1.3 * optimum, "the priced bound {} is not the LP's", dual.bound);
         assert!(bound >= optimum - 1e-6 && bound < 1.01 * optimum, "bound {bound} against the optimum {optimum}");
