@@ -351,17 +351,18 @@ impl<'i, 'a> Lagrangian<'i, 'a> {
     /// becomes the new target. Stops early once the bound is within 1 of the target (weights are
     /// integers, so the target is then proven optimal).
     ///
-    /// With `beside`, a visit's weight becomes the target at the next visit, `visit_every` steps
-    /// later, and the visits run on a thread of their own beside the steps (in line on one core,
-    /// and inside a worker of `parallel::par_map`, whose solve keeps to its thread): the steps, the
-    /// visits and the bound are the same whatever the cores or the timing (see [`Visits`]).
+    /// On more than one core (and outside a worker of `parallel::par_map`, whose solve keeps to
+    /// its thread) the visits run on a thread of their own, and the steps go on beside each visit
+    /// as if it left the target as it was; where it raises the target after all, the steps since
+    /// it are taken again with the new one ([`Speculation`]). The steps, the visits and the bound
+    /// are the ones in line would give, on any cores.
     pub fn descend(
         &mut self,
         start: Option<&Dual>,
         mut target: f64,
         iterations: usize,
         deadline: Option<Instant>,
-        (visit_every, beside): (usize, bool),
+        visit_every: usize,
         mut visit: impl FnMut(&[f64]) -> f64 + Send,
     ) -> Dual {
         let m = self.rows.rhs.len();
@@ -371,10 +372,9 @@ impl<'i, 'a> Lagrangian<'i, 'a> {
         let mut best = Dual { theta: theta.clone(), bound: f64::INFINITY };
         let mut step = 1.0;
         let mut since_better = 0;
+        let beside = visit_every > 0 && crate::parallel::cores() > 1;
         std::thread::scope(|scope| {
-            let mut visits = if beside && crate::parallel::cores() == 1 {
-                Visits::Late(&mut visit, None)
-            } else if beside {
+            let mut visits = if beside {
                 let (prices, to_visit) = mpsc::channel::<Vec<f64>>();
                 let (weights, visited) = mpsc::channel::<f64>();
                 let visit = &mut visit;
@@ -385,33 +385,63 @@ impl<'i, 'a> Lagrangian<'i, 'a> {
                         }
                     }
                 });
-                Visits::Beside { prices, weights: visited, pending: false }
+                Visits::Beside { prices, weights: visited, since: None, rewind: None }
             } else {
                 Visits::InLine(&mut visit)
             };
-            for it in 0..iterations {
-                let value = self.evaluate(&theta, &mut grad);
-                if value < best.bound {
-                    if value < best.bound - 1e-9 * best.bound.abs().max(1.0) {
-                        since_better = 0;
-                    }
-                    best = Dual { theta: theta.clone(), bound: value };
-                } else {
-                    since_better += 1;
-                    if since_better >= 12 {
-                        step *= 0.6;
-                        since_better = 0;
-                    }
-                }
-                if visit_every > 0
-                    && it % visit_every == visit_every - 1
-                    && let Some(weight) = visits.visit(&self.price)
-                {
+            let mut it = 0;
+            loop {
+                // A visit that raised the target after all: back to the step it was made at.
+                let value = if let Some((from, weight)) = visits.rewind() {
+                    let from = *from;
+                    (theta, grad, dir, best, step, since_better) =
+                        (from.theta, from.grad, from.dir, from.best, from.step, from.since_better);
+                    it = from.it;
                     target = target.max(weight);
-                }
-                if proven(best.bound, target) || step < 1e-5 || deadline.is_some_and(|d| Instant::now() >= d) {
-                    break;
-                }
+                    from.value
+                } else {
+                    if it >= iterations {
+                        if visits.holds(target) {
+                            break;
+                        }
+                        continue;
+                    }
+                    let value = self.evaluate(&theta, &mut grad);
+                    if value < best.bound {
+                        if value < best.bound - 1e-9 * best.bound.abs().max(1.0) {
+                            since_better = 0;
+                        }
+                        best = Dual { theta: theta.clone(), bound: value };
+                    } else {
+                        since_better += 1;
+                        if since_better >= 12 {
+                            step *= 0.6;
+                            since_better = 0;
+                        }
+                    }
+                    if visit_every > 0 && it % visit_every == visit_every - 1 {
+                        // The visit before first: the steps since it stand only if it did not
+                        // raise the target.
+                        if !visits.holds(target) {
+                            continue;
+                        }
+                        let from = Box::new(Speculation {
+                            it,
+                            theta: theta.clone(),
+                            grad: grad.clone(),
+                            dir: dir.clone(),
+                            best: best.clone(),
+                            step,
+                            since_better,
+                            value,
+                        });
+                        if let Some(weight) = visits.visit(&self.price, from) {
+                            target = target.max(weight);
+                        }
+                    }
+                    value
+                };
+                let stop = proven(best.bound, target) || step < 1e-5 || deadline.is_some_and(|d| Instant::now() >= d);
                 // Deflected subgradient: damps the zigzag between rows that bind alternately.
                 for (d, g) in dir.iter_mut().zip(&grad) {
                     *d = 0.6 * g + 0.4 * *d;
@@ -419,74 +449,103 @@ impl<'i, 'a> Lagrangian<'i, 'a> {
                 // Only rows that can move count towards the step length.
                 let norm: f64 =
                     dir.iter().zip(&theta).map(|(d, t)| if *t <= 0.0 && *d > 0.0 { 0.0 } else { d * d }).sum();
-                if norm <= 1e-18 {
-                    break;
+                if stop || norm <= 1e-18 {
+                    if visits.holds(target) {
+                        break;
+                    }
+                    continue;
                 }
                 let gap = (value - target).max(1e-3 * value.abs().max(1.0) * 0.01);
                 let t = step * gap / norm;
                 for (th, d) in theta.iter_mut().zip(&dir) {
                     *th = (*th - t * d).max(0.0);
                 }
+                it += 1;
             }
             // The best multipliers' prices for the caller's last heuristic pass.
             let mut grad = vec![0.0; m];
             let value = self.evaluate(&best.theta, &mut grad);
             best.bound = best.bound.min(value);
-            visits.visit(&self.price);
-            visits.wait();
+            visits.last(&self.price);
         });
         best
     }
 }
 
+/// The descent's state at a visit, taken while the visit runs beside the steps: where its weight
+/// raises the target, the steps start again from here with the new target.
+struct Speculation {
+    it: usize,
+    theta: Vec<f64>,
+    grad: Vec<f64>,
+    dir: Vec<f64>,
+    best: Dual,
+    step: f64,
+    since_better: usize,
+    value: f64,
+}
+
 /// Where [`Lagrangian::descend`]'s visits run. A visit (a plan constructed at the prices) takes
 /// longer than the steps between two (1.5 ms against 1 ms at 1,000 diverse jobs), and in line the
-/// two take turns on one core; beside the steps, 0.94 times the time at 1,000 jobs and 0.89 at
-/// 10,000, but a target one visit late is another descent, whose plans differ: on small problems,
-/// where the descent is a few milliseconds of seconds, a plan of the regression corpus lost what
-/// the old descent found (BENCHMARKS.md, "Lagrangian visits beside the steps (session 64)").
+/// two take turns on one core. Beside the steps, most visits leave the target as it is (a plan
+/// constructed at the prices rarely beats the best known after the first few), so the steps
+/// taken meanwhile stand (BENCHMARKS.md, "Lagrangian visits beside the steps (session 64)").
 enum Visits<'v, F> {
     InLine(&'v mut F),
-    /// As `Beside`, each visit's weight taken at the next, but the visits run in line, each when
-    /// the next is due: the prices of the visit still to run.
-    Late(&'v mut F, Option<Vec<f64>>),
-    /// The prices sent to the visiting thread, its answers, and whether one is still to come.
+    /// The prices sent to the visiting thread, its answers, the state at the visit under way, and
+    /// a visit that raised the target (its state and weight) for the descent to go back to.
     Beside {
         prices: mpsc::Sender<Vec<f64>>,
         weights: mpsc::Receiver<f64>,
-        pending: bool,
+        since: Option<Box<Speculation>>,
+        rewind: Option<(Box<Speculation>, f64)>,
     },
 }
 
 impl<F: FnMut(&[f64]) -> f64> Visits<'_, F> {
-    /// Visits `price`; returns the weight the target takes now: in line, the visit's own; beside,
-    /// the one before's (if there was one), waited for.
-    fn visit(&mut self, price: &[f64]) -> Option<f64> {
+    /// Visits `price`, `from` the descent's state there; returns the weight the target takes now
+    /// (in line, the visit's own; beside, none yet: see [`Visits::holds`]).
+    fn visit(&mut self, price: &[f64], from: Box<Speculation>) -> Option<f64> {
         match self {
-            Visits::InLine(visit) => return Some(visit(price)),
-            Visits::Late(visit, pending) => {
-                let before = pending.take().map(|p| visit(&p));
-                *pending = Some(price.to_vec());
-                return before;
+            Visits::InLine(visit) => Some(visit(price)),
+            Visits::Beside { prices, since, .. } => {
+                prices.send(price.to_vec()).expect("the visiting thread runs until the descent ends");
+                *since = Some(from);
+                None
             }
-            Visits::Beside { .. } => {}
         }
-        let before = self.wait();
-        if let Visits::Beside { prices, pending, .. } = self {
-            prices.send(price.to_vec()).expect("the visiting thread runs until the descent ends");
-            *pending = true;
-        }
-        before
     }
 
-    /// The weight of the visit still to come, once it has run (`None` in line, or with none to
-    /// come).
-    fn wait(&mut self) -> Option<f64> {
+    /// Whether the steps since the visit under way stand: its weight, waited for, does not raise
+    /// `target`. Where it does, the visit is kept for [`Visits::rewind`].
+    fn holds(&mut self, target: f64) -> bool {
+        let Visits::Beside { weights, since, rewind, .. } = self else { return true };
+        let Some(from) = since.take() else { return true };
+        let weight = weights.recv().expect("the visiting thread answers every visit");
+        if weight <= target {
+            return true;
+        }
+        *rewind = Some((from, weight));
+        false
+    }
+
+    /// The visit that raised the target, if one did: the state to go back to, and its weight.
+    fn rewind(&mut self) -> Option<(Box<Speculation>, f64)> {
         match self {
             Visits::InLine(_) => None,
-            Visits::Late(visit, pending) => pending.take().map(|p| visit(&p)),
-            Visits::Beside { weights, pending, .. } => {
-                std::mem::take(pending).then(|| weights.recv().expect("the visiting thread answers every visit"))
+            Visits::Beside { rewind, .. } => rewind.take(),
+        }
+    }
+
+    /// The last visit, at the best multipliers' prices; its weight is not needed.
+    fn last(&mut self, price: &[f64]) {
+        match self {
+            Visits::InLine(visit) => {
+                visit(price);
+            }
+            Visits::Beside { prices, weights, .. } => {
+                prices.send(price.to_vec()).expect("the visiting thread runs until the descent ends");
+                weights.recv().expect("the visiting thread answers every visit");
             }
         }
     }
@@ -532,7 +591,7 @@ mod tests {
             let plan = solve_lp_round(p, &SolveOptions::default());
             let inst = Instance::new(p);
             let mut lag = Lagrangian::new(&inst);
-            let dual = lag.descend(None, plan.placed_weight, 400, None, (0, false), |_| plan.placed_weight);
+            let dual = lag.descend(None, plan.placed_weight, 400, None, 0, |_| plan.placed_weight);
             let bound = lag.knapsack_bound(&dual);
             assert!(bound >= plan.placed_weight - 1e-6, "bound {bound} below a plan of {}", plan.placed_weight);
             assert!(bound <= dual.bound + 1e-6);
@@ -559,7 +618,7 @@ mod tests {
             let plan = solve_lp_round(&p, &SolveOptions::default());
             let inst = Instance::new(&p);
             let mut lag = Lagrangian::new(&inst);
-            let dual = lag.descend(None, plan.placed_weight, 400, None, (0, false), |_| plan.placed_weight);
+            let dual = lag.descend(None, plan.placed_weight, 400, None, 0, |_| plan.placed_weight);
             let priced = lag.knapsack_bound_with(&dual, false).expect("a tree of pools");
             let exact = lag.knapsack_bound_with(&dual, true);
             assert!(priced >= plan.placed_weight - 1e-6, "problem {i}: priced {priced} below {}", plan.placed_weight);
@@ -607,7 +666,7 @@ mod tests {
         let inst = Instance::new(&p);
         let mut lag = Lagrangian::new(&inst);
         let optimum = 16.0 * (100.0 + 99.0);
-        let dual = lag.descend(None, optimum, 400, None, (0, false), |_| optimum);
+        let dual = lag.descend(None, optimum, 400, None, 0, |_| optimum);
         let bound = lag.knapsack_bound(&dual);
         assert!(dual.bound > 1.3 * optimum, "the priced bound {} is not the LP's", dual.bound);
         assert!(bound >= optimum - 1e-6 && bound < 1.01 * optimum, "bound {bound} against the optimum {optimum}");

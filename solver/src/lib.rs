@@ -298,8 +298,7 @@ fn lagrangian(
     let mut prices = Vec::new();
     let mut lag = lagrange::Lagrangian::new(inst);
     let start_weight = start.weight(inst);
-    let beside = inst.p.jobs.len() > VISITS_BESIDE_ABOVE;
-    let dual = lag.descend(None, start_weight, SUBGRADIENT_STEPS, deadline, (25, beside), |price| {
+    let dual = lag.descend(None, start_weight, SUBGRADIENT_STEPS, deadline, 25, |price| {
         let sol = search::construct(inst, price);
         trace(|| format!("visit: {}", sol.weight(inst)));
         prices = price.to_vec();
@@ -989,12 +988,6 @@ const NEIGHBOURHOOD_WORK: usize = 30_000_000;
 /// Subgradient steps at most: on 1,000 distinct jobs the bound is within 0.02 % of the LP's after
 /// 400 (100 leave it 3 % above).
 const SUBGRADIENT_STEPS: usize = 400;
-
-/// Jobs above which the Lagrangian's visits run beside its steps (`lagrange::Visits`): where the
-/// searches after it are budgeted for time (as [`MAX_KICK_JOBS`]), and the descent is a quarter of
-/// the time (40 of 160 ms at 1,000 jobs). On small problems it is a few milliseconds of seconds,
-/// and the descent it makes (its target a visit late) is another, whose plans differ.
-const VISITS_BESIDE_ABOVE: usize = MAX_KICK_JOBS;
 
 /// The plan's weight and cost after a step of the search (`name`), traced: which steps make the
 /// final plan, and what each costs in time; with the process's processor time so far where Linux
