@@ -126,6 +126,13 @@ enum Target {
     Piece(Assign),
 }
 
+/// Which offers [`Packing::place_split`] may put pieces on.
+#[derive(Clone, Copy)]
+enum OfferFilter {
+    Only(usize),
+    Except(usize),
+}
+
 /// Waiting jobs per resource a local kick's search looks at (see [`Packing::kick_local`]).
 pub(crate) const LOCAL_PER_RESOURCE: usize = 100;
 
@@ -457,8 +464,24 @@ impl<'i, 'a> Packing<'i, 'a> {
     /// The weight an ejection expects to lose with holder `i`: with room-making on, none when the
     /// holder has another candidate of its own that fits now and uses none of the resources in
     /// `needs` ([`Packing::eject_and_place`] then places it there, or counts it lost if the room
-    /// went to another); its weight otherwise.
+    /// went to another); for a piece, the GPUs on the VMs it gives up to free all of `needs` it
+    /// can (the rest of it stays, [`Packing::place_piece_again`]); its weight otherwise.
     fn lost_weight(&self, i: usize, needs: &[(usize, i64)]) -> f64 {
+        if let Some(x) = i.checked_sub(self.slot.len()) {
+            let a = &self.fixed[x];
+            let given = needs
+                .iter()
+                .filter_map(|&(r, d)| {
+                    let per_vm = self.uses(a.offer, 1, r);
+                    (per_vm > 0).then(|| (d + per_vm - 1) / per_vm)
+                })
+                .max()
+                .unwrap_or(0)
+                .min(i64::from(a.vms));
+            let kept_vms = u32::try_from(i64::from(a.vms) - given).unwrap_or(0);
+            let kept = a.gpus.min(kept_vms * self.inst.p.offers[a.offer].gpus_per_vm);
+            return f64::from(a.gpus - kept) * f64::from(self.inst.job(a.job).priority);
+        }
         if self.room == RoomMaking::ChainsAndEjections && i < self.slot.len() {
             let ki = self.slot[i] as usize;
             let movable = self.frame.tried[i].iter().map(|&k| k as usize).any(|k| {
@@ -924,18 +947,22 @@ impl<'i, 'a> Packing<'i, 'a> {
         None
     }
 
-    /// Places the GPUs of piece `x` (taken out) again where there is room now, as new pieces: on
-    /// other offers of the candidates ejection tries for its job, none of which uses a resource in
-    /// `avoid`, within the job's price cap and budget. Returns the GPUs placed.
+    /// Places the GPUs of piece `x` (taken out) again where there is room now, as new pieces: first
+    /// on its own offer, as much as the room left there holds (an ejection that needed only part of
+    /// the piece's room trims it, where taking the whole piece out would lose a large job's weight
+    /// for a small one's), then on the other offers of the candidates ejection tries for its job;
+    /// none of them on an offer that uses a resource in `avoid`, all within the job's price cap and
+    /// budget. Returns the GPUs placed.
     fn place_piece_again(&mut self, x: usize, avoid: &[(usize, i64)]) -> u32 {
         let a = self.fixed[x];
-        self.place_split(a.job, a.gpus, Some(a.offer), avoid)
+        let here = self.place_split(a.job, a.gpus, OfferFilter::Only(a.offer), avoid);
+        here + self.place_split(a.job, a.gpus - here, OfferFilter::Except(a.offer), avoid)
     }
 
     /// Places up to `gpus` more GPUs of split job `j` where there is room now, as new pieces, on
-    /// the candidates ejection tries for it (not on `skip`, nor on offers using a resource in
-    /// `avoid`), within its price cap and budget. Returns the GPUs placed.
-    fn place_split(&mut self, j: usize, gpus: u32, skip: Option<usize>, avoid: &[(usize, i64)]) -> u32 {
+    /// the candidates ejection tries for it that `offers` admits (none on offers using a resource
+    /// in `avoid`), within its price cap and budget. Returns the GPUs placed.
+    fn place_split(&mut self, j: usize, gpus: u32, offers: OfferFilter, avoid: &[(usize, i64)]) -> u32 {
         let inst = self.inst;
         let job = inst.job(j);
         let (mut price, mut spent) = (0.0, 0.0);
@@ -943,12 +970,21 @@ impl<'i, 'a> Packing<'i, 'a> {
             price += f64::from(self.fixed[y].vms) * inst.p.offers[self.fixed[y].offer].price_per_hour;
             spent += self.fixed[y].cost;
         }
+        // Its own offer may be outside the candidates ejection tries (the cheapest few at the
+        // multipliers' prices): a piece trimmed there is looked for among all of the job's.
+        let ks: Vec<usize> = match offers {
+            OfferFilter::Only(o) => (0..inst.cands_of(j).len()).filter(|&k| self.cand(j, k).offer == o).collect(),
+            OfferFilter::Except(o) => {
+                self.frame.tried[j].iter().map(|&k| k as usize).filter(|&k| self.cand(j, k).offer != o).collect()
+            }
+        };
         let mut left = gpus;
-        for ki in 0..self.frame.tried[j].len() {
-            let c = *self.cand(j, self.frame.tried[j][ki] as usize);
-            if Some(c.offer) == skip
-                || self.frame.offer_res[c.offer].iter().any(|&(r, _)| avoid.iter().any(|&(x, _)| x == r))
-            {
+        for k in ks {
+            if left == 0 {
+                break;
+            }
+            let c = *self.cand(j, k);
+            if self.frame.offer_res[c.offer].iter().any(|&(r, _)| avoid.iter().any(|&(x, _)| x == r)) {
                 continue;
             }
             // An offer drawing on nothing listed has no limit.
@@ -1690,6 +1726,32 @@ pub(crate) mod tests {
         assert!(pack.insert(0) && pack.insert(1), "x and y fit");
         assert!(!pack.fits(2, 0), "j waits");
         pack
+    }
+
+    /// Split job `high` (priority 5, one GPU) runs only on the one offer, whose room (eight VMs of
+    /// its `cores`) split job `low` (priority 1, eight GPUs) holds all of: taking `low`'s piece out
+    /// whole loses 8 for 5, one VM of it loses 1.
+    #[test]
+    fn a_split_job_takes_one_vm_of_a_lighter_piece_not_the_whole_piece() {
+        let json = r#"{"offers": [{"region": "eastus", "size": "Standard_NC4as_T4_v3", "priority": "regular",
+                "gpu_model": "T4", "gpus_per_vm": 1, "vcpus_per_vm": 4, "family": "standardNCASv3_T4Family",
+                "price_per_hour": 1.0}],
+            "quotas": [{"region": "eastus", "pool": "cores", "vcpus": 32}],
+            "jobs": [{"id": "low", "gpus": 8, "gpu_models": ["T4"], "gang": false, "priority": 1, "duration_hours": 1},
+                     {"id": "high", "gpus": 1, "gpu_models": ["T4"], "gang": false, "priority": 5,
+                      "duration_hours": 1}]}"#;
+        let p = Problem::from_json_str(json).expect("valid problem");
+        let inst = Instance::new(&p);
+        let mut sol = Sol::new(&inst);
+        let low = inst.cands_of(0)[0];
+        assert_eq!(sol.fill(&inst, 0, &low, u32::MAX), 8, "low holds all eight VMs");
+        let mut pack = Packing::from_sol(&inst, &sol);
+        pack.improve_weight(None);
+        assert_eq!(pack.placed_weight(), 12.0, "seven of low's GPUs and high's");
+        let plan = crate::finish(&inst, &pack.to_sol(), "test", &[], Instant::now());
+        crate::check(&p, &plan).expect("feasible");
+        let gpus = |id: &str| plan.placements.iter().filter(|a| a.job == id).map(|a| a.gpus).sum::<u32>();
+        assert_eq!((gpus("low"), gpus("high")), (7, 1));
     }
 
     #[test]
