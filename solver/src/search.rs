@@ -14,7 +14,10 @@
 //!   also the one job, of any weight, that holds an unplaced job's room moved where lighter jobs
 //!   make way for it (`relocate_ejecting`);
 //! - place a split job: what a non-gang job still needs, on one of its candidates, after taking out
-//!   lighter holders (gang jobs, placed elsewhere if they fit, or other split jobs' pieces);
+//!   lighter holders (gang jobs, placed elsewhere if they fit, or other split jobs' pieces); above
+//!   100 jobs a piece gives up only the VMs needed, the job takes part of what it needs where all
+//!   does not fit or its price cap or budget allows only part, and a job under a cap or budget is
+//!   placed again cheapest per GPU first (see [`Packing::respread_split`]);
 //! - relocate and swap (cost phase): a job moved to a cheaper candidate, if need be after moving the
 //!   job that holds its room elsewhere;
 //! - re-fill an offer (cost phase, `repack`): the gang jobs on one offer and those waiting for it
@@ -29,8 +32,9 @@
 //!
 //! Non-gang jobs keep the placements they come in with (the `Sol` methods place and re-place them),
 //! except that an ejection may take one of their placements (a piece: some VMs of one offer) out
-//! when a heavier gang job needs its room, its GPUs then placed again where there is room and the
-//! rest counted lost, and that room-making may move a piece whole; what is left of a job is placed
+//! when a heavier job needs its room (above 100 jobs only the VMs it needs: the rest is put back on
+//! the piece's offer first), its GPUs then placed again where there is room and the rest counted
+//! lost, and that room-making may move a piece whole; what is left of a job is placed
 //! again, where there is room, when the plan is rebuilt.
 
 mod no_room;
