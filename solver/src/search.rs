@@ -138,8 +138,9 @@ enum Target {
 /// jobs with every job split (a shape the independent generator does not draw), plans 0.5-3.8 %
 /// heavier; at 60-100 jobs, where the exact search and the neighbourhoods place split jobs in
 /// whole VMs anyway, the local search's other path cost time (split-100-11 1.7 times) for no
-/// weight (BENCHMARKS.md, "Split jobs' pieces taken in part (session 65)").
-const PART_PIECES_ABOVE: usize = crate::neighbourhood::MAX_JOBS;
+/// weight (BENCHMARKS.md, "Split jobs' pieces taken in part (session 65)"). The neighbourhood
+/// search's limit (`neighbourhood::MAX_JOBS`), not named here: `neighbourhood` uses this module.
+const PART_PIECES_ABOVE: usize = 100;
 
 /// Ejections a split job placed again from scratch ([`Packing::respread_split`]) may make for
 /// itself.
