@@ -27,8 +27,9 @@
 //!   room freed first, that together cost less than the move saves.
 //!
 //! Iterated search on top of both phases (many times on small problems; on large ones four times,
-//! then twenty times searching only near what each kick moved): kicks (jobs removed, or one forced
-//! in whatever it displaces) followed by the search again, across plateaus of equal weight.
+//! then twenty times searching only near what each kick moved): kicks (jobs removed, on 101-400
+//! jobs split jobs' pieces too, or one forced in whatever it displaces) followed by the search
+//! again, across plateaus of equal weight.
 //!
 //! Non-gang jobs keep the placements they come in with (the `Sol` methods place and re-place them),
 //! except that an ejection may take one of their placements (a piece: some VMs of one offer) out
