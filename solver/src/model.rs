@@ -118,6 +118,31 @@ impl Cand {
     pub fn cost_per_gpu(&self) -> f64 {
         self.cost / f64::from(self.gpus) + self.egress_per_gpu
     }
+
+    /// The most VMs of this (non-gang) candidate, at most `want`, that `job` may still take with
+    /// `remaining` GPUs to place, `price` per hour already placed and `spent` of its budget spent:
+    /// its price cap and its budget (egress included) decide. Cost grows with VMs, so every
+    /// smaller count is allowed too.
+    pub fn vms_allowed(&self, job: &JobDemand, per_vm: f64, want: u32, remaining: u32, price: f64, spent: f64) -> u32 {
+        let mut vms = want;
+        if let Some(cap) = job.max_price_per_hour
+            && per_vm > 0.0
+        {
+            vms = vms.min(((cap - price + EPS) / per_vm).floor().max(0.0) as u32);
+        }
+        if let Some(budget) = job.budget {
+            let left = budget - spent + EPS;
+            if self.cost > 0.0 {
+                vms = vms.min((left / self.cost).floor().max(0.0) as u32);
+            }
+            let cost_of =
+                |k: u32| f64::from(k) * self.cost + self.egress_per_gpu * f64::from(remaining.min(k * self.gpus));
+            while vms > 0 && cost_of(vms) > left {
+                vms -= 1;
+            }
+        }
+        vms
+    }
 }
 
 /// Jobs identical in everything but their id: they share candidates and LP variables.
@@ -458,25 +483,8 @@ impl Sol {
         let job = inst.job(j);
         let offer = &inst.p.offers[c.offer];
         let remaining = job.gpus - self.job_gpus[j];
-        let mut vms = remaining.div_ceil(c.gpus).min(limit).min(self.room(inst, c.offer));
-        if let Some(cap) = job.max_price_per_hour {
-            let left = cap - self.job_price[j] + EPS;
-            vms = vms.min(if offer.price_per_hour > 0.0 {
-                (left / offer.price_per_hour).floor().max(0.0) as u32
-            } else {
-                vms
-            });
-        }
-        if let Some(budget) = job.budget {
-            let left = budget - self.job_cost[j] + EPS;
-            let cost_of = |k: u32| f64::from(k) * c.cost + c.egress_per_gpu * f64::from(remaining.min(k * c.gpus));
-            if c.cost > 0.0 {
-                vms = vms.min((left / c.cost).floor().max(0.0) as u32);
-            }
-            while vms > 0 && cost_of(vms) > left {
-                vms -= 1;
-            }
-        }
+        let want = remaining.div_ceil(c.gpus).min(limit).min(self.room(inst, c.offer));
+        let vms = c.vms_allowed(job, offer.price_per_hour, want, remaining, self.job_price[j], self.job_cost[j]);
         if vms == 0 {
             return 0;
         }

@@ -967,24 +967,12 @@ impl<'i, 'a> Packing<'i, 'a> {
             // for part of a large job, and its price cap or budget may allow only part.
             let full = rem.div_ceil(c.gpus);
             let per_vm = inst.p.offers[c.offer].price_per_hour;
-            let capped = job.max_price_per_hour.map_or(full, |cap| {
-                if per_vm > 0.0 {
-                    ((cap - price + EPS) / per_vm).floor().clamp(0.0, f64::from(full)) as u32
-                } else {
-                    full
-                }
-            });
-            let budgeted = job.budget.map_or(capped, |b| {
-                if c.cost > 0.0 {
-                    ((b - spent + EPS) / c.cost).floor().clamp(0.0, f64::from(capped)) as u32
-                } else {
-                    capped
-                }
-            });
+            let budgeted = c.vms_allowed(job, per_vm, full, rem, price, spent);
             let sizes = if self.part_pieces {
                 [budgeted, budgeted / 2, budgeted / 4, budgeted / 8, 1.min(budgeted)]
             } else {
-                [full, 0, 0, 0, 0]
+                // Whole or not at all: the cap or budget allows all it needs, or this one is out.
+                [if budgeted == full { full } else { 0 }, 0, 0, 0, 0]
             };
             for (n, &vms) in sizes.iter().enumerate() {
                 if vms == 0 || sizes[..n].contains(&vms) {
@@ -992,12 +980,6 @@ impl<'i, 'a> Packing<'i, 'a> {
                 }
                 let gpus = rem.min(vms * c.gpus);
                 let cost = f64::from(vms) * c.cost + c.egress_per_gpu * f64::from(gpus);
-                let hourly = f64::from(vms) * inst.p.offers[c.offer].price_per_hour;
-                if job.max_price_per_hour.is_some_and(|cap| price + hourly > cap + EPS)
-                    || job.budget.is_some_and(|b| spent + cost > b + EPS)
-                {
-                    continue;
-                }
                 let wj = prio * f64::from(gpus);
                 let Some((victims, _)) = self.ejection_vms(j, c.offer, vms, wj - 0.5) else { continue };
                 let piece = Assign { job: j, offer: c.offer, vms, gpus, cost };
