@@ -183,6 +183,16 @@ pub(crate) struct Instance<'a> {
 const PARALLEL_CLASSES: usize = 500;
 
 impl<'a> Instance<'a> {
+    /// Whether at least half the GPUs the jobs ask for belong to jobs that may be split across
+    /// VMs: then the LP's whole VMs are most of the plan (see `lp::round`).
+    pub fn mostly_split(&self) -> bool {
+        let (split, all) =
+            self.p.jobs.iter().fold((0u64, 0u64), |(s, a), j| {
+                (s + if j.gang { 0 } else { u64::from(j.gpus) }, a + u64::from(j.gpus))
+            });
+        2 * split >= all
+    }
+
     pub fn new(p: &'a Problem) -> Instance<'a> {
         let mut pool_index: BTreeMap<(String, String), usize> = BTreeMap::new();
         let mut pool_limit = Vec::new();
