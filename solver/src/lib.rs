@@ -289,7 +289,7 @@ fn small_lp(inst: &Instance) -> bool {
     let collapsed = inst.classes.len() * 2 <= inst.p.jobs.len();
     columns <= MAX_LP_COLUMNS / 3
         || (collapsed && columns <= MAX_LP_COLUMNS)
-        || (inst.mostly_split() && columns <= SPLIT_LP_COLUMNS)
+        || (inst.mostly_split() && columns <= SPLIT_LP_COLUMNS && inst.p.jobs.len() <= SPLIT_LP_MAX_JOBS)
 }
 
 /// Candidates up to which the LP relaxation is solved when most GPUs asked for are splittable
@@ -299,6 +299,11 @@ fn small_lp(inst: &Instance) -> bool {
 /// tight-caps-400-21 (9,002 candidates) reached 90.6 % of HiGHS's plan without the LP, 99.1 %
 /// from its rounding (BENCHMARKS.md, "Split jobs from the LP's rounding (session 66)").
 const SPLIT_LP_COLUMNS: usize = 12_000;
+
+/// Jobs up to which a mostly split problem's LP is solved (see [`SPLIT_LP_COLUMNS`]): 1,000 jobs
+/// with few candidates each would fit in the columns, and take a second where their target is
+/// 0.25 s.
+const SPLIT_LP_MAX_JOBS: usize = 500;
 
 /// The weight phase when shared quota and capacity bind: the Lagrangian bound by subgradient steps,
 /// the Lagrangian heuristic at the multipliers met on the way, then local search on the best plan.
