@@ -293,11 +293,12 @@ fn small_lp(inst: &Instance) -> bool {
 }
 
 /// Candidates up to which the LP relaxation is solved when most GPUs asked for are splittable
-/// ([`Instance::mostly_split`]): about 1.3 s of clarabel. Their LP's VMs rounded down stay feasible and lose
-/// at most a VM per job and candidate, where the Lagrangian's plans and the search after them
-/// leave much more: every job of `variant_problems.py --shapes nogang` splittable, 400 jobs of
-/// tight-caps-400-21 (9,002 candidates) reached 90.6 % of HiGHS's plan without the LP, 99.1 %
-/// from its rounding (BENCHMARKS.md, "Split jobs from the LP's rounding (session 66)").
+/// ([`Instance::mostly_split`]): clarabel took 0.7-1.5 s at about 9,000 on this 2-core machine.
+/// Their LP's VMs rounded down stay feasible and lose at most a VM per job and candidate, where
+/// the Lagrangian's plans and the search after them leave much more: every job of
+/// `variant_problems.py --shapes nogang` splittable, 400 jobs of tight-caps-400-21 (9,002
+/// candidates) reached 91.3 % of HiGHS's 10 s plan's weight without the LP, 100.0 % from its
+/// rounding (BENCHMARKS.md, "Split jobs from the LP's rounding (session 66)").
 const SPLIT_LP_COLUMNS: usize = 12_000;
 
 /// Jobs up to which a mostly split problem's LP is solved (see [`SPLIT_LP_COLUMNS`]): 1,000 jobs

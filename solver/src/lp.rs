@@ -389,9 +389,7 @@ pub(crate) fn round(inst: &Instance, lp: &LpResult) -> Sol {
                     if whole == 0 {
                         break;
                     }
-                    let before = sol.job_gpus[j];
-                    sol.fill(inst, j, cand, whole);
-                    whole -= (sol.job_gpus[j] - before).div_ceil(cand.gpus).min(whole);
+                    whole -= sol.fill(inst, j, cand, whole).div_ceil(cand.gpus).min(whole);
                 }
             }
             continue;

@@ -119,11 +119,13 @@ impl Cand {
         self.cost / f64::from(self.gpus) + self.egress_per_gpu
     }
 
-    /// The most VMs of this (non-gang) candidate, at most `want`, that `job` may still take with
+    /// The most VMs of this (non-gang) candidate, at most `want`, that job `j` may still take with
     /// `remaining` GPUs to place, `price` per hour already placed and `spent` of its budget spent:
     /// its price cap and its budget (egress included) decide. Cost grows with VMs, so every
     /// smaller count is allowed too.
-    pub fn vms_allowed(&self, job: &JobDemand, per_vm: f64, want: u32, remaining: u32, price: f64, spent: f64) -> u32 {
+    pub fn vms_allowed(&self, inst: &Instance, j: usize, want: u32, remaining: u32, price: f64, spent: f64) -> u32 {
+        let job = inst.job(j);
+        let per_vm = inst.p.offers[self.offer].price_per_hour;
         let mut vms = want;
         if let Some(cap) = job.max_price_per_hour
             && per_vm > 0.0
@@ -491,10 +493,9 @@ impl Sol {
     /// and the free resources allow, but at most `limit`. Returns the GPUs added.
     pub fn fill(&mut self, inst: &Instance, j: usize, c: &Cand, limit: u32) -> u32 {
         let job = inst.job(j);
-        let offer = &inst.p.offers[c.offer];
         let remaining = job.gpus - self.job_gpus[j];
         let want = remaining.div_ceil(c.gpus).min(limit).min(self.room(inst, c.offer));
-        let vms = c.vms_allowed(job, offer.price_per_hour, want, remaining, self.job_price[j], self.job_cost[j]);
+        let vms = c.vms_allowed(inst, j, want, remaining, self.job_price[j], self.job_cost[j]);
         if vms == 0 {
             return 0;
         }

@@ -41,6 +41,8 @@
 mod no_room;
 mod repack;
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -313,17 +315,22 @@ impl<'i, 'a> Packing<'i, 'a> {
         // pieces placed one after the other can each end in a partly idle VM (three of 2 GPUs on
         // 4-GPU VMs), and a placement has at most one.
         let mut merged: Vec<Assign> = Vec::new();
+        let mut at: HashMap<(usize, usize), usize> = HashMap::new();
         for (a, &out) in self.fixed.iter().zip(&self.out) {
             if out {
                 continue;
             }
-            match merged.iter_mut().find(|m| m.job == a.job && m.offer == a.offer) {
-                Some(m) => {
+            match at.entry((a.job, a.offer)) {
+                Entry::Occupied(i) => {
+                    let m = &mut merged[*i.get()];
                     m.vms += a.vms;
                     m.gpus += a.gpus;
                     m.cost += a.cost;
                 }
-                None => merged.push(*a),
+                Entry::Vacant(v) => {
+                    v.insert(merged.len());
+                    merged.push(*a);
+                }
             }
         }
         for mut a in merged {
@@ -966,8 +973,7 @@ impl<'i, 'a> Packing<'i, 'a> {
             // All it still needs, else half of it, else a quarter: lighter holders may free room
             // for part of a large job, and its price cap or budget may allow only part.
             let full = rem.div_ceil(c.gpus);
-            let per_vm = inst.p.offers[c.offer].price_per_hour;
-            let budgeted = c.vms_allowed(job, per_vm, full, rem, price, spent);
+            let budgeted = c.vms_allowed(inst, j, full, rem, price, spent);
             let sizes = if self.part_pieces {
                 [budgeted, budgeted / 2, budgeted / 4, budgeted / 8, 1.min(budgeted)]
             } else {
