@@ -123,6 +123,7 @@ use search::RoomMaking;
 /// but still well-formed plan). `Method::Best` uses HiGHS when built with `--features highs`, the
 /// LP-rounding method otherwise.
 pub fn solve(problem: &Problem, options: &SolveOptions) -> Plan {
+    let problem = &*problem.unsplittable_as_gangs();
     match options.method {
         Method::Greedy => solve_greedy(problem),
         Method::Round => solve_with(problem, options, Search::Off),
@@ -136,7 +137,7 @@ pub fn solve(problem: &Problem, options: &SolveOptions) -> Plan {
 /// The default build's `Best`: LP relaxation, rounding, repair and greedy fill, with the LP bound for
 /// `gap`. Available in every build so that it can be compared with HiGHS.
 pub fn solve_lp_round(problem: &Problem, options: &SolveOptions) -> Plan {
-    solve_with(problem, options, Search::On)
+    solve_with(&problem.unsplittable_as_gangs(), options, Search::On)
 }
 
 /// Whether the default build's method runs the Lagrangian bound and the local search after the LP
@@ -306,6 +307,15 @@ const SPLIT_LP_COLUMNS: usize = 12_000;
 /// 0.25 s.
 const SPLIT_LP_MAX_JOBS: usize = 500;
 
+/// Subgradient steps whose choices [`lagrange::Lagrangian::averaged_choices`] averages for a mostly
+/// split problem too large for its LP: 10-20 ms at 1,000 jobs.
+const AVERAGED_STEPS: usize = 100;
+
+/// Jobs up to which a mostly split problem without its LP gets the start from the averaged choices
+/// ([`AVERAGED_STEPS`]): at 10,000 jobs the steps took 120 ms and the start was 14 % lighter than
+/// the Lagrangian heuristic's.
+const AVERAGED_MAX_JOBS: usize = 2_000;
+
 /// The weight phase when shared quota and capacity bind: the Lagrangian bound by subgradient steps,
 /// the Lagrangian heuristic at the multipliers met on the way, then local search on the best plan.
 fn lagrangian(
@@ -333,6 +343,16 @@ fn lagrangian(
     trace(|| format!("knapsack bound {knapsack:.1} against {:.1}", dual.bound));
     let bound = Bound { weight: lagrange::integral(dual.bound.min(knapsack)), cost: None };
     bounds.push(bound);
+    // Mostly split and no LP solved (too large): the LP's point estimated from the Lagrangian's
+    // choices, rounded as the LP's would be, another start.
+    if relaxation.is_none() && inst.mostly_split() && inst.p.jobs.len() <= AVERAGED_MAX_JOBS && !expired(deadline) {
+        let target = constructed.weight(inst).max(start_weight);
+        let values = lag.averaged_choices(&dual, target, AVERAGED_STEPS);
+        let mut rounded = lp::round_values(inst, &values, 0.5);
+        rounded.improve(inst);
+        trace(|| format!("averaged choices rounded: {} cost {:.2}", rounded.weight(inst), rounded.cost()));
+        constructed = pick(inst, constructed, rounded);
+    }
     trace(|| format!("lagrangian: bound {} constructed {}", bound.weight, constructed.weight(inst)));
     // Local search from the better start, and from the other too when it is close (each ends in
     // its own local optimum; a start far behind rarely catches up).
