@@ -672,18 +672,7 @@ mod tests {
     /// Per class they never ask for more GPUs than its jobs have.
     #[test]
     fn averaged_choices_share_the_quota_as_the_lp_does() {
-        let json = r#"{"offers": [
-                {"region": "eastus", "size": "Standard_X1T4", "priority": "regular", "gpu_model": "T4",
-                 "gpus_per_vm": 1, "vcpus_per_vm": 1, "family": "standardT4Family", "price_per_hour": 1.0,
-                 "capacity_vms": 8},
-                {"region": "eastus", "size": "Standard_X2A10", "priority": "regular", "gpu_model": "A10",
-                 "gpus_per_vm": 1, "vcpus_per_vm": 2, "family": "standardA10Family", "price_per_hour": 1.0}],
-            "quotas": [{"region": "eastus", "pool": "cores", "vcpus": 16}],
-            "jobs": [{"id": "a", "gpus": 8, "gpu_models": ["T4", "A10"], "gang": false, "priority": 10,
-                      "duration_hours": 1},
-                     {"id": "b", "gpus": 8, "gpu_models": ["T4"], "gang": false, "priority": 9,
-                      "duration_hours": 1}]}"#;
-        let p = Problem::from_json_str(json).expect("valid problem");
+        let p = crate::lp::tests::two_split_jobs();
         let inst = Instance::new(&p);
         let mut lag = Lagrangian::new(&inst);
         let dual = lag.descend(None, 80.0, 400, None, 0, |_| 80.0);

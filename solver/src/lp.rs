@@ -464,15 +464,15 @@ pub(crate) fn round_values(inst: &Instance, values: &[Vec<f64>], up_from: f64) -
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::problem::{JobDemand, Problem};
 
-    #[test]
-    fn split_jobs_get_the_whole_vms_the_lp_gives_them() {
-        // 16 vCPUs: the LP's only optimum gives `a` 4 VMs of each offer and `b` the other 4 of the
-        // cheap-in-vCPUs one (weight 116). Filled in priority order on the offer the LP uses most,
-        // `a` would take all 8 of those and leave `b` nothing (weight 80).
+    /// Two split jobs of 8 GPUs and 16 vCPUs of quota: `a` (priority 10) on T4 VMs of a vCPU
+    /// (8 at most) or A10 VMs of two, `b` (9) on the T4 VMs only. The LP's only optimum gives `a`
+    /// 4 VMs of each and `b` the other 4 T4 VMs (weight 116); filled in priority order on the
+    /// cheap-in-vCPUs VMs, `a` would take all 8 and leave `b` nothing (weight 80).
+    pub(crate) fn two_split_jobs() -> Problem {
         let json = r#"{"offers": [
                 {"region": "eastus", "size": "Standard_X1T4", "priority": "regular", "gpu_model": "T4",
                  "gpus_per_vm": 1, "vcpus_per_vm": 1, "family": "standardT4Family", "price_per_hour": 1.0,
@@ -484,7 +484,12 @@ mod tests {
                       "duration_hours": 1},
                      {"id": "b", "gpus": 8, "gpu_models": ["T4"], "gang": false, "priority": 9,
                       "duration_hours": 1}]}"#;
-        let p = Problem::from_json_str(json).expect("valid problem");
+        Problem::from_json_str(json).expect("valid problem")
+    }
+
+    #[test]
+    fn split_jobs_get_the_whole_vms_the_lp_gives_them() {
+        let p = two_split_jobs();
         let inst = Instance::new(&p);
         let lp = solve_lp(&inst, None, None).expect("the LP solves");
         assert!((lp.weight_bound - 116.0).abs() < 1.0, "LP bound {}", lp.weight_bound);
