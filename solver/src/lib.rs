@@ -13,7 +13,9 @@
 //!   shared quota and capacity bind: the LP relaxation over job classes (identical jobs grouped,
 //!   dominated offers pruned) where it is small, with clarabel, rounded and repaired; the Lagrangian
 //!   bound (`lagrange`: the pool and capacity rows priced, each class choosing alone, no LP), whose
-//!   multipliers drive the Lagrangian heuristic, and which the knapsack bound (`knapsack_bound`: the pools
+//!   multipliers drive the Lagrangian heuristic (and, where most GPUs are in split jobs and the LP
+//!   is not solved, whose classes' choices averaged over further steps and rounded stand in for
+//!   the LP's rounding as another start), and which the knapsack bound (`knapsack_bound`: the pools
 //!   enforced on whole jobs at the same multipliers) tightens; and local search on the best plans (`search`: insert,
 //!   eject lighter jobs, relocate, drop one for many, then cost moves). On up to 50 jobs the exact
 //!   MILP through microlp (pure Rust; `milp_microlp`) from the best plan, within a node budget
