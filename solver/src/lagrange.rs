@@ -461,24 +461,14 @@ impl<'i, 'a> Lagrangian<'i, 'a> {
                     value
                 };
                 let stop = proven(best.bound, target) || step < 1e-5 || deadline.is_some_and(|d| Instant::now() >= d);
-                // Deflected subgradient: damps the zigzag between rows that bind alternately.
-                for (d, g) in dir.iter_mut().zip(&grad) {
-                    *d = 0.6 * g + 0.4 * *d;
-                }
-                // Only rows that can move count towards the step length.
-                let norm: f64 =
-                    dir.iter().zip(&theta).map(|(d, t)| if *t <= 0.0 && *d > 0.0 { 0.0 } else { d * d }).sum();
+                let norm = deflect(&mut dir, &grad, &theta);
                 if stop || norm <= 1e-18 {
                     if visits.holds(target) {
                         break;
                     }
                     continue;
                 }
-                let gap = (value - target).max(1e-3 * value.abs().max(1.0) * 0.01);
-                let t = step * gap / norm;
-                for (th, d) in theta.iter_mut().zip(&dir) {
-                    *th = (*th - t * d).max(0.0);
-                }
+                polyak_step(&mut theta, &dir, norm, value, target, step);
                 it += 1;
             }
             // The best multipliers' prices for the caller's last heuristic pass.
@@ -515,18 +505,11 @@ impl Lagrangian<'_, '_> {
             let weight = (it + 1) as f64;
             let value = self.evaluate_into(&theta, &mut grad, Some((&mut sum, weight)));
             total += weight;
-            for (d, g) in dir.iter_mut().zip(&grad) {
-                *d = 0.6 * g + 0.4 * *d;
-            }
-            let norm: f64 = dir.iter().zip(&theta).map(|(d, t)| if *t <= 0.0 && *d > 0.0 { 0.0 } else { d * d }).sum();
+            let norm = deflect(&mut dir, &grad, &theta);
             if norm <= 1e-18 {
                 break;
             }
-            let gap = (value - target).max(1e-3 * value.abs().max(1.0) * 0.01);
-            let t = AVERAGED_STEP * gap / norm;
-            for (th, d) in theta.iter_mut().zip(&dir) {
-                *th = (*th - t * d).max(0.0);
-            }
+            polyak_step(&mut theta, &dir, norm, value, target, AVERAGED_STEP);
         }
         if total > 0.0 {
             for v in sum.iter_mut().flatten() {
@@ -534,6 +517,26 @@ impl Lagrangian<'_, '_> {
             }
         }
         sum
+    }
+}
+
+/// Deflects the direction `dir` towards the subgradient `grad` (damps the zigzag between rows
+/// that bind alternately) and returns its squared length over the rows that can move (a row at 0
+/// whose direction would push it below does not count).
+fn deflect(dir: &mut [f64], grad: &[f64], theta: &[f64]) -> f64 {
+    for (d, g) in dir.iter_mut().zip(grad) {
+        *d = 0.6 * g + 0.4 * *d;
+    }
+    dir.iter().zip(theta).map(|(d, t)| if *t <= 0.0 && *d > 0.0 { 0.0 } else { d * d }).sum()
+}
+
+/// A Polyak step along `dir` (squared length `norm`) from a Lagrangian of `value` towards
+/// `target`, scaled by `factor`, the multipliers kept non-negative.
+fn polyak_step(theta: &mut [f64], dir: &[f64], norm: f64, value: f64, target: f64, factor: f64) {
+    let gap = (value - target).max(1e-3 * value.abs().max(1.0) * 0.01);
+    let t = factor * gap / norm;
+    for (th, d) in theta.iter_mut().zip(dir) {
+        *th = (*th - t * d).max(0.0);
     }
 }
 

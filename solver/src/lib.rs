@@ -132,7 +132,7 @@ pub fn solve(problem: &Problem, options: &SolveOptions) -> Plan {
         #[cfg(feature = "highs")]
         Method::Best => milp_highs::solve(problem, options),
         #[cfg(not(feature = "highs"))]
-        Method::Best => solve_lp_round(problem, options),
+        Method::Best => solve_with(problem, options, Search::On),
     }
 }
 

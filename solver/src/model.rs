@@ -191,11 +191,7 @@ impl<'a> Instance<'a> {
     /// (`variant_problems.py --shapes nogang` of `real_problems.py --sizes 300`) kept their weight
     /// from the LP's start and ended up to 40 % dearer, in twice the time.
     pub fn mostly_split(&self) -> bool {
-        let (split, all) = self.p.jobs.iter().fold((0u64, 0u64), |(s, a), j| {
-            let splits = !j.gang && j.gpus > 1;
-            (s + if splits { u64::from(j.gpus) } else { 0 }, a + u64::from(j.gpus))
-        });
-        2 * split >= all
+        self.p.half_the_gpus_in(|j| !j.gang && j.gpus > 1)
     }
 
     pub fn new(p: &'a Problem) -> Instance<'a> {

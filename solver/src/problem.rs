@@ -278,11 +278,8 @@ impl Problem {
     /// are theirs: every one-GPU job made a gang, split-60-8 of the regression corpus (6 of its 60
     /// jobs such, 6 of its 663 GPUs) ended 8.7 % above HiGHS's cost where it is within 1 % as given.
     pub(crate) fn unsplittable_as_gangs(&self) -> std::borrow::Cow<'_, Problem> {
-        let (single, all) = self
-            .jobs
-            .iter()
-            .fold((0u64, 0u64), |(s, a), j| (s + u64::from(!j.gang && j.gpus == 1), a + u64::from(j.gpus)));
-        if single == 0 || 2 * single < all {
+        let unsplittable = |j: &JobDemand| !j.gang && j.gpus == 1;
+        if !self.jobs.iter().any(unsplittable) || !self.half_the_gpus_in(unsplittable) {
             return std::borrow::Cow::Borrowed(self);
         }
         let mut p = self.clone();
@@ -292,6 +289,15 @@ impl Problem {
             }
         }
         std::borrow::Cow::Owned(p)
+    }
+
+    /// Whether the jobs for which `counts` holds ask for at least half of all the GPUs asked for.
+    pub(crate) fn half_the_gpus_in(&self, counts: impl Fn(&JobDemand) -> bool) -> bool {
+        let (some, all) = self.jobs.iter().fold((0u64, 0u64), |(s, a), j| {
+            let gpus = u64::from(j.gpus);
+            (s + if counts(j) { gpus } else { 0 }, a + gpus)
+        });
+        2 * some >= all
     }
 
     /// Parses the JSON problem format strictly (unknown fields are errors) and validates it.
