@@ -731,15 +731,24 @@ fn predecessor_cycle(pred: &[usize]) -> Option<Vec<usize>> {
 }
 
 /// Work (queue pops of the shortest-path searches) the re-assignment may take: [`SMALL_WORK`] on up
-/// to [`SMALL_JOBS`] jobs, else [`WORK`] plus [`WORK_PER_JOB`] per job. A pop costs 0.1-0.2 µs at
-/// 1,000 jobs, 0.5 µs or more at 10,000 (every change re-prices all nodes). Most of the gain
-/// comes from the cycles, which take little of it (35,000 pops at 1,000 diverse jobs,
-/// 150,000-440,000 at 10,000); the trades take the rest, and find one in a few dozen tries. At 60
-/// per job, 10,000-job plans took up to 1.9 s as the whole process (the target is 2 s).
+/// to [`SMALL_JOBS`] jobs, else [`WORK`] plus [`WORK_PER_JOB`] per job, at least [`MIN_WORK`]. A
+/// pop costs 0.1-0.2 µs at 1,000 jobs, 0.5 µs or more at 10,000 (every change re-prices all
+/// nodes). Most of the gain comes from the cycles, which take little of it (35,000 pops at 1,000
+/// diverse jobs, 150,000-440,000 at 10,000); the trades take the rest, and find one in a few dozen
+/// tries. At 60 per job, 10,000-job plans took up to 1.9 s as the whole process (the target is
+/// 2 s).
 const SMALL_JOBS: usize = 300;
 const SMALL_WORK: usize = 1_000_000;
 const WORK: usize = 100_000;
 const WORK_PER_JOB: usize = 40;
+/// At 1,000 jobs the trades used all of the 140,000 pops they had before session 68 (on 20 of the
+/// 22 independent problems of seeds 1 and 3; one-pool and tiny ended below), and kept gaining with
+/// more: at 300,000, 41 of those 66 plans better and none worse,
+/// for 1.16 times the mean time (149 -> 173 ms, the 90th percentile 196 -> 223); at 600,000, 49
+/// better for 1.47 times, a quarter of them above the 0.25 s target (BENCHMARKS.md, "More work
+/// for the slots between 300 and 5,000 jobs (session 68)"). From 5,000 jobs on the per-job budget
+/// is more.
+const MIN_WORK: usize = 300_000;
 
 /// Slots a trade may release second: the first slot's kind again, then the dearest per weight of
 /// the slots that share a resource (a quota pool, an offer's capacity) with it. A second slot
@@ -865,7 +874,7 @@ pub(crate) fn reassign(inst: &Instance, sol: Sol, deadline: Option<Instant>) -> 
         potential: Vec::new(),
         potential_ok: false,
         dirty: Vec::new(),
-        limit: if n <= SMALL_JOBS { SMALL_WORK } else { WORK + WORK_PER_JOB * n },
+        limit: if n <= SMALL_JOBS { SMALL_WORK } else { (WORK + WORK_PER_JOB * n).max(MIN_WORK) },
         deadline,
         tabu: Vec::new(),
         focus: Vec::new(),
