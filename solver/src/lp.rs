@@ -237,6 +237,10 @@ const COLUMNS_PER_ROUND: usize = 4;
 /// Pricing rounds at most; the bound is valid after any of them, only less tight.
 const MAX_PRICING_ROUNDS: usize = 25;
 
+/// Doublings of the weight row's price at which the cost phase's bound is tried with the pools
+/// enforced on whole jobs.
+const KNAPSACK_DOUBLINGS: usize = 6;
+
 /// The duals of the cost phase's rows, clamped to their valid signs (`≤` rows non-positive, the
 /// weight row non-negative); a row absent from a restricted model has dual 0.
 struct Duals {
@@ -351,7 +355,22 @@ fn cost_phase(
             }
         }
         if !added || round + 1 >= MAX_PRICING_ROUNDS {
-            return Ok(((bound * (1.0 - BOUND_SLACK)).max(0.0), values));
+            // The same duals with the quota pools enforced on whole jobs (`cost_bound::knapsack`,
+            // valid at any multipliers of the right signs), the weight row's price doubled up to
+            // KNAPSACK_DOUBLINGS times: where whole jobs cannot fill a pool as the LP's fractions
+            // do, the LP's price of weight is too low for them (see the test
+            // `the_cost_bound_enforces_the_pools_on_whole_jobs`). A millisecond a try at 60 jobs.
+            let mut resources: Vec<f64> = y.pool.iter().map(|d| -d).collect();
+            resources.extend(y.capacity.iter().map(|d| -d));
+            let mut at = crate::cost_bound::Multipliers { weight: y.weight, resources };
+            let mut knapsack = 0.0f64;
+            for _ in 0..=KNAPSACK_DOUBLINGS {
+                if let Some(b) = crate::cost_bound::knapsack(inst, floor, &at) {
+                    knapsack = knapsack.max(b);
+                }
+                at.weight *= 2.0;
+            }
+            return Ok(((bound.max(knapsack) * (1.0 - BOUND_SLACK)).max(0.0), values));
         }
     }
     unreachable!("the pricing loop returns")
@@ -485,6 +504,25 @@ pub(crate) mod tests {
                      {"id": "b", "gpus": 8, "gpu_models": ["T4"], "gang": false, "priority": 9,
                       "duration_hours": 1}]}"#;
         Problem::from_json_str(json).expect("valid problem")
+    }
+
+    /// 10 vCPUs of quota and 6-vCPU VMs: one VM fits. The most weight is `a` (priority 3, ten
+    /// hours, $10); the LP reaches that weight for $1.50 with one and a half one-hour jobs of
+    /// priority 2, which whole jobs cannot do. The cost bound at weight 3 is the knapsack's at the
+    /// LP's duals: the optimum, $10.
+    #[test]
+    fn the_cost_bound_enforces_the_pools_on_whole_jobs() {
+        let json = r#"{"offers": [
+                {"region": "eastus", "size": "Standard_X6V100", "priority": "regular", "gpu_model": "V100",
+                 "gpus_per_vm": 1, "vcpus_per_vm": 6, "family": "standardV100Family", "price_per_hour": 1.0}],
+            "quotas": [{"region": "eastus", "pool": "cores", "vcpus": 10}],
+            "jobs": [{"id": "a", "gpus": 1, "priority": 3, "duration_hours": 10},
+                     {"id": "b", "gpus": 1, "priority": 2, "duration_hours": 1},
+                     {"id": "c", "gpus": 1, "priority": 2, "duration_hours": 1}]}"#;
+        let p = Problem::from_json_str(json).expect("valid problem");
+        let inst = Instance::new(&p);
+        let (cost, _) = min_cost_at(&inst, 3.0, None, None).expect("the cost LP solves");
+        assert!((cost - 10.0).abs() < 1e-3, "cost bound {cost} at weight 3, where the only plan costs $10");
     }
 
     #[test]
