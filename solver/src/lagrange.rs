@@ -487,31 +487,6 @@ impl<'i, 'a> Lagrangian<'i, 'a> {
 const AVERAGED_STEP: f64 = 0.05;
 
 impl Lagrangian<'_, '_> {
-    /// The bound after `iterations` more subgradient steps from `dual` towards `target`, for the
-    /// bound alone: the prices the descent left (which the caller's plans were built at) stay.
-    /// A descent cut short by a tight time limit can stop at its first pass, whose bound (all
-    /// multipliers 0) is every job's weight: the plan's gap would say nearly 1, where a few
-    /// passes (0.35 ms each at 10,000 jobs) say what it is worth.
-    pub fn tightened_bound(&mut self, dual: &Dual, target: f64, iterations: usize) -> f64 {
-        let m = self.rows.rhs.len();
-        let price = self.price.clone();
-        let mut theta = dual.theta.clone();
-        let mut grad = vec![0.0; m];
-        let mut dir = vec![0.0; m];
-        let mut bound = dual.bound;
-        for _ in 0..iterations {
-            let value = self.evaluate(&theta, &mut grad);
-            bound = bound.min(value);
-            let norm = deflect(&mut dir, &grad, &theta);
-            if norm <= 1e-18 || proven(bound, target) {
-                break;
-            }
-            polyak_step(&mut theta, &dir, norm, value, target, 1.0);
-        }
-        self.price = price;
-        bound
-    }
-
     /// An estimate of the LP relaxation's solution (per class and candidate, in the LP's units),
     /// from `iterations` more subgradient steps from `dual` towards `target`: the classes' own
     /// choices averaged, later steps weighing more. Near the best multipliers the choices swing
@@ -723,7 +698,8 @@ mod tests {
                 "seed {seed}: one pass, {} below every job's {every_job}",
                 cut.bound
             );
-            let tightened = lag.tightened_bound(&cut, plan.placed_weight, crate::OUT_OF_TIME_STEPS);
+            let target = plan.placed_weight;
+            let tightened = lag.descend(Some(&cut), target, crate::OUT_OF_TIME_STEPS, None, 0, |_| target).bound;
             assert!(
                 tightened >= plan.placed_weight - 1e-6,
                 "seed {seed}: {tightened} below a plan of {}",

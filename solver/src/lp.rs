@@ -508,8 +508,8 @@ pub(crate) mod tests {
 
     /// 10 vCPUs of quota and 6-vCPU VMs: one VM fits. The most weight is `a` (priority 3, ten
     /// hours, $10); the LP reaches that weight for $1.50 with one and a half one-hour jobs of
-    /// priority 2, which whole jobs cannot do. The cost bound at weight 3 is the knapsack's at the
-    /// LP's duals: the optimum, $10.
+    /// priority 2, which whole jobs cannot do. At the LP's price of weight ($0.50) the pool is
+    /// not priced and the knapsack bound is the LP's too; at 32 times it, $10, the optimum.
     #[test]
     fn the_cost_bound_enforces_the_pools_on_whole_jobs() {
         let json = r#"{"offers": [

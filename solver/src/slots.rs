@@ -743,8 +743,8 @@ const WORK: usize = 100_000;
 const WORK_PER_JOB: usize = 40;
 /// At 1,000 jobs the trades used all of the 140,000 pops they had before session 68 (on 20 of the
 /// 22 independent problems of seeds 1 and 3; one-pool and tiny ended below), and kept gaining with
-/// more: at 300,000, 41 of those 66 plans better and none worse,
-/// for 1.16 times the mean time (149 -> 173 ms, the 90th percentile 196 -> 223); at 600,000, 49
+/// more: of 66 independent 1,000-job problems, at 300,000 pops 41 plans better and none worse for
+/// 1.16 times the mean time (149 -> 173 ms, the 90th percentile 196 -> 223); at 600,000, 49
 /// better for 1.47 times, a quarter of them above the 0.25 s target (BENCHMARKS.md, "More work
 /// for the slots between 300 and 5,000 jobs (session 68)"). From 5,000 jobs on the per-job budget
 /// is more.
