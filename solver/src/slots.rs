@@ -523,7 +523,7 @@ impl Flow<'_> {
                 }
                 if !self.focus.is_empty() && weight_class(d) < 0 {
                     let path = path_to(&pred, node);
-                    let key = (weight_class(d), self.room_taken(path[0], b), d);
+                    let key = (weight_class(d), self.room_taken(&self.needs(&path)), d);
                     if lean.as_ref().is_none_or(|(k, _)| key < *k) {
                         lean = Some((key, path));
                     }
@@ -541,14 +541,16 @@ impl Flow<'_> {
         if let (Some((d, path)), Some((key, lean_path))) = (&best, lean) {
             let shortest = self.needs(path);
             let smaller = self.needs(&lean_path);
-            let fits = |free: &dyn Fn(usize) -> i64| smaller.iter().all(|&(r, q)| q <= free(r));
-            let after = |taken: &[(usize, i64)], r: usize| {
-                self.free[r] - taken.iter().filter(|&&(t, _)| t == r).map(|&(_, q)| q).sum::<i64>()
+            // Whether the smaller change still fits once `taken` is taken.
+            let fits_after = |taken: &[(usize, i64)]| {
+                smaller.iter().all(|&(r, q)| {
+                    q <= self.free[r] - taken.iter().filter(|&&(t, _)| t == r).map(|&(_, x)| x).sum::<i64>()
+                })
             };
             if weight_class(*d) == key.0
-                && key.1 < self.room_taken(path[0], self.node_slot(path[path.len() - 1]))
-                && !fits(&|r| after(&shortest, r))
-                && fits(&|r| after(&smaller, r))
+                && key.1 < self.room_taken(&shortest)
+                && !fits_after(&shortest)
+                && fits_after(&smaller)
             {
                 return Ok(Some((key.2, lean_path)));
             }
@@ -571,13 +573,9 @@ impl Flow<'_> {
         need
     }
 
-    /// What a change into slot `b` from `root` takes of the `focus` resources, net of the root's
-    /// release.
-    fn room_taken(&self, root: usize, b: usize) -> i64 {
-        let on_focus =
-            |s: usize| -> i64 { self.uses[s].iter().filter(|(r, _)| self.focus.contains(r)).map(|&(_, q)| q).sum() };
-        let released = if root == SOURCE { 0 } else { on_focus(self.node_slot(root)) };
-        on_focus(b) - released
+    /// What a change that needs `need` (see [`Flow::needs`]) takes of the `focus` resources.
+    fn room_taken(&self, need: &[(usize, i64)]) -> i64 {
+        need.iter().filter(|(r, _)| self.focus.contains(r)).map(|&(_, q)| q).sum()
     }
 
     /// Takes a new slot at the end of `path` (from [`Flow::best_change`]) and moves the jobs along
@@ -1007,32 +1005,47 @@ mod tests {
         assert!((out.cost() - 15.0).abs() < 1e-6, "cost {}", out.cost());
     }
 
+    /// A regular one-GPU offer, its family named after its size (no family quota: only the
+    /// region's `cores` pool binds).
+    fn offer(region: &str, size: &str, model: &str, vcpus: u32, price: f64) -> String {
+        format!(
+            r#"{{"region": "{region}", "size": "{size}", "priority": "regular", "gpu_model": "{model}",
+                "gpus_per_vm": 1, "vcpus_per_vm": {vcpus}, "family": "{size}Family", "price_per_hour": {price}}}"#
+        )
+    }
+
+    /// A one-GPU gang job on one GPU model.
+    fn job(id: &str, model: &str, priority: u32, hours: f64) -> String {
+        format!(
+            r#"{{"id": "{id}", "gpus": 1, "gpu_models": ["{model}"], "priority": {priority}, "duration_hours": {hours}}}"#
+        )
+    }
+
+    /// The problem of `offers` and `jobs` under each region's `cores` quota.
+    fn one_gpu_problem(offers: &[String], cores: &[(&str, u32)], jobs: &[String]) -> Problem {
+        let quotas: Vec<String> = cores
+            .iter()
+            .map(|(region, vcpus)| format!(r#"{{"region": "{region}", "pool": "cores", "vcpus": {vcpus}}}"#))
+            .collect();
+        let json = format!(
+            r#"{{"offers": [{}], "quotas": [{}], "jobs": [{}]}}"#,
+            offers.join(", "),
+            quotas.join(", "),
+            jobs.join(", ")
+        );
+        Problem::from_json_str(&json).expect("valid problem")
+    }
+
     /// One heavy, dear job on a large VM (priority 2, 10 USD) against two light ones that fit in
     /// the same 8 vCPUs on small VMs (priority 1 each, 1 USD): the trade keeps the weight and
     /// saves 8 USD; no change of one slot does (the small VMs do not fit beside the large one).
     #[test]
     fn a_trade_replaces_a_heavy_dear_job_by_two_light_cheap_ones() {
-        let offer = |size: &str, model: &str, vcpus: u32, price: f64| {
-            format!(
-                r#"{{"region": "eastus", "size": "{size}", "priority": "regular", "gpu_model": "{model}",
-                    "gpus_per_vm": 1, "vcpus_per_vm": {vcpus}, "family": "{size}Family", "price_per_hour": {price}}}"#
-            )
-        };
-        let job = |id: &str, model: &str, priority: u32| {
-            format!(
-                r#"{{"id": "{id}", "gpus": 1, "gpu_models": ["{model}"], "priority": {priority}, "duration_hours": 1}}"#
-            )
-        };
-        let json = format!(
-            r#"{{"offers": [{}, {}], "quotas": [{{"region": "eastus", "pool": "cores", "vcpus": 8}}],
-                "jobs": [{}, {}, {}]}}"#,
-            offer("Standard_Big", "A10", 8, 10.0),
-            offer("Standard_Small", "T4", 4, 1.0),
-            job("heavy", "A10", 2),
-            job("a", "T4", 1),
-            job("b", "T4", 1),
+        let p = one_gpu_problem(
+            &[offer("eastus", "Standard_Big", "A10", 8, 10.0), offer("eastus", "Standard_Small", "T4", 4, 1.0)],
+            &[("eastus", 8)],
+            &[job("heavy", "A10", 2, 1.0), job("a", "T4", 1, 1.0), job("b", "T4", 1, 1.0)],
         );
-        let p = Problem::from_json_str(&json).expect("valid problem");
         let inst = Instance::new(&p);
         let mut sol = Sol::new(&inst);
         sol.place(&inst, 0, inst.cands_of(0));
@@ -1050,31 +1063,22 @@ mod tests {
     /// (tiny-1000-4: a 90 micro-USD cycle blocked all 37).
     #[test]
     fn a_cycle_too_small_to_matter_blocks_no_trade() {
-        let offer = |region: &str, size: &str, model: &str, vcpus: u32, price: f64| {
-            format!(
-                r#"{{"region": "{region}", "size": "{size}", "priority": "regular", "gpu_model": "{model}",
-                    "gpus_per_vm": 1, "vcpus_per_vm": {vcpus}, "family": "{size}Family", "price_per_hour": {price}}}"#
-            )
-        };
-        let job = |id: &str, model: &str, priority: u32, hours: f64| {
-            format!(
-                r#"{{"id": "{id}", "gpus": 1, "gpu_models": ["{model}"], "priority": {priority}, "duration_hours": {hours}}}"#
-            )
-        };
-        let json = format!(
-            r#"{{"offers": [{}, {}, {}, {}], "quotas": [{{"region": "eastus", "pool": "cores", "vcpus": 8}},
-                {{"region": "westus", "pool": "cores", "vcpus": 6}}], "jobs": [{}, {}, {}, {}, {}]}}"#,
-            offer("eastus", "Standard_Big", "A10", 8, 10.0),
-            offer("eastus", "Standard_Small", "T4", 4, 1.0),
-            offer("westus", "Standard_V_A", "V100", 4, 1.0),
-            offer("westus", "Standard_V_B", "V100", 2, 1.0001),
-            job("heavy", "A10", 2, 1.0),
-            job("a", "T4", 1, 1.0),
-            job("b", "T4", 1, 1.0),
-            job("x", "V100", 1, 1.5),
-            job("y", "V100", 1, 1.0),
+        let p = one_gpu_problem(
+            &[
+                offer("eastus", "Standard_Big", "A10", 8, 10.0),
+                offer("eastus", "Standard_Small", "T4", 4, 1.0),
+                offer("westus", "Standard_V_A", "V100", 4, 1.0),
+                offer("westus", "Standard_V_B", "V100", 2, 1.0001),
+            ],
+            &[("eastus", 8), ("westus", 6)],
+            &[
+                job("heavy", "A10", 2, 1.0),
+                job("a", "T4", 1, 1.0),
+                job("b", "T4", 1, 1.0),
+                job("x", "V100", 1, 1.5),
+                job("y", "V100", 1, 1.0),
+            ],
         );
-        let p = Problem::from_json_str(&json).expect("valid problem");
         let inst = Instance::new(&p);
         let mut sol = Sol::new(&inst);
         sol.place(&inst, 0, inst.cands_of(0));
@@ -1101,28 +1105,15 @@ mod tests {
     /// second job fits beside it: the same weight for 2 USD instead of 10.
     #[test]
     fn a_trade_fills_the_released_room_with_the_smaller_of_two_equal_changes() {
-        let offer = |size: &str, model: &str, vcpus: u32, price: f64| {
-            format!(
-                r#"{{"region": "eastus", "size": "{size}", "priority": "regular", "gpu_model": "{model}",
-                    "gpus_per_vm": 1, "vcpus_per_vm": {vcpus}, "family": "{size}Family", "price_per_hour": {price}}}"#
-            )
-        };
-        let job = |id: &str, model: &str, priority: u32| {
-            format!(
-                r#"{{"id": "{id}", "gpus": 1, "gpu_models": ["{model}"], "priority": {priority}, "duration_hours": 1}}"#
-            )
-        };
-        let json = format!(
-            r#"{{"offers": [{}, {}, {}], "quotas": [{{"region": "eastus", "pool": "cores", "vcpus": 8}}],
-                "jobs": [{}, {}, {}]}}"#,
-            offer("Standard_Big", "A10", 8, 10.0),
-            offer("Standard_T4_8", "T4", 8, 0.9),
-            offer("Standard_T4_4", "T4", 4, 1.0),
-            job("heavy", "A10", 2),
-            job("a", "T4", 1),
-            job("b", "T4", 1),
+        let p = one_gpu_problem(
+            &[
+                offer("eastus", "Standard_Big", "A10", 8, 10.0),
+                offer("eastus", "Standard_T4_8", "T4", 8, 0.9),
+                offer("eastus", "Standard_T4_4", "T4", 4, 1.0),
+            ],
+            &[("eastus", 8)],
+            &[job("heavy", "A10", 2, 1.0), job("a", "T4", 1, 1.0), job("b", "T4", 1, 1.0)],
         );
-        let p = Problem::from_json_str(&json).expect("valid problem");
         let inst = Instance::new(&p);
         let mut sol = Sol::new(&inst);
         sol.place(&inst, 0, inst.cands_of(0));
