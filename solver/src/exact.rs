@@ -42,7 +42,7 @@ use crate::search::weight;
 /// A choice at a node: a job's candidate index and VMs on it, or waiting (`None`).
 type Choice = Option<(usize, u32)>;
 
-struct Search {
+struct Search<'a> {
     /// Jobs in branching order.
     jobs: Vec<usize>,
     /// Per job, the weight of placing it whole, and its priority (a non-gang job's weight per GPU).
@@ -61,15 +61,26 @@ struct Search {
     /// Per offer, its hourly price per VM.
     offer_price: Vec<f64>,
     /// Per offer, the resources one VM uses and how much.
-    offer_res: Vec<Vec<(usize, i64)>>,
+    offer_res: &'a [Vec<(usize, i64)>],
     /// Per offer, the Lagrangian price of one VM.
     vm_price: Vec<f64>,
-    /// Per resource, its multiplier (weight per unit).
-    lambda: Vec<f64>,
+    /// The resources with a positive multiplier, and the multiplier (weight per unit): the
+    /// weight bound prices what is free of these at every node, and they are few of the pools
+    /// and capacities.
+    lambda: Vec<(usize, f64)>,
     /// Per offer, the price of one VM's resources at the cost bound's multipliers (USD).
     vm_cost: Vec<f64>,
     /// The resources with a positive cost multiplier, and the multiplier (USD per unit).
     mu: Vec<(usize, f64)>,
+    /// Per job, its candidates by what each adds to the weight bound, most first: its weight less
+    /// the multipliers' price of its VMs (per GPU for a split job). The bound takes the first
+    /// that fits; every node looked at every candidate before (a fifth of a 100-job solve).
+    by_net: Vec<Vec<(f64, usize)>>,
+    /// Per job, its candidates by cost (per GPU for a split job), cheapest first, and by cost
+    /// with the resources priced at the cost multipliers: the cost bound takes the first of each
+    /// that fits.
+    by_cost: Vec<Vec<(f64, usize)>>,
+    by_priced_cost: Vec<Vec<(f64, usize)>>,
     free: Vec<i64>,
     /// Scratch buffers: per level of the recursion, its choices in order; the cost bound's (cost,
     /// weight) pairs, at zero multipliers and at the cost multipliers.
@@ -115,7 +126,7 @@ pub(crate) fn solve(
     }
     let (free, offer_res) = inst.resources();
     let jobs: Vec<usize> = (0..p.jobs.len()).collect();
-    let mut s = Search::new(inst, &jobs, free, offer_res, incumbent, lambda, work_limit, deadline);
+    let mut s = Search::new(inst, &jobs, free, &offer_res, incumbent, lambda, work_limit, deadline);
     s.max_weight = max_weight;
     s.run(DISCREPANCY_PASSES);
     crate::trace(|| format!("branch and bound: {} nodes, work {}, finished {}", s.nodes, s.work, !s.aborted));
@@ -153,7 +164,7 @@ pub(crate) fn resolve_subset(
             }
         }
     }
-    let mut s = Search::new(inst, subset, free, offer_res.clone(), &inside, lambda, work_limit, deadline);
+    let mut s = Search::new(inst, subset, free, offer_res, &inside, lambda, work_limit, deadline);
     // The sub-plan as it is (the search's own accounting of a split job's egress may differ).
     let before = (inside.weight(inst), inside.cost());
     s.run(1);
@@ -222,6 +233,19 @@ fn fits(offer_res: &[Vec<(usize, i64)>], free: &[i64], offer: usize, vms: u32) -
     offer_res[offer].iter().all(|&(r, a)| a * i64::from(vms) <= free[r])
 }
 
+/// A job's candidates' indices, each with its `key`, in increasing order of it (a tie by index).
+fn ranked(options: &[Cand], key: impl Fn(&Cand) -> f64) -> Vec<(f64, usize)> {
+    let mut by: Vec<(f64, usize)> = options.iter().enumerate().map(|(k, o)| (key(o), k)).collect();
+    by.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    by
+}
+
+/// What a candidate costs the cost bound, with `vm_cost` the price of one VM's resources: the
+/// whole placement for a gang job, per GPU for a split job.
+fn cost_of(gang: bool, o: &Cand, vm_cost: f64) -> f64 {
+    if gang { o.cost + f64::from(o.vms) * vm_cost } else { (o.cost + vm_cost) / f64::from(o.gpus) + o.egress_per_gpu }
+}
+
 /// A non-gang part's GPUs and cost: `vms` VMs of the candidate for a job that needs `rem` more GPUs
 /// (the last VM's idle GPUs are paid, not moved).
 fn part(c: &Cand, vms: u32, rem: u32) -> (u32, f64) {
@@ -229,7 +253,7 @@ fn part(c: &Cand, vms: u32, rem: u32) -> (u32, f64) {
     (gpus, f64::from(vms) * c.cost + c.egress_per_gpu * f64::from(gpus))
 }
 
-impl Search {
+impl<'a> Search<'a> {
     /// A search over `subset` (the jobs to choose for; every other job's use already taken out of
     /// `free`), from the incumbent's choices for them.
     #[allow(clippy::too_many_arguments)]
@@ -237,16 +261,16 @@ impl Search {
         inst: &Instance,
         subset: &[usize],
         free: Vec<i64>,
-        offer_res: Vec<Vec<(usize, i64)>>,
+        offer_res: &'a [Vec<(usize, i64)>],
         incumbent: &Sol,
         lambda: &[f64],
         work_limit: usize,
         deadline: Option<Instant>,
-    ) -> Search {
+    ) -> Search<'a> {
         let p = inst.p;
         let n = p.jobs.len();
         let lambda: Vec<f64> = (0..free.len()).map(|r| lambda.get(r).copied().unwrap_or(0.0).max(0.0)).collect();
-        let vm_price = vm_prices(&offer_res, &lambda);
+        let vm_price = vm_prices(offer_res, &lambda);
         let weight: Vec<f64> = (0..n).map(|j| weight(inst, j)).collect();
         let prio: Vec<f64> = p.jobs.iter().map(|j| f64::from(j.priority)).collect();
         let gang: Vec<bool> = p.jobs.iter().map(|j| j.gang).collect();
@@ -288,6 +312,21 @@ impl Search {
             }
         }
         let vm_cost = vec![0.0; offer_res.len()];
+        let by_net = (0..n)
+            .map(|j| {
+                ranked(&options[j], |o| {
+                    if gang[j] {
+                        weight[j] - f64::from(o.vms) * vm_price[o.offer]
+                    } else {
+                        prio[j] - vm_price[o.offer] / f64::from(o.gpus)
+                    }
+                })
+                .into_iter()
+                .rev()
+                .collect()
+            })
+            .collect();
+        let by_cost = (0..n).map(|j| ranked(&options[j], |o| cost_of(gang[j], o, 0.0))).collect();
         let mut s = Search {
             jobs,
             weight,
@@ -301,9 +340,12 @@ impl Search {
             offer_price: p.offers.iter().map(|o| o.price_per_hour).collect(),
             offer_res,
             vm_price,
-            lambda,
+            lambda: (0..lambda.len()).filter(|&r| lambda[r] > 0.0).map(|r| (r, lambda[r])).collect(),
             vm_cost,
             mu: Vec::new(),
+            by_net,
+            by_cost,
+            by_priced_cost: Vec::new(),
             orders: Vec::new(),
             fill: Vec::new(),
             priced: Vec::new(),
@@ -320,6 +362,8 @@ impl Search {
             aborted: false,
         };
         s.fit_cost_multipliers();
+        s.by_priced_cost =
+            (0..n).map(|j| ranked(&s.options[j], |o| cost_of(s.gang[j], o, s.vm_cost[o.offer]))).collect();
         s
     }
 
@@ -342,18 +386,41 @@ impl Search {
             }
         }
         let used: Vec<usize> = (0..used.len()).filter(|&r| used[r]).collect();
+        // What is free does not change while the multipliers are fitted: each job's candidates
+        // that fit, and the offers they are on, found once rather than at every step (the steps
+        // were a tenth of a 100-job solve, most of it pricing offers no job here can use).
+        let fitting: Vec<(usize, Vec<usize>)> = self
+            .jobs
+            .iter()
+            .map(|&j| {
+                let ks = (0..self.options[j].len())
+                    .filter(|&k| {
+                        let o = &self.options[j][k];
+                        fits(self.offer_res, &self.free, o.offer, o.vms)
+                    })
+                    .collect();
+                (j, ks)
+            })
+            .collect();
+        let mut offers: Vec<usize> =
+            fitting.iter().flat_map(|(j, ks)| ks.iter().map(|&k| self.options[*j][k].offer)).collect();
+        offers.sort_unstable();
+        offers.dedup();
+        let mut vm_cost = vec![0.0; self.offer_res.len()];
         let mut mu = vec![0.0_f64; self.free.len()];
         let (mut best, mut best_mu) = (f64::NEG_INFINITY, Vec::new());
         let (mut theta, mut stall) = (1.0, 0);
         let mut items: Vec<(f64, f64, (usize, usize))> = Vec::new();
         let mut g = vec![0.0_f64; self.free.len()];
         for _ in 0..COST_STEPS {
-            let vm_cost = vm_prices(&self.offer_res, &mu);
+            for &o in &offers {
+                vm_cost[o] = self.offer_res[o].iter().map(|&(r, a)| mu[r] * a as f64).sum();
+            }
             items.clear();
-            for &j in &self.jobs {
-                self.work += self.options[j].len();
-                if let Some((c, w, k)) = self.cheapest(j, &vm_cost) {
-                    items.push((c, w, (j, k)));
+            for (j, ks) in &fitting {
+                self.work += self.options[*j].len();
+                if let Some((c, w, k)) = self.cheapest(*j, &vm_cost, ks.iter().copied()) {
+                    items.push((c, w, (*j, k)));
                 }
             }
             for &r in &used {
@@ -397,20 +464,18 @@ impl Search {
             return;
         }
         self.mu = (0..best_mu.len()).filter(|&r| best_mu[r] > 0.0).map(|r| (r, best_mu[r])).collect();
-        self.vm_cost = vm_prices(&self.offer_res, &best_mu);
+        self.vm_cost = vm_prices(self.offer_res, &best_mu);
     }
 
     /// The least an open job can pay for what it still needs, resources relaxed but each VM's
-    /// resources priced at `vm_cost`, over the candidates that still fit: (cost, the weight it
-    /// buys, the candidate). A split job pays per GPU at its cheapest candidate's full-VM rate (a
-    /// partly used VM costs more per GPU, never less).
-    fn cheapest(&self, j: usize, vm_cost: &[f64]) -> Option<(f64, f64, usize)> {
+    /// resources priced at `vm_cost`, over its candidates `ks` (those that fit, in rank order):
+    /// (cost, the weight it buys, the candidate). A split job pays per GPU at its cheapest
+    /// candidate's full-VM rate (a partly used VM costs more per GPU, never less).
+    fn cheapest(&self, j: usize, vm_cost: &[f64], ks: impl Iterator<Item = usize>) -> Option<(f64, f64, usize)> {
         let gang = self.gang[j];
         let mut best: Option<(f64, usize)> = None;
-        for (k, o) in self.options[j].iter().enumerate() {
-            if !fits(&self.offer_res, &self.free, o.offer, o.vms) {
-                continue;
-            }
+        for k in ks {
+            let o = &self.options[j][k];
             let c = if gang {
                 o.cost + f64::from(o.vms) * vm_cost[o.offer]
             } else {
@@ -482,8 +547,7 @@ impl Search {
     /// subgradient steps from the parent's were tried: they drift, and a 12-job problem proven in
     /// 42 nodes with the root's was not proven in a million.)
     fn lagrangian(&mut self, d: usize) -> f64 {
-        let mut ub: f64 =
-            self.free.iter().zip(&self.lambda).filter(|(_, l)| **l > 0.0).map(|(f, l)| *f as f64 * l).sum();
+        let mut ub: f64 = self.lambda.iter().map(|&(r, l)| self.free[r] as f64 * l).sum();
         // The bound at zero multipliers, every open job that still fits somewhere placed: weaker
         // where resources are scarce, but exact where they are not, as in a neighbourhood whose
         // jobs all have room (the multipliers' bound then counts the room too, and the cost bound
@@ -494,21 +558,12 @@ impl Search {
             // A split job's GPUs each add its priority less the price of a VM's share of them: its
             // best net per GPU times the GPUs it still needs bounds every way of placing them.
             let (w, per) = self.open(j);
-            let mut net = 0.0_f64;
-            let mut fit = false;
-            for o in &self.options[j] {
-                let n = if self.gang[j] {
-                    w - f64::from(o.vms) * self.vm_price[o.offer]
-                } else {
-                    per * (self.prio[j] - self.vm_price[o.offer] / f64::from(o.gpus))
-                };
-                if (n > net || !fit) && fits(&self.offer_res, &self.free, o.offer, o.vms) {
-                    net = net.max(n);
-                    fit = true;
-                }
-            }
-            ub += net;
-            if fit {
+            let first = self.by_net[j].iter().find(|&&(_, k)| {
+                let o = &self.options[j][k];
+                fits(self.offer_res, &self.free, o.offer, o.vms)
+            });
+            if let Some(&(net, _)) = first {
+                ub += 0.0_f64.max(if self.gang[j] { net } else { per * net });
                 fitting += w;
             }
         }
@@ -528,22 +583,19 @@ impl Search {
         priced.clear();
         for &j in &self.jobs[d..] {
             self.work += self.options[j].len();
-            let gang = self.gang[j];
-            let (mut cheapest, mut cheapest_priced) = (f64::INFINITY, f64::INFINITY);
-            for o in &self.options[j] {
-                if fits(&self.offer_res, &self.free, o.offer, o.vms) {
-                    let (c, p) = if gang {
-                        (o.cost, o.cost + f64::from(o.vms) * self.vm_cost[o.offer])
-                    } else {
-                        let g = f64::from(o.gpus);
-                        (o.cost / g + o.egress_per_gpu, (o.cost + self.vm_cost[o.offer]) / g + o.egress_per_gpu)
-                    };
-                    cheapest = cheapest.min(c);
-                    cheapest_priced = cheapest_priced.min(p);
-                }
-            }
+            let first = |by: &[(f64, usize)]| {
+                by.iter()
+                    .find(|&&(_, k)| {
+                        let o = &self.options[j][k];
+                        fits(self.offer_res, &self.free, o.offer, o.vms)
+                    })
+                    .map(|&(c, _)| c)
+            };
             let (w, times) = self.open(j);
-            if cheapest.is_finite() && w > 0.0 {
+            // The same candidates fit in both orders: either both are found or neither.
+            if let (Some(cheapest), Some(cheapest_priced)) = (first(&self.by_cost[j]), first(&self.by_priced_cost[j]))
+                && w > 0.0
+            {
                 fill.push((cheapest * times, w, ()));
                 priced.push((cheapest_priced * times, w, ()));
             }
@@ -614,7 +666,7 @@ impl Search {
                 } else {
                     f64::from(o.vms) * self.vm_price[o.offer]
                 };
-                fits(&self.offer_res, &self.free, o.offer, o.vms).then_some((key, 0.0, Some((k, o.vms))))
+                fits(self.offer_res, &self.free, o.offer, o.vms).then_some((key, 0.0, Some((k, o.vms))))
             }));
             order.push((if guided { self.weight[j] } else { f64::INFINITY }, 0.0, None));
             if guided || priced {

@@ -105,15 +105,9 @@ pub(crate) fn reasons(inst: &Instance, sol: &Sol, holders_of: &Holders, j: usize
     }
 
     // The filters, one at a time, so the reason names the one that empties the set.
-    let mut matching: Vec<usize> = Vec::new();
-    let mut worst: Option<Mismatch> = None;
-    for (o, offer) in p.offers.iter().enumerate() {
-        match mismatch(job, offer) {
-            None => matching.push(o),
-            Some(m) => worst = Some(worst.map_or(m, |w| later(w, m))),
-        }
-    }
+    let mut matching: Vec<usize> = inst.offers_named_by(j).filter(|&o| mismatch(job, &p.offers[o]).is_none()).collect();
     if matching.is_empty() {
+        let worst = p.offers.iter().filter_map(|offer| mismatch(job, offer)).reduce(later);
         let what = if job.gpu_models.is_empty() { "any GPU model".to_string() } else { list(&job.gpu_models) };
         out.push(match worst {
             None => "no offers in the problem".to_string(),

@@ -175,7 +175,24 @@ pub(crate) fn force_cheaper(
                 all - fresh.len()
             )
         });
-        let found = crate::parallel::par_map(&fresh, cores, |(_, plan)| search(plan.clone()));
+        let found = crate::parallel::par_map(&fresh, cores, |(_, plan)| {
+            let t = Instant::now();
+            let found = search(plan.clone());
+            crate::trace(|| {
+                format!(
+                    "force cheaper {} forced {} {:.2} searched {} {:.2} in {:.0} ms, plan {} {:.2}",
+                    inst.p.jobs[j].id,
+                    plan.weight(inst),
+                    plan.cost(),
+                    found.weight(inst),
+                    found.cost(),
+                    t.elapsed().as_secs_f64() * 1e3,
+                    sol.weight(inst),
+                    sol.cost()
+                )
+            });
+            found
+        });
         searched.extend(fresh.into_iter().map(|(key, _)| key.clone()).zip(found));
         let plans = forced.iter().zip(&cheaper).filter_map(|(plan, c)| {
             let plan = &searched[&plan.as_ref()?.0];
@@ -190,7 +207,18 @@ pub(crate) fn force_cheaper(
             crate::trace(|| format!("force cheaper {}: its best plan searched further before", inst.p.jobs[j].id));
             continue;
         }
+        let before = (best.weight(inst), best.cost());
         let best = then(best);
+        crate::trace(|| {
+            format!(
+                "force cheaper {} then {} {:.2} -> {} {:.2}",
+                inst.p.jobs[j].id,
+                before.0,
+                before.1,
+                best.weight(inst),
+                best.cost()
+            )
+        });
         if crate::model::better((best.weight(inst), best.cost()), (sol.weight(inst), sol.cost())) {
             *sol = best;
             changed = true;

@@ -178,6 +178,9 @@ pub(crate) struct Instance<'a> {
     /// The offers of each size, in offer order: a job that names its sizes is matched against
     /// those offers only, not every offer (most jobs name theirs, and offers are many).
     offers_by_size: BTreeMap<&'a str, Vec<usize>>,
+    /// The offers of each GPU model, in offer order, likewise for a job that names its models
+    /// (matching every job of a 10,000-job queue against every offer was half of preparing it).
+    offers_by_model: BTreeMap<&'a str, Vec<usize>>,
 }
 
 /// Job classes from which [`Instance::new`] finds their candidates on every core: below, the
@@ -222,9 +225,11 @@ impl<'a> Instance<'a> {
             job_class: vec![0; p.jobs.len()],
             weight: p.jobs.iter().map(|j| f64::from(j.priority) * f64::from(j.gpus)).collect(),
             offers_by_size: BTreeMap::new(),
+            offers_by_model: BTreeMap::new(),
         };
         for (o, offer) in p.offers.iter().enumerate() {
             inst.offers_by_size.entry(offer.size.as_str()).or_default().push(o);
+            inst.offers_by_model.entry(offer.gpu_model.as_str()).or_default().push(o);
         }
         let mut by_key: BTreeMap<String, usize> = BTreeMap::new();
         for (j, job) in p.jobs.iter().enumerate() {
@@ -316,18 +321,34 @@ impl<'a> Instance<'a> {
     }
 
     fn candidates(&self, j: usize) -> Vec<Cand> {
-        let job = &self.p.jobs[j];
-        let mut cands: Vec<Cand> = if job.sizes.is_empty() {
-            (0..self.p.offers.len()).filter_map(|o| self.candidate(j, o)).collect()
-        } else {
-            let mut offers: Vec<usize> =
-                job.sizes.iter().filter_map(|s| self.offers_by_size.get(s.as_str())).flatten().copied().collect();
-            offers.sort_unstable();
-            offers.dedup();
-            offers.into_iter().filter_map(|o| self.candidate(j, o)).collect()
-        };
+        let mut cands: Vec<Cand> = self.offers_named_by(j).filter_map(|o| self.candidate(j, o)).collect();
         cands.sort_by(|a, b| self.rank(j, a, b));
         cands
+    }
+
+    /// The offers of the sizes job `j` names, else of the GPU models it names, else every offer,
+    /// each once: those [`mismatch`] may find no fault with (any other fails its size or model
+    /// filter). Not in offer order: an offer has one size and one model, so the names' lists
+    /// are disjoint, and each caller orders what it keeps.
+    pub fn offers_named_by(&self, j: usize) -> impl Iterator<Item = usize> + '_ {
+        let job = &self.p.jobs[j];
+        let (index, names) = if !job.sizes.is_empty() {
+            (Some(&self.offers_by_size), job.sizes.as_slice())
+        } else if !job.gpu_models.is_empty() {
+            (Some(&self.offers_by_model), job.gpu_models.as_slice())
+        } else {
+            (None, &[][..])
+        };
+        let every = index.is_none().then_some(0..self.p.offers.len()).into_iter().flatten();
+        // A name listed twice, once.
+        let named = names
+            .iter()
+            .enumerate()
+            .filter(move |&(i, n)| !names[..i].contains(n))
+            .filter_map(move |(_, n)| index?.get(n.as_str()))
+            .flatten()
+            .copied();
+        every.chain(named)
     }
 
     /// Ranking (kept apart from the filters): cheaper first; at equal cost spot first for `preferred`,
