@@ -49,9 +49,7 @@ pub(crate) fn bound(
     let mut idle = 0;
     let mut used = vec![0.0; limit.len()];
     let mut price = vec![0.0; inst.p.offers.len()];
-    // Per class with a candidate: the least it pays for its whole weight at the resources'
-    // prices, that weight, its jobs, and the offer and VMs (per job) of that candidate.
-    let mut least: Vec<(f64, f64, f64, usize, f64)> = Vec::with_capacity(inst.classes.len());
+    let mut least: Vec<Least> = Vec::with_capacity(inst.classes.len());
     for _ in 0..STEPS {
         if deadline.is_some_and(|d| Instant::now() >= d) {
             break;
@@ -76,10 +74,10 @@ pub(crate) fn bound(
                     top = Some((pays, c.offer, vms));
                 }
             }
-            if let Some((pays, o, vms)) = top
+            if let Some((pays, offer, vms)) = top
                 && w > 0.0
             {
-                least.push((pays, w, class.jobs.len() as f64, o, vms));
+                least.push(Least { pays, per_weight: pays / w, weight: w, jobs: class.jobs.len() as f64, offer, vms });
             }
         }
         // The weight row's price that is best at these resource prices (the bound is concave and
@@ -87,33 +85,27 @@ pub(crate) fn bound(
         // per weight first make up `weight`. Each job then places where its weight at that price
         // exceeds what it pays; the class at the price, in part, so that `weight` is met exactly
         // and the subgradient is the resources' alone.
-        least.sort_by(|a, b| (a.0 / a.1).total_cmp(&(b.0 / b.1)));
+        least.sort_by(|a, b| a.per_weight.total_cmp(&b.per_weight));
         let mut placed = 0.0;
         let mut cross = None;
-        for (i, &(_, w, n, _, _)) in least.iter().enumerate() {
-            if placed + n * w >= weight {
+        for (i, l) in least.iter().enumerate() {
+            if placed + l.jobs * l.weight >= weight {
                 cross = Some(i);
                 break;
             }
-            placed += n * w;
+            placed += l.jobs * l.weight;
         }
         // Not even every job makes up `weight`: no price bounds it (nothing to bound).
         let Some(cross) = cross else { break };
-        pi = least[cross].0 / least[cross].1;
+        pi = least[cross].per_weight;
         used.iter_mut().for_each(|u| *u = 0.0);
         let mut value =
             pi * weight - (0..limit.len()).filter(|&r| limit[r].is_finite()).map(|r| mu[r] * limit[r]).sum::<f64>();
-        for (i, &(pays, w, n, o, vms)) in least.iter().enumerate() {
-            let share = if i < cross {
-                n
-            } else if i == cross {
-                (weight - placed) / w
-            } else {
-                break;
-            };
-            value -= n * (pi * w - pays).max(0.0);
-            for &(r, a) in &offer_res[o] {
-                used[r] += share * vms * a as f64;
+        for (i, l) in least[..=cross].iter().enumerate() {
+            let share = if i < cross { l.jobs } else { (weight - placed) / l.weight };
+            value -= l.jobs * (pi * l.weight - l.pays).max(0.0);
+            for &(r, a) in &offer_res[l.offer] {
+                used[r] += share * l.vms * a as f64;
             }
         }
         if value > best {
@@ -144,6 +136,20 @@ pub(crate) fn bound(
         }
     }
     (best.max(0.0), at)
+}
+
+/// A class's cheapest candidate at the resources' prices in [`bound`]'s step.
+struct Least {
+    /// What one of its jobs pays there: the run, egress and the prices of what it uses.
+    pays: f64,
+    /// `pays` per unit of the job's weight: the weight row's price at which it starts to place.
+    per_weight: f64,
+    /// One job's weight, and the class's jobs.
+    weight: f64,
+    jobs: f64,
+    /// The candidate's offer, and its VMs per job (fractional for a split job).
+    offer: usize,
+    vms: f64,
 }
 
 /// Prices of the cost Lagrangian's rows: the weight row's (cost per unit of weight) and each

@@ -74,7 +74,9 @@ struct Search<'a> {
     mu: Vec<(usize, f64)>,
     /// Per job, its candidates by what each adds to the weight bound, most first: its weight less
     /// the multipliers' price of its VMs (per GPU for a split job). The bound takes the first
-    /// that fits; every node looked at every candidate before (a fifth of a 100-job solve).
+    /// that fits; every node looked at every candidate before (with the resources' prices summed
+    /// at every node, a third of split-100-3's solve: BENCHMARKS.md, "The exact search's bounds
+    /// without the per-node scans (session 70)").
     by_net: Vec<Vec<(f64, usize)>>,
     /// Per job, its candidates by cost (per GPU for a split job), cheapest first, and by cost
     /// with the resources priced at the cost multipliers: the cost bound takes the first of each
@@ -554,6 +556,8 @@ impl<'a> Search<'a> {
         // below would never be reached).
         let mut fitting = 0.0;
         for &j in &self.jobs[d..] {
+            // Every candidate counts, though the orders look at a few: the budget stops the search
+            // where it stopped when each was looked at, so that its plans stay what they were.
             self.work += self.options[j].len();
             // A split job's GPUs each add its priority less the price of a VM's share of them: its
             // best net per GPU times the GPUs it still needs bounds every way of placing them.

@@ -175,8 +175,10 @@ pub(crate) fn force_cheaper(
                 all - fresh.len()
             )
         });
+        // Each forced plan against what its search made of it, and the time it took: which
+        // searches pay (BENCHMARKS.md, "The exact search's bounds without the per-node scans").
         let found = crate::parallel::par_map(&fresh, cores, |(_, plan)| {
-            let t = Instant::now();
+            let started = Instant::now();
             let found = search(plan.clone());
             crate::trace(|| {
                 format!(
@@ -186,7 +188,7 @@ pub(crate) fn force_cheaper(
                     plan.cost(),
                     found.weight(inst),
                     found.cost(),
-                    t.elapsed().as_secs_f64() * 1e3,
+                    started.elapsed().as_secs_f64() * 1e3,
                     sol.weight(inst),
                     sol.cost()
                 )
@@ -207,18 +209,14 @@ pub(crate) fn force_cheaper(
             crate::trace(|| format!("force cheaper {}: its best plan searched further before", inst.p.jobs[j].id));
             continue;
         }
-        let before = (best.weight(inst), best.cost());
+        let before = crate::tracing().then(|| (best.weight(inst), best.cost()));
         let best = then(best);
-        crate::trace(|| {
-            format!(
-                "force cheaper {} then {} {:.2} -> {} {:.2}",
-                inst.p.jobs[j].id,
-                before.0,
-                before.1,
-                best.weight(inst),
-                best.cost()
-            )
-        });
+        if let Some((weight, cost)) = before {
+            crate::trace(|| {
+                let id = &inst.p.jobs[j].id;
+                format!("force cheaper {id} then {weight} {cost:.2} -> {} {:.2}", best.weight(inst), best.cost())
+            });
+        }
         if crate::model::better((best.weight(inst), best.cost()), (sol.weight(inst), sol.cost())) {
             *sol = best;
             changed = true;

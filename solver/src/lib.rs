@@ -1068,9 +1068,16 @@ fn process_cpu_ms() -> Option<u64> {
     Some(ticks * 10)
 }
 
+/// Whether [`trace`] prints: `SPILLWAY_SOLVER_TRACE` read once per process (the searches trace
+/// thousands of times a solve), so that a caller can also skip what only a trace would use.
+pub(crate) fn tracing() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("SPILLWAY_SOLVER_TRACE").is_some())
+}
+
 /// Development tracing to stderr, on when `SPILLWAY_SOLVER_TRACE` is set.
 pub(crate) fn trace(message: impl FnOnce() -> String) {
-    if std::env::var_os("SPILLWAY_SOLVER_TRACE").is_some() {
+    if tracing() {
         static T0: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
         let ms = T0.get_or_init(Instant::now).elapsed().as_secs_f64() * 1e3;
         eprintln!("solver {ms:.1} ms: {}", message());
