@@ -115,3 +115,31 @@ fn plan_names_where_a_file_breaks_and_never_prints_negative_zero() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `emulate-arm` without `--vm-dir` keeps its agents' sandboxes in a directory named after its
+/// process id, which nothing can use once it stops: Ctrl-C removes it (before, every run left one
+/// in the temporary directory).
+#[test]
+fn emulate_arm_removes_its_own_vm_directory_on_ctrl_c() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["emulate-arm", "--port", "0", "--token", "t", "--scenario", "simulator/scenarios/cloud-basic.toml"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn spillway emulate-arm");
+    let dir = std::env::temp_dir().join(format!("spillway-emulator-{}", child.id()));
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let listening = lines.by_ref().map_while(Result::ok).find(|l| l.starts_with("ARM emulator listening on "));
+    assert!(listening.is_some(), "emulate-arm never said it was listening");
+    assert!(dir.is_dir(), "{} not made at start", dir.display());
+    let signalled = Command::new("sh").args(["-c", &format!("kill -INT {}", child.id())]).status().unwrap();
+    assert!(signalled.success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "emulate-arm after Ctrl-C: {status}");
+    assert!(!dir.exists(), "{} left behind", dir.display());
+}

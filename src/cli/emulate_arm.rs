@@ -67,7 +67,8 @@ pub struct EmulateArmArgs {
     #[arg(long, default_value_t = 1.0)]
     pub speedup: f64,
     /// Where the VMs' agents keep their sandboxes (and the shared checkpoint directory)
-    /// [default: a new directory under the system's temporary directory].
+    /// [default: a new directory under the system's temporary directory, removed when Ctrl-C stops
+    /// the emulator].
     #[arg(long)]
     pub vm_dir: Option<PathBuf>,
     /// Do not start agents for fleets created with spillway's customData.
@@ -129,22 +130,25 @@ fn run_inner(catalog: &scheduler::Catalog, args: EmulateArmArgs) -> Result<(), S
         ..FaultConfig::default()
     };
     emu.validate().map_err(|e| format!("--{}", e.replace('_', "-").trim_start_matches("faults.")))?;
-    if !args.no_agents {
-        let dir = args
-            .vm_dir
-            .clone()
-            .unwrap_or_else(|| std::env::temp_dir().join(format!("spillway-emulator-{}", std::process::id())));
-        let program = std::env::current_exe().map_err(|e| format!("cannot find this program to run agents: {e}"))?;
-        let mut vms = VmRunnerConfig::new(program, vec!["agent".into()], dir.join("vms"), dir.join("checkpoints"));
-        vms.notice_seconds = args.notice_seconds;
-        emu.agents = Some(vms);
-    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    runtime.block_on(async move {
+    // A directory this run names after its own process id is of no use to anything after it: it is
+    // made here and removed when Ctrl-C stops the emulator. One given with --vm-dir is the user's.
+    let vm_dir = (!args.no_agents).then(|| args.vm_dir.clone().unwrap_or_else(|| default_vm_dir(std::process::id())));
+    let scratch = vm_dir.clone().filter(|_| args.vm_dir.is_none());
+    if let Some(dir) = &scratch {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    if let Some(dir) = vm_dir {
+        let program = std::env::current_exe().map_err(|e| format!("cannot find this program to run agents: {e}"))?;
+        let mut vms = VmRunnerConfig::new(program, vec!["agent".into()], dir.join("vms"), dir.join("checkpoints"));
+        vms.notice_seconds = args.notice_seconds;
+        emu.agents = Some(vms);
+    }
+    let stopped = runtime.block_on(async move {
         let handle = serve(emu, Arc::new(cloud)).await.map_err(|e| format!("cannot listen: {e}"))?;
         let url = handle.base_url();
         let sub = handle.subscription().to_string();
@@ -156,7 +160,18 @@ fn run_inner(catalog: &scheduler::Catalog, args: EmulateArmArgs) -> Result<(), S
         println!("  VMs:     {url}/_emulator/vms; Scheduled Events at {url}/_imds/<vm>/metadata/scheduledevents");
         let _ = std::io::stdout().flush();
         handle.run_until_ctrl_c().await.map_err(|e| e.to_string())
-    })
+    });
+    // The agents were stopped with the emulator: their sandboxes and checkpoints go with it.
+    if let Some(dir) = scratch {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    stopped
+}
+
+/// Where the agents of the emulator running as process `pid` keep their sandboxes when no
+/// `--vm-dir` is given.
+fn default_vm_dir(pid: u32) -> PathBuf {
+    std::env::temp_dir().join(format!("spillway-emulator-{pid}"))
 }
 
 #[cfg(test)]

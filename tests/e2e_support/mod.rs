@@ -70,10 +70,16 @@ impl Emulator {
         let scen = dir.join("scenario.toml");
         std::fs::write(&scen, scenario).unwrap();
         let out = dir.join("emulator.out");
+        // The emulator is killed, not stopped with Ctrl-C: its agents' sandboxes go in the test's
+        // directory, not in one of its own it would remove only on Ctrl-C.
+        let own_vm_dir = extra.iter().any(|a| *a == "--vm-dir" || *a == "--no-agents");
+        let vm_dir = dir.join("vms");
+        let vm_dir_args = if own_vm_dir { Vec::new() } else { vec!["--vm-dir".as_ref(), vm_dir.as_os_str()] };
         let mut child = Command::new(env!("CARGO_BIN_EXE_spillway"))
             .args(["emulate-arm", "--port", "0", "--token", EMULATOR_TOKEN, "--scenario"])
             .arg(&scen)
             .args(extra)
+            .args(vm_dir_args)
             .stdout(std::fs::File::create(&out).unwrap())
             .stderr(std::fs::File::create(out.with_extension("err")).unwrap())
             .stdin(Stdio::null())
