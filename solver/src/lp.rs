@@ -42,6 +42,12 @@ pub(crate) struct LpResult {
 /// Relative slack on bounds read from the interior-point solver, whose optimality tolerance is 1e-8.
 const BOUND_SLACK: f64 = 1e-7;
 
+/// Relative slack below the weight asked for on the rows "weight at least" of the cost LP and of
+/// the MILP's cost phase (`milp::Model::weight_at_least`): a hair for the solvers' tolerances.
+/// Every weight is a whole number, so any more would let the relaxations leave part of a job's
+/// weight out where it costs most.
+pub(crate) const WEIGHT_ROW_SLACK: f64 = 1e-7;
+
 struct Model {
     /// Per class, per candidate: the variable, or `None` for a candidate left out of a restricted model.
     vars: Vec<Vec<Option<Variable>>>,
@@ -220,7 +226,7 @@ pub(crate) fn min_cost_at(
     seed: Option<&Sol>,
 ) -> Result<(f64, Vec<Vec<f64>>), String> {
     let mut last_error = String::new();
-    for delta in [1e-7 * weight.max(1.0), 0.5] {
+    for delta in [WEIGHT_ROW_SLACK * weight.max(1.0), 0.5] {
         match cost_phase(inst, weight - delta, deadline, seed) {
             Ok(found) => return Ok(found),
             Err(e) => last_error = e,

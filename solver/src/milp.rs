@@ -8,11 +8,8 @@
 //! price caps, budgets and partly idle last VMs are per job. Two phases, as in the LP method: maximise
 //! the weight (integral, so an absolute gap below 1 proves it), then minimise cost at that weight.
 
+use crate::lp::WEIGHT_ROW_SLACK;
 use crate::model::{Instance, Sol};
-
-/// Relative slack on the cost phase's "weight at least" row (see [`Model::weight_at_least`]), as
-/// the cost LP's (`lp::min_cost_at`).
-const WEIGHT_ROW_SLACK: f64 = 1e-7;
 
 /// A variable's domain.
 #[derive(Clone, Copy)]

@@ -5,7 +5,7 @@
 //! fifth of the jobs are non-gang (split over offers in whole VMs).
 
 use solver::generate::{DiverseParams, GenParams, diverse, generate};
-use solver::{Problem, SolveOptions, check, solve_lp_round};
+use solver::{Plan, Problem, SolveOptions, check, solve_lp_round};
 
 /// (jobs, regions, seed), HiGHS's proven optimal weight and its cost at that weight.
 const CASES: &[(usize, usize, u64, f64, f64)] = &[
@@ -155,12 +155,7 @@ fn a_plan_whose_cheapest_form_moves_most_jobs_at_once_is_recosted() {
 /// the knapsack bound the branch and bound proves it in well under a second.
 #[test]
 fn a_60_job_optimum_is_proven() {
-    let p = Problem::from_json_str(include_str!("data/one-pool-60-1.json")).expect("a valid problem");
-    let plan = solve_lp_round(&p, &SolveOptions::default());
-    assert!(check(&p, &plan).is_ok());
-    assert_eq!(plan.placed_weight, 14_727.0);
-    assert!((plan.expected_cost - 11_550.55).abs() < 0.01, "cost {}", plan.expected_cost);
-    assert!(plan.optimal, "not proven: gap {}", plan.gap);
+    proves_optima(&[("one-pool-60-1", include_str!("data/one-pool-60-1.json"), 14_727.0, 11_550.55)]);
 }
 
 /// The independent generator's tight-caps shape at 60 jobs (seeds 1 and 2) and budgets shape at
@@ -198,11 +193,7 @@ fn forty_job_optima_that_need_root_cuts_are_proven() {
 /// half a unit of weight out where it costs most: the gap 0.0895 -> 0.0334.
 #[test]
 fn the_milp_cost_bound_holds_the_plan_to_its_whole_weight() {
-    let p = Problem::from_json_str(include_str!("data/tiny-60-11.json")).expect("a valid problem");
-    let plan = solve_lp_round(&p, &SolveOptions::default());
-    assert!(check(&p, &plan).is_ok());
-    assert_eq!(plan.placed_weight, 114.0);
-    assert!((plan.expected_cost - 1_978.16).abs() < 0.01, "cost {}", plan.expected_cost);
+    let plan = places_the_optimum("tiny-60-11", include_str!("data/tiny-60-11.json"), 114.0, 1_978.16);
     assert!(plan.gap <= 0.05, "gap {}", plan.gap);
 }
 
@@ -210,13 +201,19 @@ fn the_milp_cost_bound_holds_the_plan_to_its_whole_weight() {
 /// cost, and says it is optimal.
 fn proves_optima(cases: &[(&str, &str, f64, f64)]) {
     for &(file, text, weight, cost) in cases {
-        let p = Problem::from_json_str(text).expect("a valid problem");
-        let plan = solve_lp_round(&p, &SolveOptions::default());
-        assert!(check(&p, &plan).is_ok(), "{file}");
-        assert_eq!(plan.placed_weight, weight, "{file}");
-        assert!((plan.expected_cost - cost).abs() < 0.01, "{file}: cost {}", plan.expected_cost);
+        let plan = places_the_optimum(file, text, weight, cost);
         assert!(plan.optimal, "{file}: not proven, gap {}", plan.gap);
     }
+}
+
+/// The plan of `text` (the problem `file`), checked valid and at the optimum's weight and cost.
+fn places_the_optimum(file: &str, text: &str, weight: f64, cost: f64) -> Plan {
+    let p = Problem::from_json_str(text).expect("a valid problem");
+    let plan = solve_lp_round(&p, &SolveOptions::default());
+    assert!(check(&p, &plan).is_ok(), "{file}");
+    assert_eq!(plan.placed_weight, weight, "{file}");
+    assert!((plan.expected_cost - cost).abs() < 0.01, "{file}: cost {}", plan.expected_cost);
+    plan
 }
 
 /// The independent generator's split shape at 60 jobs (`python3
