@@ -185,8 +185,8 @@ pub(crate) struct Multipliers {
 /// plan of less weight is worth more (it lacks at least `π` of weight and saves at most its cost),
 /// and on one region's pools the bound is the optimum. `None` with a non-gang job (its VMs' weight
 /// and cost are not itemised here), or where the knapsack bound does not apply or would take too
-/// long.
-pub(crate) fn knapsack(inst: &Instance, weight: f64, at: &Multipliers) -> Option<f64> {
+/// long, or when `deadline` passes first.
+pub(crate) fn knapsack(inst: &Instance, weight: f64, at: &Multipliers, deadline: Option<Instant>) -> Option<f64> {
     let p = inst.p;
     if inst.classes.iter().any(|c| !inst.job(c.rep).gang) {
         return None;
@@ -225,7 +225,7 @@ pub(crate) fn knapsack(inst: &Instance, weight: f64, at: &Multipliers) -> Option
     }
     // Jobs without a multiplier earn more than the pools' prices: every pool's knapsack runs.
     let priced = Priced::of(inst, cap_price, None, fixed, classes);
-    let most = knapsack_bound::bound(&priced)?;
+    let most = knapsack_bound::bound(&priced, deadline)?;
     // `π × weight` can be large against the cost: a margin for the sums' rounding, which can only
     // loosen the bound.
     Some((pi * weight - most - 1e-12 * (pi * weight).abs()).max(0.0))
@@ -316,7 +316,7 @@ mod tests {
             ];
             let mut any = false;
             for m in &at {
-                if let Some(b) = knapsack(&inst, plan.placed_weight, m) {
+                if let Some(b) = knapsack(&inst, plan.placed_weight, m, None) {
                     assert!(
                         b <= cost * (1.0 + 1e-6) + 1e-6,
                         "problem {i}: knapsack bound {b} above the optimum's cost {cost}"
@@ -343,7 +343,7 @@ mod tests {
         let resources = inst.resources().0.len();
         let cost = plan.expected_cost;
         let at = Multipliers { weight: cost, resources: vec![0.0; resources] };
-        let b = knapsack(&inst, plan.placed_weight, &at).expect("gang jobs on a tree of pools");
+        let b = knapsack(&inst, plan.placed_weight, &at, None).expect("gang jobs on a tree of pools");
         assert!((b - cost).abs() <= 1e-6 * cost, "knapsack bound {b} against the optimum {cost}");
         let (priced, _) = bound(&inst, plan.placed_weight, cost, &vec![0.0; resources], None);
         assert!(priced < 0.99 * cost, "the priced bound {priced} is already the optimum {cost}");

@@ -273,7 +273,9 @@ const PARALLEL_EXPLANATIONS: usize = 200;
 
 /// Time the search leaves, under a time limit, for assembling the plan and explaining the jobs
 /// left waiting: this many times what preparing the instance took (at 10,000 diverse jobs 95 ms
-/// to prepare, 135-190 ms to explain 9,875 waiting jobs).
+/// to prepare, 135-190 ms to explain 9,875 waiting jobs; under `--time-limit-ms 300` the 14
+/// 10,000-job problems of BENCHMARKS.md took 0.8-2.2 times as long to finish as to prepare, and
+/// 2.5 times left 50-100 ms of a 1,000 ms limit unused without making any command meet it better).
 const FINISH_RESERVE: f64 = 2.0;
 
 /// Whether the time limit, if any, has passed.
@@ -354,7 +356,7 @@ fn lagrangian(
         let target = constructed.weight(inst).max(start_weight);
         lag.descend(Some(&dual), target, OUT_OF_TIME_STEPS, None, 0, |_| target).bound.min(dual.bound)
     } else {
-        lag.knapsack_bound(&dual)
+        lag.knapsack_bound(&dual, deadline)
     };
     trace(|| format!("knapsack bound {knapsack:.1} against {:.1}", dual.bound));
     let bound = Bound { weight: lagrange::integral(dual.bound.min(knapsack)), cost: None };
@@ -523,8 +525,9 @@ fn lagrangian(
             weight: best.cost(),
             resources: lambda.iter().map(|m| m * best.cost()).collect(),
         };
-        if (!expired(deadline) || inst.p.jobs.len() <= lagrange::EXACT_UNITS_MAX_JOBS)
-            && let Some(cost) = cost_bound::knapsack(inst, weight, &scaled)
+        let small = inst.p.jobs.len() <= lagrange::EXACT_UNITS_MAX_JOBS;
+        if (!expired(deadline) || small)
+            && let Some(cost) = cost_bound::knapsack(inst, weight, &scaled, if small { None } else { deadline })
         {
             add(&mut bounds, "knapsack", cost);
         }
@@ -540,7 +543,7 @@ fn lagrangian(
                 add(&mut bounds, "Lagrangian", cheapest_at(inst, weight).max(priced));
                 if !proven(inst, &best, &bounds)
                     && !expired(deadline)
-                    && let Some(cost) = cost_bound::knapsack(inst, weight, &at)
+                    && let Some(cost) = cost_bound::knapsack(inst, weight, &at, deadline)
                 {
                     add(&mut bounds, "knapsack at its multipliers", cost);
                 }

@@ -371,7 +371,7 @@ fn cost_phase(
             let mut at = crate::cost_bound::Multipliers { weight: y.weight, resources };
             let mut knapsack = 0.0f64;
             for _ in 0..=KNAPSACK_DOUBLINGS {
-                if let Some(b) = crate::cost_bound::knapsack(inst, floor, &at) {
+                if let Some(b) = crate::cost_bound::knapsack(inst, floor, &at, None) {
                     knapsack = knapsack.max(b);
                 }
                 at.weight *= 2.0;
