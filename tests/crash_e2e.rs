@@ -102,7 +102,7 @@ async fn sigkill_storm_loses_no_job_and_leaks_no_fleet() {
         tokio::time::sleep(Duration::from_millis(rng.range(200, 1_500))).await;
         server.kill();
         server = tokio::task::spawn_blocking({
-            let (dir, data, a) = (dir.clone(), data.clone(), args());
+            let (dir, data, a) = (dir.to_path_buf(), data.clone(), args());
             move || start(&dir, &data, round, a)
         })
         .await

@@ -5,6 +5,7 @@
 //! `SPILLWAY_WRITE_SCREENSHOTS=1 cargo test --test dashboard` also rewrites the README's
 //! screenshots in `docs/` (they are taken on every run, into the test's temporary directory).
 
+mod e2e_support;
 mod webdriver;
 
 use std::io::{BufRead, BufReader};
@@ -12,6 +13,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use e2e_support::TempDir;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use webdriver::Browser;
@@ -28,11 +30,8 @@ struct Server {
     admin: String,
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("spillway-dash-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn temp_dir(name: &str) -> TempDir {
+    e2e_support::temp_dir(&format!("dash-{name}"))
 }
 
 impl Server {
@@ -193,7 +192,7 @@ async fn assert_fits(b: &Browser, what: &str) {
 #[tokio::test]
 async fn dashboard_files_headers_sign_in_link_and_read_endpoints() {
     let dir = temp_dir("http");
-    let s = Server::start(dir.clone(), &[]);
+    let s = Server::start(dir.to_path_buf(), &[]);
     // Into a pipe (a log file, a journal) serve prints the dashboard's address but not the token;
     // dashboard-url prints the signed-in link.
     assert!(s.dashboard_line.starts_with(&format!("{}/ ", s.url)), "{}", s.dashboard_line);

@@ -175,7 +175,7 @@ async fn replicas_survive_leader_kills_and_a_frozen_leader_writes_nothing() {
         env.push(("SPILLWAY_LEASE_MS".into(), lease_ms.to_string()));
     }
     let mut replicas = Replicas {
-        dir: dir.clone(),
+        dir: dir.to_path_buf(),
         args: ["--cloud", "azure", "--config", config.to_str().unwrap(), "--rate-limit", "0", "--store", &pg]
             .map(String::from)
             .to_vec(),

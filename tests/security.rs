@@ -10,7 +10,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use e2e_support::{EMULATOR_TOKEN, Emulator, FAST_SCENARIO, Server, admin_get, client, quick_job, temp_dir};
+use e2e_support::{EMULATOR_TOKEN, Emulator, FAST_SCENARIO, Server, TempDir, admin_get, client, quick_job, temp_dir};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
@@ -24,7 +24,7 @@ async fn new_token(s: &Server, role: &str, tenant: Option<&str>) -> String {
     r.json::<Value>().await.unwrap()["token"].as_str().unwrap().to_string()
 }
 
-fn sim_server(name: &str) -> (std::path::PathBuf, Server) {
+fn sim_server(name: &str) -> (TempDir, Server) {
     let dir = temp_dir(name);
     let s = Server::start(&dir, &dir.join("data"), 0, &["--speedup", "60"], &[]);
     (dir, s)

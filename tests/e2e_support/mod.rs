@@ -32,12 +32,47 @@ low_priority_cores = 20000
 family = 20000
 "#;
 
-/// A fresh temporary directory for one test.
-pub fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("spillway-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh temporary directory for one test (see [`TempDir`]).
+pub fn temp_dir(name: &str) -> TempDir {
+    let path = std::env::temp_dir().join(format!("spillway-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&path);
+    std::fs::create_dir_all(&path).unwrap();
+    TempDir { path }
+}
+
+/// A test's temporary directory: removed when the test passes, kept when it fails, for the logs
+/// of the processes it ran (a test that forgot to remove its own left 7 MB a CI run in `/tmp`).
+/// Declared before the servers that write into it, it is dropped after they are killed.
+pub struct TempDir {
+    path: PathBuf,
+}
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for TempDir {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TempDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.path.as_os_str()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
 }
 
 /// Waits until `file` holds a line starting with `prefix` and returns the rest of that line.
