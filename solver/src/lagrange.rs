@@ -161,7 +161,8 @@ impl<'i, 'a> Lagrangian<'i, 'a> {
     /// regular or spot VMs), those jobs without a multiplier: the unit's knapsack keeps their row
     /// exactly, so a job left out no longer counts its multiplier. The lower of the two, on up to
     /// [`EXACT_UNITS_MAX_JOBS`] jobs.
-    /// `dual.bound` alone when `deadline` passes first.
+    /// Only the knapsacks finished by `deadline` count: `dual.bound` alone when it passes during
+    /// the first.
     pub fn knapsack_bound(&mut self, dual: &Dual, deadline: Option<Instant>) -> f64 {
         let priced = self.knapsack_bound_with(dual, false, deadline).unwrap_or(dual.bound);
         if self.inst.p.jobs.len() > EXACT_UNITS_MAX_JOBS {
