@@ -128,5 +128,4 @@ async fn every_job_is_placed_through_throttling_errors_and_failed_operations() {
         gaps.len()
     );
     drop(server);
-    let _ = std::fs::remove_dir_all(&dir);
 }

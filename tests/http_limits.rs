@@ -78,7 +78,6 @@ async fn half_a_header_gets_408_and_the_connection_is_closed() {
     let r = client().get(format!("{}/healthz", s.url)).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     drop(s);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test]
@@ -112,7 +111,6 @@ async fn connections_past_the_cap_get_503_and_are_closed() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     drop(s);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test]
@@ -158,5 +156,4 @@ async fn event_streams_cost_no_thread_each_and_are_capped() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     drop(s);
-    let _ = std::fs::remove_dir_all(dir);
 }

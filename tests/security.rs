@@ -32,7 +32,7 @@ fn sim_server(name: &str) -> (TempDir, Server) {
 
 #[tokio::test]
 async fn every_route_but_health_needs_a_valid_token() {
-    let (dir, s) = sim_server("sec-auth");
+    let (_dir, s) = sim_server("sec-auth");
     let doc = admin_get(&s, "/openapi.json").await;
     let mut checked = 0;
     for (path, ops) in doc["paths"].as_object().unwrap() {
@@ -73,7 +73,6 @@ async fn every_route_but_health_needs_a_valid_token() {
         StatusCode::UNAUTHORIZED
     );
     drop(s);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The headers that keep a browser from framing, sniffing or running anything the server did not
@@ -102,7 +101,7 @@ fn assert_browser_headers(what: &str, h: &reqwest::header::HeaderMap) {
 
 #[tokio::test]
 async fn every_answer_carries_a_strict_content_security_policy_and_no_framing() {
-    let (dir, s) = sim_server("sec-headers");
+    let (_dir, s) = sim_server("sec-headers");
     let doc = admin_get(&s, "/openapi.json").await;
     let mut checked = 0;
     // Every operation the API lists, signed in and not (successes, 401s, 404s and 400s alike); an
@@ -146,12 +145,11 @@ async fn every_answer_carries_a_strict_content_security_policy_and_no_framing() 
     assert_eq!(wrong.status(), StatusCode::METHOD_NOT_ALLOWED);
     assert_browser_headers("DELETE /", wrong.headers());
     drop(s);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test]
 async fn a_tenant_sees_and_touches_nothing_of_another_tenant() {
-    let (dir, s) = sim_server("sec-tenant");
+    let (_dir, s) = sim_server("sec-tenant");
     let alice = new_token(&s, "submitter", Some("alice")).await;
     let bob = new_token(&s, "submitter", Some("bob")).await;
     let bob_viewer = new_token(&s, "viewer", Some("bob")).await;
@@ -221,7 +219,6 @@ async fn a_tenant_sees_and_touches_nothing_of_another_tenant() {
     let r = client().get(format!("{}/v1/jobs/{id}", s.url)).bearer_auth(&alice).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     drop(s);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -269,12 +266,11 @@ async fn no_token_ever_appears_in_the_logs_even_at_debug_level() {
         assert!(!logs.contains(head), "a 16-character prefix of the {what} token appears in the logs");
     }
     drop(s);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test]
 async fn oversized_bodies_are_refused_with_413() {
-    let (dir, s) = sim_server("sec-size");
+    let (_dir, s) = sim_server("sec-size");
     let mut spec = quick_job("big", "ml");
     spec["name"] = json!("x".repeat(70 * 1024));
     let r = client().post(format!("{}/v1/jobs", s.url)).bearer_auth(&s.admin).json(&spec).send().await.unwrap();
@@ -283,7 +279,6 @@ async fn oversized_bodies_are_refused_with_413() {
     let r = client().post(format!("{}/v1/jobs", s.url)).bearer_auth(&s.admin).json(&quick_job("ok", "ml")).send().await;
     assert_eq!(r.unwrap().status(), StatusCode::CREATED);
     drop(s);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test]
@@ -294,7 +289,6 @@ async fn data_dir_is_0700_and_the_token_file_0600() {
     assert_eq!(mode(&data), 0o700, "data directory mode");
     assert_eq!(mode(&data.join("admin.token")), 0o600, "admin.token mode");
     drop(s);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Issue #24: an existing 0755 data directory was used as is (the store then readable by every
@@ -320,7 +314,6 @@ fn a_data_dir_open_to_other_users_is_refused_and_left_alone() {
     std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).unwrap();
     let s = Server::start(&dir, &data, 1, &[], &[]);
     drop(s);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Issue #24: a second `serve` on a busy port wrote a new admin.token into its data directory and
@@ -352,7 +345,6 @@ fn a_second_server_on_a_busy_port_changes_nothing() {
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(std::fs::read_to_string(dir.join("data/admin.token")).unwrap(), before);
     drop(first);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Issue #24: `state export` wrote its file 0644, token hashes included.
@@ -373,7 +365,6 @@ fn state_export_is_readable_by_its_owner_only() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
     assert!(std::fs::read_to_string(&file).unwrap().contains("api_tokens"), "the export holds the token table");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -393,7 +384,6 @@ fn refuses_a_non_loopback_address_in_clear_unless_told() {
     let s = Server::start(&dir, &dir.join("data"), 1, &["--listen", "0.0.0.0:0", "--allow-insecure-remote"], &[]);
     assert!(s.url.starts_with("http://0.0.0.0:"), "{}", s.url);
     drop(s);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test]
@@ -445,5 +435,4 @@ async fn serves_https_with_a_given_certificate_on_any_address() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--tls-key"), "{}", String::from_utf8_lossy(&out.stderr));
-    let _ = std::fs::remove_dir_all(dir);
 }

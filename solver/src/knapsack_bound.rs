@@ -129,7 +129,6 @@ type SizedItem = (Item, u64);
 /// (huge-gangs-10000-1 under `--time-limit-ms 500`: 537 ms), and only the caller's own bound is
 /// left then.
 pub(crate) fn bound(pr: &Priced, deadline: Option<Instant>) -> Option<f64> {
-    let out_of_time = || deadline.is_some_and(|d| Instant::now() >= d);
     let pools = pr.pool_limit.len();
     let (place, parent) = units(pr.pool_limit, pr.offer_pools)?;
     // Per (top, pool below or none), its items with their vCPUs.
@@ -160,7 +159,7 @@ pub(crate) fn bound(pr: &Priced, deadline: Option<Instant>) -> Option<f64> {
     tops.sort_unstable();
     tops.dedup();
     for top in tops {
-        if out_of_time() {
+        if crate::expired(deadline) {
             return None;
         }
         let priced_value: f64 = match &pr.pool_value {
@@ -204,7 +203,7 @@ pub(crate) fn bound(pr: &Priced, deadline: Option<Instant>) -> Option<f64> {
         let mut total = vec![0.0_f64; limit + 1];
         let mut cap_value = 0.0;
         for (below, list) in mine {
-            if out_of_time() {
+            if crate::expired(deadline) {
                 return None;
             }
             let step = scale(list);

@@ -279,7 +279,7 @@ const PARALLEL_EXPLANATIONS: usize = 200;
 const FINISH_RESERVE: f64 = 2.0;
 
 /// Whether the time limit, if any, has passed.
-fn expired(deadline: Option<Instant>) -> bool {
+pub(crate) fn expired(deadline: Option<Instant>) -> bool {
     deadline.is_some_and(|d| Instant::now() >= d)
 }
 
