@@ -72,7 +72,8 @@ fn solve_budget_ms(limit_ms: u64, read: std::time::Duration) -> u64 {
 }
 
 /// What the process's start and exit take outside [`run`] (loading the binary, the threads'
-/// teardown): 6-17 ms measured, the whole command's wall time less `run`'s.
+/// teardown): 6-17 ms, the whole command's wall time less `run`'s (measured by a one-off build
+/// timing `run`; BENCHMARKS.md, "The time limit held from 50 ms to 1 s").
 const PROCESS_MS: u64 = 10;
 
 pub fn render(plan: &solver::Plan) -> String {
